@@ -1,0 +1,116 @@
+# membal: guest memory balancer for KVM hosts.
+#
+#   make deps    install every build/test/run dependency (Debian 12, root)
+#   make         build balancerd, balancerctl, libqmp and the test programs
+#   make check   unit tests (also under valgrind), then real-QEMU integration
+#   make asan    the same tests built with -fsanitize=address,undefined
+#   make fuzz    run the libFuzzer targets for FUZZ_SECONDS each
+#   make guest   build the bootable test guest (kernel + busybox initramfs)
+
+BUILD    ?= build
+CC       ?= cc
+PKGS     := json-c glib-2.0 libvirt libvirt-qemu libxml-2.0 libmicrohttpd libsystemd
+CHECKPKG := check
+SAN      ?=
+OPT      ?= -O2
+CFLAGS   ?= $(OPT) -g
+WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes
+CPPFLAGS += -D_GNU_SOURCE -I. -Iqmp -Ibalancer -Ipolicies
+ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) $(SAN) $(CPPFLAGS)
+
+# pkg-config is looked up lazily so `make deps` works before the -dev
+# packages exist.
+pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
+pc_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
+
+QMP_SRC      := qmp/qmp_framer.c qmp/qmp_client.c qmp/qmp_commands.c
+QMP_GLIB_SRC := qmp/qmp_glib.c
+QMP_OBJ      := $(QMP_SRC:%.c=$(BUILD)/%.o)
+QMP_GLIB_OBJ := $(QMP_GLIB_SRC:%.c=$(BUILD)/%.o)
+LIBQMP       := $(BUILD)/libqmp.a
+
+UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client
+INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp
+
+.PHONY: all deps check unit integration valgrind asan fuzz guest clean install
+
+all: $(LIBQMP) $(UNIT_TESTS) $(INTEG_TESTS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(call pc_cflags,$(PKGS) $(CHECKPKG)) -MMD -MP -c $< -o $@
+
+$(LIBQMP): $(QMP_OBJ) $(QMP_GLIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/check_qmp_framer: $(BUILD)/tests/unit/check_qmp_framer.o $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0 $(CHECKPKG))
+
+$(BUILD)/tests/check_qmp_client: $(BUILD)/tests/unit/check_qmp_client.o \
+		$(BUILD)/tests/unit/fake_qmp.o $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0 $(CHECKPKG)) -lpthread
+
+$(BUILD)/tests/check_qemu_qmp: $(BUILD)/tests/integration/check_qemu_qmp.o \
+		$(BUILD)/tests/integration/guest_vm.o $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0 $(CHECKPKG))
+
+# ---- test guest ----
+GUEST_DIR := build/guest
+guest: $(GUEST_DIR)/.built
+$(GUEST_DIR)/.built: tests/guest/build-guest.sh tests/guest/init $(wildcard tests/guest/workloads/*.c)
+	tests/guest/build-guest.sh $(GUEST_DIR)
+	touch $@
+
+# ---- tests ----
+unit: $(UNIT_TESTS)
+	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t; done
+
+valgrind: $(UNIT_TESTS)
+	@set -e; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
+	  CK_FORK=no valgrind -q --leak-check=full --show-leak-kinds=definite,indirect \
+	    --errors-for-leak-kinds=definite,indirect --error-exitcode=99 $$t; done
+
+integration: $(INTEG_TESTS) guest
+	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
+	  MEMBAL_GUEST_DIR=$(CURDIR)/$(GUEST_DIR) MEMBAL_TOP=$(CURDIR) $$t; done
+
+check: all
+	$(MAKE) unit
+	$(MAKE) valgrind
+	$(MAKE) integration
+
+asan:
+	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT=-O1 unit integration
+
+# ---- fuzzing (clang + libFuzzer) ----
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader
+$(BUILD)/fuzz/fuzz_qmp_reader: tests/fuzz/fuzz_qmp_reader.c $(QMP_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
+	  $(call pc_cflags,json-c) -o $@ $^ $(call pc_libs,json-c)
+
+fuzz: $(FUZZ_TARGETS)
+	@set -e; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); \
+	  mkdir -p $(BUILD)/fuzz/corpus-$$n; \
+	  echo "== $$n for $(FUZZ_SECONDS)s"; \
+	  $$t -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -artifact_prefix=$(BUILD)/fuzz/$$n- \
+	    $(BUILD)/fuzz/corpus-$$n tests/fuzz/corpus/$${n#fuzz_}; done
+
+# ---- dependencies (Debian 12) ----
+DEB_PKGS := build-essential pkg-config clang libclang-rt-14-dev valgrind \
+  libjson-c-dev libglib2.0-dev libvirt-dev libvirt-glib-1.0-dev libxml2-dev \
+  libmicrohttpd-dev libsystemd-dev check \
+  qemu-system-x86 qemu-utils linux-image-amd64 busybox-static cpio xz-utils zstd kmod \
+  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients curl procps iproute2
+
+deps:
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_PKGS)
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

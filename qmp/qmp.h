@@ -1,0 +1,194 @@
+/*
+ * libqmp: a small client for the QEMU Machine Protocol over a unix socket.
+ *
+ * One connection object serves two styles of use:
+ *  - blocking: qmp_connect_unix() then qmp_execute() / the typed wrappers,
+ *    each with a timeout (tests, the CLI);
+ *  - event driven: qmp_execute_async() plus qmp_pump(conn, 0) whenever the
+ *    fd is readable (qmp_glib.h wires that into a GLib main loop).
+ *
+ * Every failure is returned as a value (qmp_error) with a readable message;
+ * nothing the peer sends can make the library abort.  A peer that sends
+ * invalid JSON, a message longer than the configured cap, or closes the
+ * socket leaves the connection "broken": pending commands fail with the
+ * reason and later calls fail at once with the same reason.  Reconnecting
+ * is the caller's decision.
+ */
+#ifndef MEMBAL_QMP_H
+#define MEMBAL_QMP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <json-c/json.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    QMP_OK = 0,
+    QMP_ERR_ARG,      /* caller passed something invalid */
+    QMP_ERR_IO,       /* socket error (errno text in the message) */
+    QMP_ERR_CLOSED,   /* peer closed the connection */
+    QMP_ERR_TIMEOUT,  /* no answer before the deadline */
+    QMP_ERR_PROTOCOL, /* peer sent something that is not QMP */
+    QMP_ERR_TOO_LONG, /* a message exceeded the size cap */
+    QMP_ERR_COMMAND,  /* QEMU answered with an "error" reply */
+} qmp_err_code;
+
+typedef struct {
+    qmp_err_code code;
+    char msg[256];
+} qmp_error;
+
+const char *qmp_err_code_name(qmp_err_code code);
+
+/* Default cap on one QMP message (one line).  QEMU's answers to the
+ * commands we use are a few hundred bytes; 1 MiB leaves room for
+ * query-* answers on big machines without letting a peer grow us
+ * without bound. */
+#define QMP_DEFAULT_MAX_MESSAGE (1024u * 1024u)
+
+/* Events kept while nobody consumes them; the oldest are dropped (and
+ * counted) beyond this. */
+#define QMP_EVENT_QUEUE_MAX 256
+
+typedef struct qmp_conn qmp_conn;
+
+typedef struct {
+    char *name;           /* e.g. "BALLOON_CHANGE" */
+    json_object *data;    /* may be NULL; owned by the event */
+    int64_t ts_seconds;   /* QEMU's timestamp, -1 if absent */
+    int64_t ts_useconds;
+} qmp_event;
+
+void qmp_event_free(qmp_event *ev);
+
+typedef void (*qmp_event_cb)(qmp_conn *conn, const qmp_event *ev, void *opaque);
+
+/* Called once per async command: with ret (borrowed, valid during the
+ * call) on success, or ret == NULL and err set on failure. */
+typedef void (*qmp_reply_cb)(qmp_conn *conn, json_object *ret,
+                             const qmp_error *err, void *opaque);
+
+typedef struct {
+    uint64_t messages_in;
+    uint64_t commands_sent;
+    uint64_t events_received;
+    uint64_t events_dropped;  /* queue overflow */
+    uint64_t stray_replies;   /* replies whose id matched nothing (late after a timeout) */
+} qmp_counters;
+
+/* --- connection --- */
+
+/* Connect to a QMP unix socket, read the greeting and negotiate
+ * capabilities, all within timeout_ms.  Returns NULL and fills err on
+ * failure. */
+qmp_conn *qmp_connect_unix(const char *path, int timeout_ms, qmp_error *err);
+
+/* Take ownership of an already connected stream fd and do the same
+ * handshake (used by tests with socketpair()). */
+qmp_conn *qmp_open_fd(int fd, int timeout_ms, qmp_error *err);
+
+void qmp_close(qmp_conn *conn);
+
+int qmp_fd(const qmp_conn *conn);
+bool qmp_is_broken(const qmp_conn *conn);
+/* Why the connection broke (code QMP_OK while it is healthy). */
+const qmp_error *qmp_broken_reason(const qmp_conn *conn);
+const qmp_counters *qmp_get_counters(const qmp_conn *conn);
+/* QEMU version from the greeting, e.g. 7.2.0; zeros if unknown. */
+void qmp_qemu_version(const qmp_conn *conn, int *major, int *minor, int *micro);
+
+/* Cap on one incoming message, from now on (the handshake uses the
+ * default); values below 256 bytes are raised to 256. */
+void qmp_set_max_message(qmp_conn *conn, size_t max_bytes);
+
+/* --- commands --- */
+
+/* Send a command and wait for its reply.  args (may be NULL) is
+ * consumed.  On success *ret (if ret != NULL) receives a new reference
+ * to the "return" value, which the caller must json_object_put(). */
+int qmp_execute(qmp_conn *conn, const char *command, json_object *args,
+                json_object **ret, int timeout_ms, qmp_error *err);
+
+/* Send a command; cb runs from qmp_pump() when the reply arrives, or
+ * with QMP_ERR_TIMEOUT from qmp_expire() after timeout_ms, or with the
+ * breaking error.  args is consumed.  Returns 0 or -1 (err filled, cb
+ * not called). */
+int qmp_execute_async(qmp_conn *conn, const char *command, json_object *args,
+                      int timeout_ms, qmp_reply_cb cb, void *opaque,
+                      qmp_error *err);
+
+/* Wait up to timeout_ms (0: do not wait) for input, read everything
+ * available, dispatch replies and queue events, then deliver queued
+ * events to the event callback if one is set.  Returns 0, or -1 when
+ * the connection is (now) broken. */
+int qmp_pump(qmp_conn *conn, int timeout_ms, qmp_error *err);
+
+/* Fail async commands whose deadline has passed.  Call periodically
+ * in event-driven use; qmp_pump() calls it too. */
+void qmp_expire(qmp_conn *conn);
+
+/* --- events --- */
+
+/* With a callback set, qmp_pump() delivers queued events to it.  Without
+ * one, events stay queued (bounded) for qmp_next_event(). */
+void qmp_set_event_cb(qmp_conn *conn, qmp_event_cb cb, void *opaque);
+
+/* Pop the oldest queued event; NULL if none.  Free with qmp_event_free. */
+qmp_event *qmp_next_event(qmp_conn *conn);
+
+/* Wait for an event named name (queued events are searched first;
+ * others stay queued).  Returns it, or NULL with err set. */
+qmp_event *qmp_wait_event(qmp_conn *conn, const char *name, int timeout_ms,
+                          qmp_error *err);
+
+size_t qmp_pending_events(const qmp_conn *conn);
+
+/* --- typed wrappers (qmp_commands.c) --- */
+
+/* Values the guest did not report are -1 (QEMU's convention).  The
+ * numbers come from the guest: callers must treat them as untrusted. */
+typedef struct {
+    int64_t swap_in;          /* bytes swapped in (guest reports pages*4k) */
+    int64_t swap_out;
+    int64_t major_faults;
+    int64_t minor_faults;
+    int64_t free_memory;      /* bytes */
+    int64_t total_memory;
+    int64_t available_memory;
+    int64_t disk_caches;
+    int64_t htlb_pgalloc;
+    int64_t htlb_pgfail;
+    int64_t last_update;      /* host timestamp (s); 0 = never updated */
+} qmp_guest_stats;
+
+/* The QOM path of a balloon device added with id=ID. */
+#define QMP_BALLOON_PATH_FMT "/machine/peripheral/%s"
+
+int qmp_query_balloon(qmp_conn *conn, uint64_t *actual_bytes, int timeout_ms,
+                      qmp_error *err);
+int qmp_balloon(qmp_conn *conn, uint64_t target_bytes, int timeout_ms,
+                qmp_error *err);
+int qmp_set_stats_polling(qmp_conn *conn, const char *qom_path, int seconds,
+                          int timeout_ms, qmp_error *err);
+int qmp_get_guest_stats(qmp_conn *conn, const char *qom_path,
+                        qmp_guest_stats *out, int timeout_ms, qmp_error *err);
+int qmp_query_memory_size_summary(qmp_conn *conn, uint64_t *base_bytes,
+                                  uint64_t *plugged_bytes, int timeout_ms,
+                                  qmp_error *err);
+
+/* Pure parsers behind the wrappers, for async users and tests. */
+int qmp_parse_guest_stats(json_object *ret, qmp_guest_stats *out, qmp_error *err);
+int qmp_parse_query_balloon(json_object *ret, uint64_t *actual_bytes, qmp_error *err);
+int qmp_parse_memory_size_summary(json_object *ret, uint64_t *base_bytes,
+                                  uint64_t *plugged_bytes, qmp_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
