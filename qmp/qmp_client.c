@@ -4,6 +4,7 @@
  */
 #include "qmp.h"
 #include "qmp_framer.h"
+#include "qmp_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +51,8 @@ struct qmp_conn {
     int ver_major, ver_minor, ver_micro;
     qmp_counters counters;
 };
+
+static qmp_conn *conn_new(int fd);
 
 const char *qmp_err_code_name(qmp_err_code code)
 {
@@ -273,6 +276,31 @@ static void handle_line(qmp_conn *c, const char *line, size_t len)
     json_object_put(msg);
 }
 
+/* Process bytes as if read from the socket: frame, parse, dispatch. */
+void qmp_conn_feed(qmp_conn *c, const char *data, size_t n)
+{
+    if (c->state == ST_BROKEN)
+        return;
+    if (qmp_framer_feed(&c->framer, data, n) < 0) {
+        qmp_error e;
+        set_err(&e, QMP_ERR_IO, "out of memory buffering QMP input");
+        conn_break(c, &e);
+        return;
+    }
+    const char *line;
+    size_t len;
+    qmp_frame_result fr = QMP_FRAME_NEED_MORE;
+    while (c->state != ST_BROKEN &&
+           (fr = qmp_framer_next(&c->framer, &line, &len)) == QMP_FRAME_LINE)
+        handle_line(c, line, len);
+    if (c->state != ST_BROKEN && fr == QMP_FRAME_TOO_LONG) {
+        qmp_error e;
+        set_err(&e, QMP_ERR_TOO_LONG, "QMP message exceeds the %zu byte limit",
+                c->framer.max_line);
+        conn_break(c, &e);
+    }
+}
+
 /* Read what is available (fd is non-blocking) and process whole lines. */
 static void read_input(qmp_conn *c)
 {
@@ -301,24 +329,7 @@ static void read_input(qmp_conn *c)
             conn_break(c, &e);
             return;
         }
-        if (qmp_framer_feed(&c->framer, chunk, (size_t)n) < 0) {
-            qmp_error e;
-            set_err(&e, QMP_ERR_IO, "out of memory buffering QMP input");
-            conn_break(c, &e);
-            return;
-        }
-        const char *line;
-        size_t len;
-        qmp_frame_result fr;
-        while (c->state != ST_BROKEN &&
-               (fr = qmp_framer_next(&c->framer, &line, &len)) == QMP_FRAME_LINE)
-            handle_line(c, line, len);
-        if (c->state != ST_BROKEN && fr == QMP_FRAME_TOO_LONG) {
-            qmp_error e;
-            set_err(&e, QMP_ERR_TOO_LONG, "QMP message exceeds the %zu byte limit",
-                    c->framer.max_line);
-            conn_break(c, &e);
-        }
+        qmp_conn_feed(c, chunk, (size_t)n);
     }
 }
 
@@ -472,6 +483,26 @@ int qmp_execute_async(qmp_conn *c, const char *command, json_object *args,
     p->next = c->pending;
     c->pending = p;
     return 0;
+}
+
+int qmp_conn_add_pending(qmp_conn *c, uint64_t id, int timeout_ms, qmp_reply_cb cb,
+                         void *opaque)
+{
+    pending *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -1;
+    p->id = id;
+    p->cb = cb;
+    p->opaque = opaque;
+    p->deadline_ms = now_ms() + timeout_ms;
+    p->next = c->pending;
+    c->pending = p;
+    return 0;
+}
+
+qmp_conn *qmp_conn_new_detached(void)
+{
+    return conn_new(-1);
 }
 
 typedef struct {
