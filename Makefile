@@ -28,8 +28,13 @@ QMP_GLIB_SRC := qmp/qmp_glib.c
 QMP_OBJ      := $(QMP_SRC:%.c=$(BUILD)/%.o)
 QMP_GLIB_OBJ := $(QMP_GLIB_SRC:%.c=$(BUILD)/%.o)
 LIBQMP       := $(BUILD)/libqmp.a
+POLICY_SRC   := policies/vm_policy.c policies/registry.c policies/none.c policies/mom.c \
+                policies/split_lru.c policies/classify.c
+POLICY_OBJ   := $(POLICY_SRC:%.c=$(BUILD)/%.o)
+LIBPOLICY    := $(BUILD)/libpolicy.a
 
-UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client
+UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
+                $(BUILD)/tests/check_policies
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader
 INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp
 
@@ -45,6 +50,14 @@ $(LIBQMP): $(QMP_OBJ) $(QMP_GLIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $^
+
+$(LIBPOLICY): $(POLICY_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/check_policies: $(BUILD)/tests/unit/check_policies.o $(LIBPOLICY)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
 
 $(BUILD)/tests/check_qmp_framer: $(BUILD)/tests/unit/check_qmp_framer.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0 $(CHECKPKG))

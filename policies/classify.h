@@ -1,0 +1,29 @@
+/*
+ * Per-guest classification with hysteresis, the guest-granularity analogue
+ * of mm/workingset.c: a guest whose working set does not fit (swap-in and
+ * major faults) is "thrashing" and protected; a guest whose memory is
+ * mostly page cache with no fault cost is "streaming" and gives first.
+ */
+#ifndef MEMBAL_CLASSIFY_H
+#define MEMBAL_CLASSIFY_H
+
+#include "policy.h"
+
+typedef struct {
+    double swap_in_bps_enter;     /* swap-in rate that signals thrashing */
+    double major_faults_ps_enter; /* major fault rate that signals thrashing */
+    unsigned quiet_ticks_exit;    /* quiet samples before leaving thrashing */
+    double stream_cache_fraction; /* cache share of actual that may stream */
+} classify_params;
+
+typedef struct {
+    bool thrashing;
+    bool streaming;
+    unsigned quiet;               /* consecutive quiet samples while thrashing */
+} classify_state;
+
+void classify_params_default(classify_params *p);
+/* Update st from one fresh sample of g (rates and sizes must be set). */
+void classify_update(classify_state *st, const guest_view *g, const classify_params *p);
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * The policy interface: pure functions from a snapshot of host and guest
+ * state to balloon targets.  No I/O happens here, so every policy is
+ * unit-tested on hand-made snapshots (tests/unit/check_policies.c).
+ *
+ * Data flow: collectors -> per-guest state (balancer/) -> policy_input ->
+ * policy->decide() -> policy_output -> actuators (balancer/).
+ */
+#ifndef MEMBAL_POLICY_H
+#define MEMBAL_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vm_policy.h"
+
+#define MIB (1024ULL * 1024ULL)
+#define GIB (1024ULL * MIB)
+
+/* One guest as the policy sees it.  Byte values from the guest have
+ * already been clamped by the state layer (0 <= x <= actual_bytes). */
+typedef struct {
+    const char *name;
+    const char *uuid;
+    vm_policy policy;          /* effective per-VM policy (metadata or defaults) */
+    uint64_t max_bytes;        /* domain maximum (host truth): hard ceiling */
+    uint64_t actual_bytes;     /* current balloon size (host truth) */
+    uint64_t floor_bytes;      /* resolved floor: policy min or the default */
+    uint64_t ceiling_bytes;    /* resolved ceiling: min(policy max, max_bytes) */
+
+    bool stats_valid;          /* guest stats fresh enough to judge */
+    uint64_t free_bytes;       /* guest MemFree ("unused") */
+    uint64_t available_bytes;  /* guest MemAvailable */
+    uint64_t cache_bytes;      /* guest page cache ("disk_caches") */
+    double swap_in_bps;        /* rates over the last stats interval */
+    double swap_out_bps;
+    double major_faults_ps;
+
+    /* classification (policies/classify.c), with hysteresis */
+    bool thrashing;            /* working set does not fit: protect and grow */
+    bool streaming;            /* cache churns without reuse: reclaim first */
+} guest_view;
+
+typedef struct {
+    uint64_t total_bytes;      /* MemTotal */
+    uint64_t free_bytes;       /* MemFree */
+    uint64_t available_bytes;  /* MemAvailable: what kswapd-like watermarks compare */
+    uint64_t cached_bytes;     /* Buffers + Cached (MoM's "free" adds these) */
+} host_view;
+
+typedef struct {
+    uint64_t min, low, high;   /* bytes of host MemAvailable */
+} watermarks;
+
+/* Knobs shared by the policies (config file [policy] group). */
+typedef struct {
+    double step_percent;        /* max balloon change per tick, % of actual */
+    uint64_t step_min_bytes;    /* ... but at least this much */
+    double reserve_percent;     /* guest free memory never reclaimed, % of actual */
+    uint64_t reserve_min_bytes;
+    double comfort_percent;     /* a guest with less available than this grows */
+    uint64_t min_change_bytes;  /* smaller changes are not worth a balloon op */
+} policy_tunables;
+
+void policy_tunables_default(policy_tunables *t);
+
+typedef struct {
+    host_view host;
+    watermarks wm;
+    policy_tunables tun;
+    size_t n_guests;
+    const guest_view *guests;
+} policy_input;
+
+typedef struct {
+    uint64_t target_bytes;     /* what the guest's balloon should be set to */
+    bool change;               /* target differs enough from actual to act */
+    char reason[96];
+} guest_decision;
+
+typedef struct {
+    guest_decision *decisions; /* n_guests entries, caller-allocated */
+    bool reclaiming;           /* host between low and high watermark, reclaiming */
+    char summary[128];
+} policy_output;
+
+typedef struct policy_ops {
+    const char *name;
+    const char *description;
+    /* Per-policy memory across ticks (hysteresis, averages); may be NULL. */
+    void *(*state_new)(void);
+    void (*state_free)(void *state);
+    void (*decide)(const policy_input *in, void *state, policy_output *out);
+} policy_ops;
+
+extern const policy_ops policy_split_lru;
+extern const policy_ops policy_mom;
+extern const policy_ops policy_none;
+
+/* NULL if unknown. */
+const policy_ops *policy_lookup(const char *name);
+/* "split-lru, mom, none" */
+const char *policy_names(void);
+
+/* Helpers shared by policies. */
+void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t min_change,
+                  const char *reason);
+
+#endif

@@ -1,0 +1,39 @@
+/* The policies the daemon can be configured with (policy= in the config). */
+#include <stdio.h>
+#include <string.h>
+
+#include "policy.h"
+
+static const policy_ops *const all[] = { &policy_split_lru, &policy_mom, &policy_none };
+
+const policy_ops *policy_lookup(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof(all) / sizeof(all[0]); i++)
+        if (strcmp(all[i]->name, name) == 0)
+            return all[i];
+    return NULL;
+}
+
+const char *policy_names(void)
+{
+    return "split-lru, mom, none";
+}
+
+void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t min_change,
+                  const char *reason)
+{
+    d->target_bytes = target;
+    uint64_t delta = target > actual ? target - actual : actual - target;
+    d->change = delta > 0 && delta >= min_change;
+    snprintf(d->reason, sizeof(d->reason), "%s", reason);
+}
+
+void policy_tunables_default(policy_tunables *t)
+{
+    t->step_percent = 10.0;
+    t->step_min_bytes = 32 * MIB;
+    t->reserve_percent = 5.0;
+    t->reserve_min_bytes = 32 * MIB;
+    t->comfort_percent = 15.0;
+    t->min_change_bytes = 4 * MIB;
+}

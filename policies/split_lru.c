@@ -1,0 +1,294 @@
+/*
+ * split-lru: the default policy.  Host memory is balanced the way kswapd
+ * and the split LRU balance pages (mm/vmscan.c), one level up:
+ *
+ *  - watermarks with hysteresis: reclaim starts when host MemAvailable falls
+ *    below low and goes on until it is back above high; between ticks
+ *    nothing runs;
+ *  - reclaim order, cheapest first (like shrinking the inactive file list
+ *    before touching anon): guests' free memory, then page cache of
+ *    streaming guests, then half the cache of other guests, and only when
+ *    the host is below min (critical) anonymous memory of unprotected
+ *    guests, down to their floors;
+ *  - within a tier, guests give in proportion to what they can give divided
+ *    by their shares;
+ *  - a thrashing guest is never a donor and grows first (working-set
+ *    protection); with the host above high, guests short of available
+ *    memory grow from the surplus above high, never eating into it.
+ *
+ * Every change is bounded per tick; reclaim stops at high and growth only
+ * spends what lies above high, so the two never chase each other.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy.h"
+
+typedef struct {
+    bool reclaiming;
+} split_state;
+
+typedef enum { TIER_FREE, TIER_STREAM_CACHE, TIER_CACHE, TIER_ANON, TIER_COUNT } tier;
+
+static const char *const tier_reason[TIER_COUNT] = {
+    "reclaim: guest free memory",
+    "reclaim: streaming page cache",
+    "reclaim: page cache",
+    "reclaim: anon (host critical)",
+};
+
+typedef struct {
+    uint64_t target;
+    uint64_t step;     /* max change this tick */
+    uint64_t reserve;  /* guest free memory we never take */
+    uint64_t changed;  /* amount already moved this tick */
+    uint64_t tier_taken; /* taken in the tier being reclaimed */
+    bool fixed;        /* decided by a hard rule; no further changes */
+    const char *reason;
+} work;
+
+static void *split_state_new(void)
+{
+    return calloc(1, sizeof(split_state));
+}
+
+static void split_state_free(void *s)
+{
+    free(s);
+}
+
+static uint64_t pct(uint64_t v, double percent)
+{
+    return (uint64_t)((double)v * percent / 100.0);
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+static bool is_donor(const guest_view *g, const work *w)
+{
+    return g->policy.mode == VM_MODE_AUTO && !w->fixed && !g->thrashing && g->stats_valid;
+}
+
+/* How much guest g could give in tier t, before shares; with_step limits
+ * it to what is left of this tick's step. */
+static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool with_step)
+{
+    /* Lowest target this tier may reach.  Outside the critical tier we
+     * never take more than the guest's available memory minus a reserve:
+     * ballooning then costs the guest only free memory and cache. */
+    uint64_t used = g->actual_bytes > g->available_bytes ? g->actual_bytes - g->available_bytes : 0;
+    uint64_t bound = g->floor_bytes;
+    if (t != TIER_ANON || g->policy.protect)
+        bound = max_u64(bound, used + w->reserve);
+    if (w->target <= bound || (with_step && w->changed >= w->step))
+        return 0;
+    uint64_t room = w->target - bound;
+    if (with_step)
+        room = min_u64(room, w->step - w->changed);
+    uint64_t supply;
+    switch (t) {
+    case TIER_FREE:
+        supply = g->free_bytes > w->reserve ? g->free_bytes - w->reserve : 0;
+        break;
+    case TIER_STREAM_CACHE:
+        supply = g->streaming ? g->cache_bytes : 0;
+        break;
+    case TIER_CACHE:
+        supply = g->streaming ? 0 : g->cache_bytes / 2;
+        break;
+    default:
+        supply = g->policy.protect ? 0 : room;
+        break;
+    }
+    supply = supply > w->tier_taken ? supply - w->tier_taken : 0;
+    return min_u64(supply, room);
+}
+
+/* Take up to need bytes from donors in tier t, in proportion to
+ * supply/shares.  Returns what was taken. */
+static uint64_t reclaim_tier(const policy_input *in, work *ws, tier t, uint64_t need)
+{
+    uint64_t taken = 0;
+    for (int pass = 0; pass < 3 && taken < need; pass++) {
+        double total_weight = 0;
+        for (size_t i = 0; i < in->n_guests; i++) {
+            if (!is_donor(&in->guests[i], &ws[i]))
+                continue;
+            uint64_t s = tier_supply(&in->guests[i], &ws[i], t, true);
+            total_weight += (double)s / (double)(in->guests[i].policy.shares ? in->guests[i].policy.shares : 1);
+        }
+        if (total_weight <= 0)
+            break;
+        uint64_t left = need - taken;
+        uint64_t pass_taken = 0;
+        for (size_t i = 0; i < in->n_guests && taken < need; i++) {
+            const guest_view *g = &in->guests[i];
+            if (!is_donor(g, &ws[i]))
+                continue;
+            uint64_t s = tier_supply(g, &ws[i], t, true);
+            if (!s)
+                continue;
+            double w = (double)s / (double)(g->policy.shares ? g->policy.shares : 1);
+            uint64_t share = (uint64_t)((double)left * w / total_weight) + 1;
+            uint64_t take = min_u64(min_u64(s, share), need - taken);
+            ws[i].target -= take;
+            ws[i].changed += take;
+            ws[i].tier_taken += take;
+            ws[i].reason = tier_reason[t];
+            taken += take;
+            pass_taken += take;
+        }
+        if (!pass_taken)
+            break;
+    }
+    return taken;
+}
+
+static int by_shares_desc(const void *a, const void *b, void *ctx)
+{
+    const guest_view *g = ctx;
+    unsigned sa = g[*(const size_t *)a].policy.shares, sb = g[*(const size_t *)b].policy.shares;
+    if (sa != sb)
+        return sa > sb ? -1 : 1;
+    return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+static void split_decide(const policy_input *in, void *state, policy_output *out)
+{
+    split_state *st = state;
+    const policy_tunables *tun = &in->tun;
+    uint64_t avail = in->host.available_bytes;
+
+    if (!st->reclaiming && avail < in->wm.low)
+        st->reclaiming = true;
+    else if (st->reclaiming && avail >= in->wm.high)
+        st->reclaiming = false;
+    bool critical = avail < in->wm.min;
+
+    work *ws = calloc(in->n_guests ? in->n_guests : 1, sizeof(*ws));
+    if (!ws) {
+        for (size_t i = 0; i < in->n_guests; i++)
+            decision_set(&out->decisions[i], in->guests[i].actual_bytes,
+                         in->guests[i].actual_bytes, 1, "out of memory: no decision");
+        return;
+    }
+
+    /* Hard rules first: off, ceiling, floor. */
+    for (size_t i = 0; i < in->n_guests; i++) {
+        const guest_view *g = &in->guests[i];
+        work *w = &ws[i];
+        w->target = g->actual_bytes;
+        w->step = max_u64(tun->step_min_bytes, pct(g->actual_bytes, tun->step_percent));
+        w->reserve = max_u64(tun->reserve_min_bytes, pct(g->actual_bytes, tun->reserve_percent));
+        w->reason = "steady";
+        if (g->policy.mode == VM_MODE_OFF) {
+            w->fixed = true;
+            w->reason = "mode=off: left alone";
+        } else if (g->actual_bytes > g->ceiling_bytes) {
+            w->fixed = true;
+            w->target = g->ceiling_bytes;
+            w->reason = "above ceiling: lowered to max";
+        } else if (g->actual_bytes < g->floor_bytes) {
+            w->fixed = true;
+            w->target = min_u64(g->floor_bytes, g->ceiling_bytes);
+            w->reason = "below floor: raised to min";
+        } else if (!g->stats_valid) {
+            w->reason = "no fresh guest stats: holding";
+        }
+    }
+
+    /* Working-set protection: thrashing guests grow before anything else. */
+    uint64_t grown = 0;
+    for (size_t i = 0; i < in->n_guests; i++) {
+        const guest_view *g = &in->guests[i];
+        work *w = &ws[i];
+        if (w->fixed || g->policy.mode != VM_MODE_AUTO || !g->thrashing)
+            continue;
+        if (w->target >= g->ceiling_bytes) {
+            w->reason = "thrashing, at ceiling";
+            continue;
+        }
+        uint64_t add = min_u64(w->step, g->ceiling_bytes - w->target);
+        w->target += add;
+        w->changed += add;
+        grown += add;
+        w->reason = "thrashing: given memory back";
+    }
+
+    /* Reclaim to the high watermark, plus whatever the growth above costs
+     * beyond the surplus over high. */
+    uint64_t surplus = avail > in->wm.high ? avail - in->wm.high : 0;
+    uint64_t need = st->reclaiming && avail < in->wm.high ? in->wm.high - avail : 0;
+    if (grown > surplus)
+        need += grown - surplus;
+    /* A costlier tier is used only for the part of the need that the
+     * cheaper tiers cannot cover even over the next ticks (their per-tick
+     * step is what holds them back now), as kswapd escalates priority
+     * only when scanning the cheap lists did not free enough. */
+    uint64_t reclaimed = 0, later = 0;
+    for (tier t = TIER_FREE; t < TIER_COUNT && reclaimed < need; t++) {
+        if (t == TIER_ANON && !critical)
+            break;
+        uint64_t unbounded = 0;
+        for (size_t i = 0; i < in->n_guests; i++) {
+            ws[i].tier_taken = 0;
+            if (is_donor(&in->guests[i], &ws[i]))
+                unbounded += tier_supply(&in->guests[i], &ws[i], t, false);
+        }
+        uint64_t want = need - reclaimed;
+        if (want <= later)
+            break;
+        uint64_t got = reclaim_tier(in, ws, t, want - later);
+        reclaimed += got;
+        later += unbounded > got ? unbounded - got : 0;
+    }
+
+    /* Plenty: guests short of available memory grow from the surplus. */
+    if (!st->reclaiming && surplus > grown) {
+        uint64_t budget = surplus - grown;
+        size_t *order = malloc(in->n_guests * sizeof(*order) + 1);
+        for (size_t i = 0; order && i < in->n_guests; i++)
+            order[i] = i;
+        if (order)
+            qsort_r(order, in->n_guests, sizeof(*order), by_shares_desc, (void *)in->guests);
+        for (size_t k = 0; order && k < in->n_guests && budget > 0; k++) {
+            size_t i = order[k];
+            const guest_view *g = &in->guests[i];
+            work *w = &ws[i];
+            if (!is_donor(g, w) || w->target >= g->ceiling_bytes)
+                continue;
+            if (g->available_bytes >= pct(g->actual_bytes, tun->comfort_percent))
+                continue;
+            uint64_t add = min_u64(min_u64(w->step, g->ceiling_bytes - w->target), budget);
+            w->target += add;
+            budget -= add;
+            w->reason = "short of available memory: growing";
+        }
+        free(order);
+    }
+
+    for (size_t i = 0; i < in->n_guests; i++) {
+        const guest_view *g = &in->guests[i];
+        uint64_t min_change = max_u64(tun->min_change_bytes, g->actual_bytes / 200);
+        /* floors and ceilings are exact: the last small step to them counts */
+        if (ws[i].fixed || ws[i].target == g->ceiling_bytes || ws[i].target == g->floor_bytes)
+            min_change = 1;
+        decision_set(&out->decisions[i], g->actual_bytes, ws[i].target, min_change, ws[i].reason);
+    }
+    out->reclaiming = st->reclaiming;
+    snprintf(out->summary, sizeof(out->summary), "%s: host available %llu MiB, %s %llu MiB",
+             critical ? "critical" : st->reclaiming ? "reclaiming" : "idle",
+             (unsigned long long)(avail / MIB), st->reclaiming ? "reclaimed" : "grown",
+             (unsigned long long)((st->reclaiming ? reclaimed : grown) / MIB));
+    free(ws);
+}
+
+const policy_ops policy_split_lru = {
+    .name = "split-lru",
+    .description = "kswapd-like watermarks; cache before anon, streaming guests first, thrashing guests protected",
+    .state_new = split_state_new,
+    .state_free = split_state_free,
+    .decide = split_decide,
+};

@@ -1,0 +1,559 @@
+/*
+ * Policies over hand-made snapshots and multi-tick scenarios.  A tiny host
+ * model applies each decision (the balloon reaches its target by the next
+ * tick, host available memory moves by the opposite amount, and each guest
+ * refills its page cache the way its workload would).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "classify.h"
+#include "policy.h"
+
+#define NG 4
+
+typedef struct {
+    guest_view v[NG];
+    guest_decision d[NG];
+    size_t n;
+    policy_input in;
+    policy_output out;
+    void *state;
+    const policy_ops *ops;
+    /* model: anon working set and how much cache each guest wants */
+    uint64_t anon[NG], cache_want[NG];
+    uint64_t host_base; /* host available when every guest is at 0 */
+} sim;
+
+static void guest_init(sim *s, size_t i, const char *name, uint64_t actual, uint64_t anon,
+                       uint64_t cache_want)
+{
+    guest_view *g = &s->v[i];
+    memset(g, 0, sizeof(*g));
+    g->name = name;
+    g->uuid = name;
+    vm_policy_default(&g->policy);
+    g->max_bytes = actual;
+    g->actual_bytes = actual;
+    g->floor_bytes = 256 * MIB;
+    g->ceiling_bytes = actual;
+    g->stats_valid = true;
+    s->anon[i] = anon;
+    s->cache_want[i] = cache_want;
+}
+
+/* Recompute what each guest reports from the model. */
+static void model_refresh(sim *s)
+{
+    uint64_t used = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        guest_view *g = &s->v[i];
+        uint64_t rest = g->actual_bytes > s->anon[i] ? g->actual_bytes - s->anon[i] : 0;
+        uint64_t keep_free = 16 * MIB < rest ? 16 * MIB : rest;
+        g->cache_bytes = s->cache_want[i] < rest - keep_free ? s->cache_want[i] : rest - keep_free;
+        g->free_bytes = rest - g->cache_bytes;
+        g->available_bytes = g->free_bytes + g->cache_bytes;
+        used += g->actual_bytes;
+    }
+    s->in.host.total_bytes = s->host_base;
+    s->in.host.available_bytes = s->host_base > used ? s->host_base - used : 0;
+    s->in.host.free_bytes = s->in.host.available_bytes;
+    s->in.host.cached_bytes = 0;
+}
+
+static void sim_init(sim *s, const policy_ops *ops, size_t n, uint64_t host_base)
+{
+    memset(s, 0, sizeof(*s));
+    s->ops = ops;
+    s->n = n;
+    s->host_base = host_base;
+    s->state = ops->state_new ? ops->state_new() : NULL;
+    policy_tunables_default(&s->in.tun);
+    s->in.wm.min = 256 * MIB;
+    s->in.wm.low = 512 * MIB;
+    s->in.wm.high = 768 * MIB;
+    s->in.guests = s->v;
+    s->in.n_guests = n;
+    s->out.decisions = s->d;
+}
+
+static void sim_free(sim *s)
+{
+    if (s->ops->state_free)
+        s->ops->state_free(s->state);
+}
+
+/* One tick: refresh the model, decide, apply.  Returns bytes moved. */
+static uint64_t sim_tick(sim *s)
+{
+    model_refresh(s);
+    s->ops->decide(&s->in, s->state, &s->out);
+    uint64_t moved = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->d[i].change)
+            continue;
+        uint64_t a = s->v[i].actual_bytes, t = s->d[i].target_bytes;
+        moved += a > t ? a - t : t - a;
+        s->v[i].actual_bytes = t;
+    }
+    model_refresh(s);
+    return moved;
+}
+
+/* ---- split-lru ---- */
+
+START_TEST(idle_between_watermarks)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 1, 0);
+    guest_init(&s, 0, "a", 2 * GIB, 512 * MIB, 0);
+    /* available 600 MiB: below high but above low, never reclaimed before */
+    s.host_base = 2 * GIB + 600 * MIB;
+    ck_assert_uint_eq(sim_tick(&s), 0);
+    ck_assert(!s.out.reclaiming);
+    ck_assert_str_eq(s.d[0].reason, "steady");
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(hysteresis_reclaims_to_high_then_stops)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 1, 0);
+    guest_init(&s, 0, "a", 4 * GIB, 512 * MIB, 0);
+    s.host_base = 4 * GIB + 300 * MIB; /* available 300 MiB < low */
+    int ticks = 0;
+    while (sim_tick(&s) > 0 && ticks < 50)
+        ticks++;
+    model_refresh(&s);
+    ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.high);
+    /* reclaimed to high, not much beyond (one step of slack at most) */
+    ck_assert_uint_le(s.in.host.available_bytes, s.in.wm.high + 64 * MIB);
+    ck_assert(!s.out.reclaiming);
+    /* a dip below high but above low does not restart reclaim */
+    s.host_base -= 100 * MIB;
+    ck_assert_uint_eq(sim_tick(&s), 0);
+    /* below low it does */
+    s.host_base -= 400 * MIB;
+    ck_assert_uint_gt(sim_tick(&s), 0);
+    ck_assert(s.out.reclaiming);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(streaming_guest_gives_before_working_set)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    /* W: hot anon and a reused cache, almost no free memory.
+     * S: small anon, its cache fills everything it is given. */
+    guest_init(&s, 0, "W", 4 * GIB, 3584 * MIB, 512 * MIB);
+    guest_init(&s, 1, "S", 4 * GIB, 256 * MIB, 8 * GIB);
+    s.v[1].streaming = true;
+    s.host_base = 8 * GIB; /* available 0: far below min */
+    for (int t = 0; t < 60; t++)
+        sim_tick(&s);
+    model_refresh(&s);
+    ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.high);
+    /* all of it came from S's streaming cache: W kept anon and cache */
+    ck_assert_uint_eq(s.v[0].actual_bytes, 4 * GIB);
+    ck_assert_uint_ge(4 * GIB - s.v[1].actual_bytes, 768 * MIB);
+    ck_assert_str_eq(s.d[1].reason, "steady");
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(working_set_cache_only_after_streaming_cache)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "W", 4 * GIB, 3 * GIB, 1 * GIB);
+    guest_init(&s, 1, "S", 1 * GIB, 256 * MIB, 8 * GIB);
+    s.v[1].streaming = true;
+    s.v[1].floor_bytes = 512 * MIB;
+    s.host_base = 5 * GIB + 100 * MIB; /* need ~668 MiB; S can give ~220 MiB */
+    for (int t = 0; t < 60; t++)
+        sim_tick(&s);
+    /* S went down to its floor; W lost only what S could never give,
+     * and at most half its cache */
+    ck_assert_uint_eq(s.v[1].actual_bytes, 512 * MIB);
+    ck_assert_uint_lt(s.v[0].actual_bytes, 4 * GIB);
+    /* need 668 MiB - S's 512 MiB = 156 MiB, plus rounding */
+    ck_assert_uint_ge(s.v[0].actual_bytes, 4 * GIB - 160 * MIB);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(thrashing_guest_is_protected_and_grows)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "W", 3 * GIB, 3 * GIB, 0);
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 4 * GIB;
+    s.v[0].thrashing = true;
+    s.v[0].swap_in_bps = 50 * MIB;
+    guest_init(&s, 1, "S", 4 * GIB, 256 * MIB, 8 * GIB);
+    s.v[1].streaming = true;
+    s.host_base = 7 * GIB + 600 * MIB; /* 600 MiB available: idle band */
+    uint64_t w0 = s.v[0].actual_bytes, s0 = s.v[1].actual_bytes;
+    sim_tick(&s);
+    ck_assert_uint_gt(s.v[0].actual_bytes, w0);
+    ck_assert_str_eq(s.d[0].reason, "thrashing: given memory back");
+    /* the growth beyond the surplus over high came from S */
+    ck_assert_uint_lt(s.v[1].actual_bytes, s0);
+    for (int t = 0; t < 30; t++)
+        sim_tick(&s);
+    ck_assert_uint_eq(s.v[0].actual_bytes, 4 * GIB);
+    model_refresh(&s);
+    ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.low);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(floor_ceiling_and_mode_off)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 3, 0);
+    guest_init(&s, 0, "below-floor", 1 * GIB, 128 * MIB, 0);
+    s.v[0].floor_bytes = 1536 * MIB;
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 2 * GIB;
+    guest_init(&s, 1, "above-ceiling", 2 * GIB, 128 * MIB, 0);
+    s.v[1].ceiling_bytes = 1 * GIB;
+    guest_init(&s, 2, "off", 2 * GIB, 128 * MIB, 0);
+    s.v[2].policy.mode = VM_MODE_OFF;
+    s.host_base = 5 * GIB + 100 * MIB; /* far below low */
+    sim_tick(&s);
+    ck_assert_uint_eq(s.v[0].actual_bytes, 1536 * MIB);
+    ck_assert_str_eq(s.d[0].reason, "below floor: raised to min");
+    ck_assert_uint_eq(s.v[1].actual_bytes, 1 * GIB);
+    ck_assert_uint_eq(s.v[2].actual_bytes, 2 * GIB);
+    ck_assert(!s.d[2].change);
+    ck_assert_str_eq(s.d[2].reason, "mode=off: left alone");
+    /* keep squeezing: nobody goes below floor, off stays off */
+    for (int t = 0; t < 40; t++)
+        sim_tick(&s);
+    ck_assert_uint_ge(s.v[0].actual_bytes, 1536 * MIB);
+    ck_assert_uint_ge(s.v[1].actual_bytes, s.v[1].floor_bytes);
+    ck_assert_uint_eq(s.v[2].actual_bytes, 2 * GIB);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(never_takes_beyond_available_unless_critical)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 1, 0);
+    guest_init(&s, 0, "a", 2 * GIB, 1 * GIB, 512 * MIB);
+    s.v[0].floor_bytes = 512 * MIB;
+    /* available 400 MiB: below low, above min (not critical) */
+    s.host_base = 2 * GIB + 400 * MIB;
+    s.in.wm.high = 4 * GIB; /* unreachable: keeps reclaiming */
+    for (int t = 0; t < 40; t++)
+        sim_tick(&s);
+    uint64_t reserve = 102 * MIB; /* 5% of ~2 GiB, rounded up below */
+    ck_assert_uint_ge(s.v[0].actual_bytes, 1 * GIB + 32 * MIB);
+    ck_assert_uint_le(s.v[0].actual_bytes, 1 * GIB + reserve + 16 * MIB);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(critical_takes_anon_from_unprotected_only)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "protected", 2 * GIB, 2032 * MIB, 0);
+    s.v[0].policy.protect = true;
+    s.v[0].floor_bytes = 512 * MIB;
+    guest_init(&s, 1, "low-prio", 2 * GIB, 2032 * MIB, 0);
+    s.v[1].policy.shares = 500;
+    s.v[1].floor_bytes = 1 * GIB;
+    s.host_base = 4 * GIB + 100 * MIB; /* 100 MiB available < min */
+    for (int t = 0; t < 40; t++)
+        sim_tick(&s);
+    /* the protected guest kept everything (it had nothing but anon) */
+    ck_assert_uint_eq(s.v[0].actual_bytes, 2 * GIB);
+    /* the other went below its anon set, never below its floor, and
+     * only as far as the host needed to leave the critical zone */
+    ck_assert_uint_lt(s.v[1].actual_bytes, 2032 * MIB);
+    ck_assert_uint_ge(s.v[1].actual_bytes, 1 * GIB);
+    model_refresh(&s);
+    ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.min);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(plenty_grows_short_guests_within_surplus)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "short", 1 * GIB, 1000 * MIB, 0);
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 4 * GIB;
+    guest_init(&s, 1, "comfy", 1 * GIB, 256 * MIB, 0);
+    s.v[1].ceiling_bytes = s.v[1].max_bytes = 4 * GIB;
+    s.host_base = 2 * GIB + 1 * GIB; /* 1 GiB available: 256 MiB above high */
+    for (int t = 0; t < 20; t++)
+        sim_tick(&s);
+    ck_assert_uint_gt(s.v[0].actual_bytes, 1 * GIB);
+    ck_assert_uint_eq(s.v[1].actual_bytes, 1 * GIB);
+    model_refresh(&s);
+    ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.high);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(no_oscillation_over_many_ticks)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 3, 0);
+    guest_init(&s, 0, "W", 4 * GIB, 3 * GIB, 512 * MIB);
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 4 * GIB;
+    guest_init(&s, 1, "S", 4 * GIB, 512 * MIB, 16 * GIB);
+    s.v[1].streaming = true;
+    guest_init(&s, 2, "idle", 2 * GIB, 256 * MIB, 128 * MIB);
+    s.host_base = 10 * GIB + 200 * MIB;
+    int dir[NG] = { 0 }, flips[NG] = { 0 };
+    uint64_t prev[NG];
+    for (size_t i = 0; i < s.n; i++)
+        prev[i] = s.v[i].actual_bytes;
+    int quiet_from = -1;
+    for (int t = 0; t < 200; t++) {
+        uint64_t moved = sim_tick(&s);
+        if (moved == 0 && quiet_from < 0)
+            quiet_from = t;
+        if (moved != 0)
+            quiet_from = -1;
+        for (size_t i = 0; i < s.n; i++) {
+            int d = s.v[i].actual_bytes > prev[i] ? 1 : s.v[i].actual_bytes < prev[i] ? -1 : 0;
+            if (d && dir[i] && d != dir[i])
+                flips[i]++;
+            if (d)
+                dir[i] = d;
+            prev[i] = s.v[i].actual_bytes;
+        }
+    }
+    for (size_t i = 0; i < s.n; i++)
+        ck_assert_msg(flips[i] == 0, "guest %s changed direction %d times", s.v[i].name, flips[i]);
+    ck_assert_msg(quiet_from >= 0 && quiet_from < 60, "still moving at the end (quiet from %d)",
+                  quiet_from);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(shares_weight_the_reclaim)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "gold", 4 * GIB, 512 * MIB, 0);
+    s.v[0].policy.shares = 4000;
+    guest_init(&s, 1, "bronze", 4 * GIB, 512 * MIB, 0);
+    s.v[1].policy.shares = 1000;
+    s.host_base = 8 * GIB + 400 * MIB; /* need 368 MiB: below either step */
+    sim_tick(&s);
+    uint64_t gold = 4 * GIB - s.v[0].actual_bytes, bronze = 4 * GIB - s.v[1].actual_bytes;
+    ck_assert_uint_gt(bronze, 0);
+    ck_assert_msg(bronze >= 3 * gold, "bronze gave %llu, gold %llu", (unsigned long long)bronze,
+                  (unsigned long long)gold);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(stale_stats_hold)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 1, 0);
+    guest_init(&s, 0, "a", 4 * GIB, 512 * MIB, 0);
+    s.host_base = 4 * GIB + 100 * MIB;
+    model_refresh(&s);
+    s.v[0].stats_valid = false;
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert(!s.d[0].change);
+    ck_assert_str_eq(s.d[0].reason, "no fresh guest stats: holding");
+    sim_free(&s);
+}
+END_TEST
+
+/* ---- mom ---- */
+
+START_TEST(mom_shrinks_5_percent_under_pressure)
+{
+    sim s;
+    sim_init(&s, &policy_mom, 1, 0);
+    guest_init(&s, 0, "a", 4 * GIB, 512 * MIB, 0);
+    s.v[0].floor_bytes = 0;
+    s.host_base = 4 * GIB + 800 * MIB; /* 800 MiB of 4.8 GiB free: 16.7% < 20% */
+    model_refresh(&s);
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert(s.d[0].change);
+    ck_assert_uint_eq(s.d[0].target_bytes, (uint64_t)(4.0 * GIB * 0.95));
+    ck_assert_str_eq(s.d[0].reason, "mom: shrink (host pressure)");
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(mom_floor_is_min_of_guaranteed_and_need)
+{
+    sim s;
+    sim_init(&s, &policy_mom, 1, 0);
+    guest_init(&s, 0, "a", 1100 * MIB, 1000 * MIB, 0);
+    s.v[0].floor_bytes = 2 * GIB; /* guaranteed above need: the need wins */
+    s.host_base = 1200 * MIB;     /* host free 100/1200 = 8.3%: pressure */
+    model_refresh(&s);
+    s.ops->decide(&s.in, s.state, &s.out);
+    double hfp = 100.0 / 1200.0;
+    double want = 1000.0 * MIB + (0.20 * hfp / 0.20) * 1100.0 * MIB;
+    ck_assert(s.d[0].change);
+    ck_assert_msg(llabs((long long)s.d[0].target_bytes - (long long)want) < 4096,
+                  "target %llu want %.0f", (unsigned long long)s.d[0].target_bytes, want);
+    sim_free(&s);
+
+    sim_init(&s, &policy_mom, 1, 0);
+    guest_init(&s, 0, "a", 1100 * MIB, 1000 * MIB, 0);
+    s.v[0].floor_bytes = 1050 * MIB; /* guaranteed below need: guaranteed wins */
+    s.host_base = 1200 * MIB;
+    model_refresh(&s);
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert_uint_eq(s.d[0].target_bytes, 1050 * MIB);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(mom_grows_without_pressure_and_ignores_tiny_changes)
+{
+    sim s;
+    sim_init(&s, &policy_mom, 1, 0);
+    guest_init(&s, 0, "a", 2 * GIB, 256 * MIB, 0);
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = (uint64_t)(2.0 * GIB * 1.002);
+    s.host_base = 20 * GIB;
+    model_refresh(&s);
+    s.ops->decide(&s.in, s.state, &s.out);
+    /* +5% would pass the ceiling; the ceiling is only 0.2% away: too small */
+    ck_assert(!s.d[0].change);
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 4 * GIB;
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert(s.d[0].change);
+    ck_assert_uint_eq(s.d[0].target_bytes, (uint64_t)(2.0 * GIB * 1.05));
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(mom_critical_forces_below_need)
+{
+    sim s;
+    sim_init(&s, &policy_mom, 1, 0);
+    guest_init(&s, 0, "a", 4 * GIB, 3900 * MIB, 0);
+    s.v[0].floor_bytes = 0;
+    s.host_base = 4 * GIB + 100 * MIB; /* 2.4% free: critical */
+    for (int t = 0; t < 10; t++)
+        sim_tick(&s);
+    /* MoM squeezes a guest below its used memory (forcing it to swap):
+     * exactly the behaviour split-lru avoids */
+    ck_assert_uint_lt(s.v[0].actual_bytes, 3900 * MIB);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(none_never_changes)
+{
+    sim s;
+    sim_init(&s, &policy_none, 1, 0);
+    guest_init(&s, 0, "a", 4 * GIB, 512 * MIB, 0);
+    s.host_base = 4 * GIB;
+    ck_assert_uint_eq(sim_tick(&s), 0);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(registry_lookup)
+{
+    ck_assert_ptr_eq(policy_lookup("split-lru"), &policy_split_lru);
+    ck_assert_ptr_eq(policy_lookup("mom"), &policy_mom);
+    ck_assert_ptr_eq(policy_lookup("none"), &policy_none);
+    ck_assert_ptr_null(policy_lookup("split_lru"));
+    ck_assert_ptr_null(policy_lookup(NULL));
+}
+END_TEST
+
+/* ---- classification ---- */
+
+START_TEST(thrash_enters_and_exits_with_hysteresis)
+{
+    classify_params p;
+    classify_params_default(&p);
+    classify_state st = { 0 };
+    guest_view g = { .stats_valid = true, .actual_bytes = 2 * GIB, .cache_bytes = 64 * MIB };
+    classify_update(&st, &g, &p);
+    ck_assert(!st.thrashing);
+    g.swap_in_bps = 4 * MIB;
+    classify_update(&st, &g, &p);
+    ck_assert(st.thrashing);
+    ck_assert(!st.streaming);
+    g.swap_in_bps = 0;
+    for (unsigned i = 0; i + 1 < p.quiet_ticks_exit; i++) {
+        classify_update(&st, &g, &p);
+        ck_assert(st.thrashing);
+    }
+    classify_update(&st, &g, &p);
+    ck_assert(!st.thrashing);
+    /* stale samples change nothing */
+    g.major_faults_ps = 1000;
+    g.stats_valid = false;
+    classify_update(&st, &g, &p);
+    ck_assert(!st.thrashing);
+}
+END_TEST
+
+START_TEST(streaming_needs_big_cache_and_no_faults)
+{
+    classify_params p;
+    classify_params_default(&p);
+    classify_state st = { 0 };
+    guest_view g = { .stats_valid = true, .actual_bytes = 4 * GIB, .cache_bytes = 3 * GIB };
+    classify_update(&st, &g, &p);
+    ck_assert(st.streaming);
+    g.major_faults_ps = 50; /* cache that costs faults to refill is reused */
+    classify_update(&st, &g, &p);
+    ck_assert(!st.streaming);
+    g.major_faults_ps = 0;
+    g.cache_bytes = 256 * MIB;
+    classify_update(&st, &g, &p);
+    ck_assert(!st.streaming);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("policies");
+    TCase *tc = tcase_create("split_lru");
+    tcase_add_test(tc, idle_between_watermarks);
+    tcase_add_test(tc, hysteresis_reclaims_to_high_then_stops);
+    tcase_add_test(tc, streaming_guest_gives_before_working_set);
+    tcase_add_test(tc, working_set_cache_only_after_streaming_cache);
+    tcase_add_test(tc, thrashing_guest_is_protected_and_grows);
+    tcase_add_test(tc, floor_ceiling_and_mode_off);
+    tcase_add_test(tc, never_takes_beyond_available_unless_critical);
+    tcase_add_test(tc, critical_takes_anon_from_unprotected_only);
+    tcase_add_test(tc, plenty_grows_short_guests_within_surplus);
+    tcase_add_test(tc, no_oscillation_over_many_ticks);
+    tcase_add_test(tc, shares_weight_the_reclaim);
+    tcase_add_test(tc, stale_stats_hold);
+    suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("mom_none");
+    tcase_add_test(tm, mom_shrinks_5_percent_under_pressure);
+    tcase_add_test(tm, mom_floor_is_min_of_guaranteed_and_need);
+    tcase_add_test(tm, mom_grows_without_pressure_and_ignores_tiny_changes);
+    tcase_add_test(tm, mom_critical_forces_below_need);
+    tcase_add_test(tm, none_never_changes);
+    tcase_add_test(tm, registry_lookup);
+    suite_add_tcase(s, tm);
+    TCase *tcl = tcase_create("classify");
+    tcase_add_test(tcl, thrash_enters_and_exits_with_hysteresis);
+    tcase_add_test(tcl, streaming_needs_big_cache_and_no_faults);
+    suite_add_tcase(s, tcl);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
