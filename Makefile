@@ -9,13 +9,14 @@
 
 BUILD    ?= build
 CC       ?= cc
-PKGS     := json-c glib-2.0 libvirt libvirt-qemu libxml-2.0 libmicrohttpd libsystemd
+PKGS     := json-c glib-2.0 libvirt libvirt-qemu libvirt-glib-1.0 libxml-2.0 libmicrohttpd libsystemd
+VERSION  := 0.1.0
 CHECKPKG := check
 SAN      ?=
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes
-CPPFLAGS += -D_GNU_SOURCE -I. -Iqmp -Ibalancer -Ipolicies
+CPPFLAGS += -D_GNU_SOURCE -DMEMBAL_VERSION='"$(VERSION)"' -I. -Iqmp -Ibalancer -Ipolicies
 ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) $(SAN) $(CPPFLAGS)
 
 # pkg-config is looked up lazily so `make deps` works before the -dev
@@ -33,6 +34,15 @@ POLICY_SRC   := policies/vm_policy.c policies/registry.c policies/none.c policie
 POLICY_OBJ   := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 LIBPOLICY    := $(BUILD)/libpolicy.a
 
+# balancer core (everything but main), shared by balancerd and the tests
+CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c \
+                balancer/host_meminfo.c balancer/guest.c balancer/log.c balancer/balancer.c \
+                balancer/backend_libvirt.c balancer/backend_qmp.c
+CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)
+LIBCORE      := $(BUILD)/libbalancer.a
+CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0) -lm
+BALANCERD    := $(BUILD)/balancerd
+
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
                 $(BUILD)/tests/check_policies
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader
@@ -40,7 +50,7 @@ INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp
 
 .PHONY: all deps check unit integration valgrind asan fuzz guest clean install
 
-all: $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS)
+all: $(BALANCERD) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -50,6 +60,14 @@ $(LIBQMP): $(QMP_OBJ) $(QMP_GLIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $^
+
+$(LIBCORE): $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BALANCERD): $(BUILD)/balancer/balancerd.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS)
 
 $(LIBPOLICY): $(POLICY_OBJ)
 	@mkdir -p $(dir $@)

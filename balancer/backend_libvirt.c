@@ -1,0 +1,316 @@
+/*
+ * libvirt backend: guests are the running domains of one libvirt
+ * connection.  Lifecycle events trigger an immediate resync, metadata
+ * change events re-read the guest's policy; each tick also resyncs, so a
+ * missed event costs at most one tick.  If libvirtd goes away, we
+ * reconnect with backoff and keep the guests we knew until then.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+
+#include "backend.h"
+#include "balancer.h"
+#include "log.h"
+
+typedef struct {
+    virConnectPtr conn;
+    bool closed;            /* libvirt told us the connection died */
+    int cb_lifecycle, cb_metadata;
+    int64_t next_attempt;   /* monotonic s */
+    unsigned backoff;
+    guint resync_source;
+} lv_state;
+
+static int64_t mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec;
+}
+
+static const char *last_error(void)
+{
+    const char *m = virGetLastErrorMessage();
+    return m ? m : "unknown libvirt error";
+}
+
+/* libvirt prints every error to stderr unless told otherwise; we log the
+ * ones that matter ourselves. */
+static void quiet_errors(void *opaque, virErrorPtr e)
+{
+    (void)opaque;
+    (void)e;
+}
+
+static lv_state *state_of(balancer *b)
+{
+    if (!b->backend_priv)
+        b->backend_priv = g_new0(lv_state, 1);
+    return b->backend_priv;
+}
+
+static void read_policy(balancer *b, guest *g)
+{
+    virDomainPtr dom = g->backend_data;
+    char *xml = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, VM_POLICY_NS_URI,
+                                     VIR_DOMAIN_AFFECT_LIVE);
+    if (!xml && virGetLastErrorCode() != VIR_ERR_NO_DOMAIN_METADATA) {
+        log_warn("guest %s: cannot read policy metadata: %s", g->name, last_error());
+        return;
+    }
+    balancer_apply_policy_xml(b, g, xml);
+    free(xml);
+}
+
+static void track_domain(balancer *b, virDomainPtr dom)
+{
+    char uuid[VIR_UUID_STRING_BUFLEN];
+    if (virDomainGetUUIDString(dom, uuid) < 0)
+        return;
+    guest *g = balancer_guest_find(b, uuid);
+    if (g) {
+        g->seen = true;
+        return;
+    }
+    const char *name = virDomainGetName(dom);
+    g = balancer_guest_add(b, name ? name : uuid, uuid);
+    virDomainRef(dom);
+    g->backend_data = dom;
+    if (virDomainSetMemoryStatsPeriod(dom, (int)b->cfg.stats_period, VIR_DOMAIN_AFFECT_LIVE) < 0)
+        log_warn("guest %s: cannot enable balloon stats (period %u s): %s", g->name,
+                 b->cfg.stats_period, last_error());
+    read_policy(b, g);
+}
+
+static int resync(balancer *b)
+{
+    lv_state *st = state_of(b);
+    virDomainPtr *doms = NULL;
+    int n = virConnectListAllDomains(st->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+    if (n < 0) {
+        log_warn("listing domains: %s", last_error());
+        return -1;
+    }
+    balancer_mark_unseen(b);
+    for (int i = 0; i < n; i++) {
+        track_domain(b, doms[i]);
+        virDomainFree(doms[i]);
+    }
+    free(doms);
+    balancer_drop_unseen(b);
+    return 0;
+}
+
+static gboolean resync_idle(gpointer data)
+{
+    balancer *b = data;
+    lv_state *st = state_of(b);
+    st->resync_source = 0;
+    if (st->conn && !st->closed)
+        resync(b);
+    return G_SOURCE_REMOVE;
+}
+
+static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque)
+{
+    (void)conn;
+    (void)detail;
+    balancer *b = opaque;
+    lv_state *st = state_of(b);
+    log_debug("domain %s: lifecycle event %d", virDomainGetName(dom), event);
+    /* coalesce bursts into one resync from the main loop */
+    if (!st->resync_source)
+        st->resync_source = g_idle_add(resync_idle, b);
+    return 0;
+}
+
+static void on_metadata(virConnectPtr conn, virDomainPtr dom, int type, const char *nsuri,
+                        void *opaque)
+{
+    (void)conn;
+    balancer *b = opaque;
+    if (type != VIR_DOMAIN_METADATA_ELEMENT || !nsuri || strcmp(nsuri, VM_POLICY_NS_URI) != 0)
+        return;
+    char uuid[VIR_UUID_STRING_BUFLEN];
+    if (virDomainGetUUIDString(dom, uuid) < 0)
+        return;
+    guest *g = balancer_guest_find(b, uuid);
+    if (g) {
+        log_info("guest %s: policy metadata changed", g->name);
+        read_policy(b, g);
+    }
+}
+
+static void on_close(virConnectPtr conn, int reason, void *opaque)
+{
+    (void)conn;
+    balancer *b = opaque;
+    lv_state *st = state_of(b);
+    st->closed = true;
+    log_warn("libvirt connection closed (reason %d); will reconnect", reason);
+}
+
+static void disconnect(balancer *b)
+{
+    lv_state *st = state_of(b);
+    if (!st->conn)
+        return;
+    if (st->cb_lifecycle >= 0)
+        virConnectDomainEventDeregisterAny(st->conn, st->cb_lifecycle);
+    if (st->cb_metadata >= 0)
+        virConnectDomainEventDeregisterAny(st->conn, st->cb_metadata);
+    virConnectUnregisterCloseCallback(st->conn, on_close);
+    /* domain handles keep a reference on the connection: drop them so the
+     * guests re-attach to the new connection */
+    for (guint i = 0; i < b->guests->len; i++) {
+        guest *g = g_ptr_array_index(b->guests, i);
+        if (g->backend_data)
+            virDomainFree(g->backend_data);
+        g->backend_data = NULL;
+    }
+    virConnectClose(st->conn);
+    st->conn = NULL;
+}
+
+static int connect_libvirt(balancer *b)
+{
+    lv_state *st = state_of(b);
+    if (st->conn && !st->closed)
+        return 0;
+    if (st->conn) {
+        disconnect(b);
+        b->backend_reconnects++;
+    }
+    if (mono_s() < st->next_attempt)
+        return -1;
+    virSetErrorFunc(NULL, quiet_errors);
+    st->conn = virConnectOpen(b->cfg.connect_uri);
+    if (!st->conn) {
+        st->backoff = st->backoff ? (st->backoff * 2 > 60 ? 60 : st->backoff * 2) : 1;
+        st->next_attempt = mono_s() + st->backoff;
+        log_warn("cannot connect to %s: %s (retrying in %u s)", b->cfg.connect_uri, last_error(),
+                 st->backoff);
+        return -1;
+    }
+    st->closed = false;
+    st->backoff = 0;
+    /* guests kept from the old connection have no domain handle: forget
+     * them and let the resync re-add (and re-read their policy) */
+    for (guint i = b->guests->len; i-- > 0;) {
+        guest *g = g_ptr_array_index(b->guests, i);
+        if (!g->backend_data)
+            balancer_guest_remove(b, g);
+    }
+    if (virConnectSetKeepAlive(st->conn, 5, 3) < 0)
+        log_debug("keepalive not available: %s", last_error());
+    virConnectRegisterCloseCallback(st->conn, on_close, b, NULL);
+    st->cb_lifecycle = virConnectDomainEventRegisterAny(
+        st->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), b, NULL);
+    st->cb_metadata = virConnectDomainEventRegisterAny(
+        st->conn, NULL, VIR_DOMAIN_EVENT_ID_METADATA_CHANGE, VIR_DOMAIN_EVENT_CALLBACK(on_metadata), b,
+        NULL);
+    if (st->cb_lifecycle < 0 || st->cb_metadata < 0)
+        log_warn("cannot register for domain events (%s): changes are picked up each tick",
+                 last_error());
+    log_info("connected to %s", b->cfg.connect_uri);
+    return 0;
+}
+
+static int lv_sync(balancer *b)
+{
+    if (connect_libvirt(b) < 0)
+        return -1;
+    return resync(b);
+}
+
+static int lv_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen)
+{
+    (void)b;
+    virDomainPtr dom = g->backend_data;
+    virDomainInfo info;
+    if (!dom || virDomainGetInfo(dom, &info) < 0) {
+        snprintf(err, errlen, "%s", dom ? last_error() : "not attached");
+        return -1;
+    }
+    virDomainMemoryStatStruct st[VIR_DOMAIN_MEMORY_STAT_NR];
+    int n = virDomainMemoryStats(dom, st, VIR_DOMAIN_MEMORY_STAT_NR, 0);
+    if (n < 0) {
+        snprintf(err, errlen, "%s", last_error());
+        return -1;
+    }
+    memset(out, 0xff, sizeof(*out)); /* every field -1: not reported */
+    out->max_bytes = (int64_t)info.maxMem * 1024;
+    out->actual_bytes = (int64_t)info.memory * 1024;
+    out->last_update = 0;
+    for (int i = 0; i < n; i++) {
+        /* libvirt reports sizes in KiB; guest-provided values can be
+         * anything: keep them within int64 and let guest_ingest clamp */
+        unsigned long long v = st[i].val;
+        int64_t kib = v > (unsigned long long)INT64_MAX / 1024 ? INT64_MAX / 1024 : (int64_t)v;
+        int64_t cnt = v > (unsigned long long)INT64_MAX ? INT64_MAX : (int64_t)v;
+        switch (st[i].tag) {
+        case VIR_DOMAIN_MEMORY_STAT_SWAP_IN: out->swap_in_bytes = kib * 1024; break;
+        case VIR_DOMAIN_MEMORY_STAT_SWAP_OUT: out->swap_out_bytes = kib * 1024; break;
+        case VIR_DOMAIN_MEMORY_STAT_MAJOR_FAULT: out->major_faults = cnt; break;
+        case VIR_DOMAIN_MEMORY_STAT_MINOR_FAULT: out->minor_faults = cnt; break;
+        case VIR_DOMAIN_MEMORY_STAT_UNUSED: out->free_bytes = kib * 1024; break;
+        case VIR_DOMAIN_MEMORY_STAT_AVAILABLE: out->total_bytes = kib * 1024; break;
+        case VIR_DOMAIN_MEMORY_STAT_USABLE: out->available_bytes = kib * 1024; break;
+        case VIR_DOMAIN_MEMORY_STAT_DISK_CACHES: out->cache_bytes = kib * 1024; break;
+        case VIR_DOMAIN_MEMORY_STAT_ACTUAL_BALLOON: out->actual_bytes = kib * 1024; break;
+        case VIR_DOMAIN_MEMORY_STAT_RSS: out->rss_bytes = kib * 1024; break;
+        case VIR_DOMAIN_MEMORY_STAT_LAST_UPDATE: out->last_update = cnt; break;
+        default: break;
+        }
+    }
+    return 0;
+}
+
+static int lv_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_t errlen)
+{
+    (void)b;
+    virDomainPtr dom = g->backend_data;
+    if (!dom) {
+        snprintf(err, errlen, "not attached");
+        return -1;
+    }
+    if (virDomainSetMemoryFlags(dom, (unsigned long)(bytes / 1024), VIR_DOMAIN_AFFECT_LIVE) < 0) {
+        snprintf(err, errlen, "%s", last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static void lv_guest_release(balancer *b, guest *g)
+{
+    (void)b;
+    if (g->backend_data)
+        virDomainFree(g->backend_data);
+    g->backend_data = NULL;
+}
+
+static void lv_shutdown(balancer *b)
+{
+    lv_state *st = b->backend_priv;
+    if (!st)
+        return;
+    if (st->resync_source)
+        g_source_remove(st->resync_source);
+    disconnect(b);
+    g_free(st);
+    b->backend_priv = NULL;
+}
+
+const backend_ops backend_libvirt = {
+    .name = "libvirt",
+    .sync = lv_sync,
+    .sample = lv_sample,
+    .set_target = lv_set_target,
+    .guest_release = lv_guest_release,
+    .shutdown = lv_shutdown,
+};

@@ -1,0 +1,219 @@
+/*
+ * QMP backend (--qmp SOCKET, repeatable): QEMU processes that libvirt does
+ * not manage.  Each socket is one guest, named after its -name (or the
+ * socket file).  QEMU allows one QMP client per socket, so a guest that
+ * libvirt manages must not be given here.  Calls are blocking with a
+ * short timeout: the sockets are local and QEMU answers in microseconds.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "balancer.h"
+#include "log.h"
+#include "qmp.h"
+
+#define QMP_TIMEOUT_MS 2000
+#define BALLOON_QOM_PATH "/machine/peripheral/balloon0"
+
+typedef struct {
+    char *path;
+    qmp_conn *conn;
+    guest *g;
+    uint64_t max_bytes;
+    int64_t next_attempt;
+    bool warned;
+} qmp_target;
+
+typedef struct {
+    GPtrArray *targets; /* qmp_target* */
+} qmp_state;
+
+static int64_t mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec;
+}
+
+static qmp_state *state_of(balancer *b)
+{
+    qmp_state *st = b->backend_priv;
+    if (!st) {
+        st = g_new0(qmp_state, 1);
+        st->targets = g_ptr_array_new();
+        for (char **p = b->qmp_sockets; p && *p; p++) {
+            qmp_target *t = g_new0(qmp_target, 1);
+            t->path = g_strdup(*p);
+            g_ptr_array_add(st->targets, t);
+        }
+        b->backend_priv = st;
+    }
+    return st;
+}
+
+/* Identity from QEMU: -name and -uuid (all-zero uuid when not given:
+ * then the socket path stands in for it). */
+static void identify(qmp_target *t, char *name, size_t nlen, char *uuid, size_t ulen)
+{
+    json_object *ret = NULL, *v;
+    snprintf(name, nlen, "%s", strrchr(t->path, '/') ? strrchr(t->path, '/') + 1 : t->path);
+    snprintf(uuid, ulen, "qmp:%s", t->path);
+    if (qmp_execute(t->conn, "query-name", NULL, &ret, QMP_TIMEOUT_MS, NULL) == 0) {
+        if (json_object_object_get_ex(ret, "name", &v) && json_object_get_string_len(v) > 0)
+            snprintf(name, nlen, "%s", json_object_get_string(v));
+        json_object_put(ret);
+    }
+    if (qmp_execute(t->conn, "query-uuid", NULL, &ret, QMP_TIMEOUT_MS, NULL) == 0) {
+        if (json_object_object_get_ex(ret, "UUID", &v) &&
+            strcmp(json_object_get_string(v), "00000000-0000-0000-0000-000000000000") != 0)
+            snprintf(uuid, ulen, "%s", json_object_get_string(v));
+        json_object_put(ret);
+    }
+}
+
+static void target_connect(balancer *b, qmp_target *t)
+{
+    if (mono_s() < t->next_attempt)
+        return;
+    qmp_error err;
+    t->conn = qmp_connect_unix(t->path, QMP_TIMEOUT_MS, &err);
+    uint64_t plugged = 0;
+    if (t->conn && qmp_query_memory_size_summary(t->conn, &t->max_bytes, &plugged,
+                                                 QMP_TIMEOUT_MS, &err) == 0) {
+        t->max_bytes += plugged;
+        if (qmp_set_stats_polling(t->conn, BALLOON_QOM_PATH, (int)b->cfg.stats_period,
+                                  QMP_TIMEOUT_MS, &err) < 0)
+            log_warn("%s: cannot enable balloon stats: %s", t->path, err.msg);
+        char name[256], uuid[300];
+        identify(t, name, sizeof(name), uuid, sizeof(uuid));
+        t->g = balancer_guest_find(b, uuid);
+        if (!t->g)
+            t->g = balancer_guest_add(b, name, uuid);
+        t->g->backend_data = t;
+        t->warned = false;
+        if (b->ticks > 1)
+            b->backend_reconnects++;
+        return;
+    }
+    if (!t->warned)
+        log_warn("%s: %s (retrying)", t->path, err.msg);
+    t->warned = true;
+    qmp_close(t->conn);
+    t->conn = NULL;
+    t->next_attempt = mono_s() + 5;
+}
+
+static int q_sync(balancer *b)
+{
+    qmp_state *st = state_of(b);
+    balancer_mark_unseen(b);
+    for (guint i = 0; i < st->targets->len; i++) {
+        qmp_target *t = g_ptr_array_index(st->targets, i);
+        if (t->conn && qmp_is_broken(t->conn)) {
+            log_warn("%s: %s", t->path, qmp_broken_reason(t->conn)->msg);
+            qmp_close(t->conn);
+            t->conn = NULL;
+        }
+        if (!t->conn)
+            target_connect(b, t);
+        if (t->conn && t->g) {
+            t->g->seen = true;
+            /* nobody consumes events here: drop them so none pile up */
+            qmp_pump(t->conn, 0, NULL);
+            qmp_event *ev;
+            while ((ev = qmp_next_event(t->conn)))
+                qmp_event_free(ev);
+        }
+    }
+    for (guint i = 0; i < st->targets->len; i++) {
+        qmp_target *t = g_ptr_array_index(st->targets, i);
+        if (t->g && !t->g->seen)
+            t->g = NULL; /* the guest is dropped just below */
+    }
+    balancer_drop_unseen(b);
+    return 0;
+}
+
+static int q_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen)
+{
+    (void)b;
+    qmp_target *t = g->backend_data;
+    qmp_error e;
+    uint64_t actual;
+    qmp_guest_stats gs;
+    if (!t || !t->conn) {
+        snprintf(err, errlen, "not connected");
+        return -1;
+    }
+    if (qmp_query_balloon(t->conn, &actual, QMP_TIMEOUT_MS, &e) < 0 ||
+        qmp_get_guest_stats(t->conn, BALLOON_QOM_PATH, &gs, QMP_TIMEOUT_MS, &e) < 0) {
+        snprintf(err, errlen, "%s", e.msg);
+        return -1;
+    }
+    out->actual_bytes = (int64_t)actual;
+    out->max_bytes = (int64_t)t->max_bytes;
+    out->last_update = gs.last_update;
+    out->free_bytes = gs.free_memory;
+    out->available_bytes = gs.available_memory;
+    out->cache_bytes = gs.disk_caches;
+    out->total_bytes = gs.total_memory;
+    out->swap_in_bytes = gs.swap_in;
+    out->swap_out_bytes = gs.swap_out;
+    out->major_faults = gs.major_faults;
+    out->minor_faults = gs.minor_faults;
+    out->rss_bytes = -1;
+    return 0;
+}
+
+static int q_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_t errlen)
+{
+    (void)b;
+    qmp_target *t = g->backend_data;
+    qmp_error e;
+    if (!t || !t->conn) {
+        snprintf(err, errlen, "not connected");
+        return -1;
+    }
+    if (qmp_balloon(t->conn, bytes, QMP_TIMEOUT_MS, &e) < 0) {
+        snprintf(err, errlen, "%s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void q_guest_release(balancer *b, guest *g)
+{
+    (void)b;
+    qmp_target *t = g->backend_data;
+    if (t)
+        t->g = NULL;
+    g->backend_data = NULL;
+}
+
+static void q_shutdown(balancer *b)
+{
+    qmp_state *st = b->backend_priv;
+    if (!st)
+        return;
+    for (guint i = 0; i < st->targets->len; i++) {
+        qmp_target *t = g_ptr_array_index(st->targets, i);
+        qmp_close(t->conn);
+        g_free(t->path);
+        g_free(t);
+    }
+    g_ptr_array_free(st->targets, TRUE);
+    g_free(st);
+    b->backend_priv = NULL;
+}
+
+const backend_ops backend_qmp = {
+    .name = "qmp",
+    .sync = q_sync,
+    .sample = q_sample,
+    .set_target = q_set_target,
+    .guest_release = q_guest_release,
+    .shutdown = q_shutdown,
+};

@@ -1,0 +1,211 @@
+/*
+ * balancerd: the guest memory balancer daemon.
+ *
+ * Reads /etc/balancer/balancer.conf, connects to libvirt (or to QEMU QMP
+ * sockets with --qmp), and every tick balances host memory between the
+ * running guests with the configured policy.  SIGHUP reloads the
+ * configuration; SIGTERM/SIGINT stop it.
+ */
+#include <glib-unix.h>
+#include <glib.h>
+#include <libvirt-glib/libvirt-glib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "balancer.h"
+#include "log.h"
+
+typedef struct {
+    balancer b;
+    GMainLoop *loop;
+    char *config_path;
+    bool config_explicit;
+    guint tick_source;
+    /* command-line overrides, re-applied after a reload */
+    char *opt_connect, *opt_policy;
+    int opt_tick;
+} daemon_ctx;
+
+static gboolean on_tick(gpointer data)
+{
+    daemon_ctx *d = data;
+    balancer_tick(&d->b);
+    return G_SOURCE_CONTINUE;
+}
+
+static void apply_overrides(daemon_ctx *d, balancer_config *c)
+{
+    if (d->opt_connect) {
+        g_free(c->connect_uri);
+        c->connect_uri = g_strdup(d->opt_connect);
+    }
+    if (d->opt_policy) {
+        g_free(c->policy);
+        c->policy = g_strdup(d->opt_policy);
+    }
+    if (d->opt_tick > 0)
+        c->tick_seconds = (unsigned)d->opt_tick;
+}
+
+static void schedule_ticks(daemon_ctx *d)
+{
+    if (d->tick_source)
+        g_source_remove(d->tick_source);
+    d->tick_source = g_timeout_add_seconds(d->b.cfg.tick_seconds, on_tick, d);
+}
+
+static gboolean on_quit(gpointer data)
+{
+    daemon_ctx *d = data;
+    log_info("stopping");
+    g_main_loop_quit(d->loop);
+    return G_SOURCE_CONTINUE;
+}
+
+/* SIGHUP: re-read the config; on any error keep the running one. */
+static gboolean on_reload(gpointer data)
+{
+    daemon_ctx *d = data;
+    balancer_config c;
+    config_defaults(&c);
+    char *err = NULL;
+    if (config_load(&c, d->config_path, d->config_explicit, &err) < 0) {
+        log_err("reload: %s; keeping the running configuration", err);
+        g_free(err);
+        config_clear(&c);
+        return G_SOURCE_CONTINUE;
+    }
+    apply_overrides(d, &c);
+    if (strcmp(c.connect_uri, d->b.cfg.connect_uri) != 0)
+        log_warn("reload: connect URI changes take effect on restart");
+    if (strcmp(c.policy, d->b.cfg.policy) != 0 && balancer_set_policy(&d->b, c.policy, &err) < 0) {
+        log_err("reload: %s; keeping the running configuration", err);
+        g_free(err);
+        config_clear(&c);
+        return G_SOURCE_CONTINUE;
+    }
+    g_free(c.connect_uri);
+    c.connect_uri = g_strdup(d->b.cfg.connect_uri);
+    bool retick = c.tick_seconds != d->b.cfg.tick_seconds;
+    config_clear(&d->b.cfg);
+    d->b.cfg = c;
+    d->b.lim.default_floor_percent = c.default_floor_percent;
+    d->b.lim.default_floor_min = c.default_floor_min;
+    d->b.lim.stale_seconds = 3 * c.stats_period + c.tick_seconds;
+    if (retick)
+        schedule_ticks(d);
+    log_info("configuration reloaded from %s (policy %s, tick %u s)", d->config_path,
+             c.policy, c.tick_seconds);
+    return G_SOURCE_CONTINUE;
+}
+
+int main(int argc, char **argv)
+{
+    daemon_ctx d;
+    memset(&d, 0, sizeof(d));
+    char *config = NULL, **qmp = NULL;
+    gboolean dry_run = FALSE, once = FALSE, verbose = FALSE, version = FALSE;
+    int ticks = 0;
+    GOptionEntry entries[] = {
+        { "config", 'c', 0, G_OPTION_ARG_FILENAME, &config,
+          "Configuration file (default " CONFIG_DEFAULT_PATH ")", "FILE" },
+        { "connect", 0, 0, G_OPTION_ARG_STRING, &d.opt_connect,
+          "libvirt URI (default qemu:///system)", "URI" },
+        { "qmp", 0, 0, G_OPTION_ARG_FILENAME_ARRAY, &qmp,
+          "Balance the QEMU process behind this QMP socket instead of libvirt's guests (repeatable)",
+          "SOCKET" },
+        { "policy", 'p', 0, G_OPTION_ARG_STRING, &d.opt_policy,
+          "Policy: split-lru (default), mom or none", "NAME" },
+        { "tick", 't', 0, G_OPTION_ARG_INT, &d.opt_tick, "Seconds between balancing rounds", "S" },
+        { "dry-run", 'n', 0, G_OPTION_ARG_NONE, &dry_run, "Decide and log, but never balloon", NULL },
+        { "once", 0, 0, G_OPTION_ARG_NONE, &once, "Run one round and exit", NULL },
+        { "ticks", 0, 0, G_OPTION_ARG_INT, &ticks, "Run N rounds and exit", "N" },
+        { "verbose", 'v', 0, G_OPTION_ARG_NONE, &verbose, "Log every round (debug level)", NULL },
+        { "version", 'V', 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL },
+        { NULL, 0, 0, 0, NULL, NULL, NULL },
+    };
+    GOptionContext *octx = g_option_context_new("- balance host memory between KVM guests");
+    g_option_context_set_summary(octx,
+        "Watches every guest through virtio-balloon stats and balances host memory like\n"
+        "Linux's split LRU: streaming page cache goes first, working sets are protected.");
+    g_option_context_set_description(octx,
+        "Per-guest policy comes from libvirt metadata, e.g.\n"
+        "  virsh metadata DOM --uri " VM_POLICY_NS_URI " --key " VM_POLICY_NS_PREFIX " \\\n"
+        "    --set '<policy priority=\"high\" min=\"1GiB\" max=\"8GiB\" mode=\"auto\"/>'\n"
+        "See balancerd(8) / README.md.");
+    g_option_context_add_main_entries(octx, entries, NULL);
+    GError *gerr = NULL;
+    if (!g_option_context_parse(octx, &argc, &argv, &gerr)) {
+        fprintf(stderr, "balancerd: %s (try --help)\n", gerr->message);
+        return 2;
+    }
+    g_option_context_free(octx);
+    if (version) {
+        printf("balancerd " MEMBAL_VERSION "\n");
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "balancerd: unexpected argument '%s' (try --help)\n", argv[1]);
+        return 2;
+    }
+    if (d.opt_tick < 0 || ticks < 0) {
+        fprintf(stderr, "balancerd: --tick and --ticks must be positive\n");
+        return 2;
+    }
+    if (verbose)
+        log_set_level(LOG_DEBUG);
+
+    d.config_explicit = config != NULL;
+    d.config_path = config ? config : g_strdup(CONFIG_DEFAULT_PATH);
+    balancer_config cfg;
+    config_defaults(&cfg);
+    char *err = NULL;
+    if (config_load(&cfg, d.config_path, d.config_explicit, &err) < 0) {
+        fprintf(stderr, "balancerd: %s\n", err);
+        return 1;
+    }
+    apply_overrides(&d, &cfg);
+
+    gvir_init(NULL, NULL);
+    gvir_event_register();
+    if (balancer_init(&d.b, &cfg, qmp ? &backend_qmp : &backend_libvirt, &err) < 0) {
+        fprintf(stderr, "balancerd: %s\n", err);
+        return 1;
+    }
+    d.b.qmp_sockets = qmp;
+    d.b.dry_run = dry_run;
+    log_info("starting: policy %s, tick %u s, %s%s", d.b.policy->name, d.b.cfg.tick_seconds,
+             qmp ? "QMP sockets" : d.b.cfg.connect_uri, dry_run ? ", dry run" : "");
+
+    if (once)
+        ticks = 1;
+    if (ticks > 0) {
+        /* let libvirt's event loop run between rounds */
+        GMainContext *ctx = g_main_context_default();
+        for (int i = 0; i < ticks; i++) {
+            if (i > 0) {
+                gint64 until = g_get_monotonic_time() + (gint64)d.b.cfg.tick_seconds * G_USEC_PER_SEC;
+                while (g_get_monotonic_time() < until)
+                    if (!g_main_context_iteration(ctx, FALSE))
+                        g_usleep(20000);
+            }
+            balancer_tick(&d.b);
+        }
+    } else {
+        d.loop = g_main_loop_new(NULL, FALSE);
+        g_unix_signal_add(SIGTERM, on_quit, &d);
+        g_unix_signal_add(SIGINT, on_quit, &d);
+        g_unix_signal_add(SIGHUP, on_reload, &d);
+        balancer_tick(&d.b);
+        schedule_ticks(&d);
+        g_main_loop_run(d.loop);
+        g_main_loop_unref(d.loop);
+    }
+    balancer_free(&d.b);
+    g_strfreev(qmp);
+    g_free(d.config_path);
+    g_free(d.opt_connect);
+    g_free(d.opt_policy);
+    return 0;
+}

@@ -1,0 +1,318 @@
+#include "config.h"
+
+#include <errno.h>
+#include <glib.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "size_parse.h"
+
+void config_defaults(balancer_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->connect_uri = g_strdup("qemu:///system");
+    c->policy = g_strdup("split-lru");
+    c->tick_seconds = 5;
+    c->stats_period = 2;
+    c->wm_min = g_strdup("2%");
+    c->wm_low = g_strdup("5%");
+    c->wm_high = g_strdup("8%");
+    c->default_floor_percent = 25.0;
+    c->default_floor_min = 256 * MIB;
+    policy_tunables_default(&c->tun);
+    c->metrics_listen = g_strdup("127.0.0.1:9640");
+}
+
+void config_clear(balancer_config *c)
+{
+    g_free(c->connect_uri);
+    g_free(c->policy);
+    g_free(c->wm_min);
+    g_free(c->wm_low);
+    g_free(c->wm_high);
+    g_free(c->metrics_listen);
+    memset(c, 0, sizeof(*c));
+}
+
+/* Line number of "key =" inside [group] of text; 0 if not found. */
+static int key_line(const char *text, const char *group, const char *key)
+{
+    int line = 1;
+    bool in_group = false;
+    size_t klen = strlen(key);
+    for (const char *p = text; *p; line++) {
+        const char *eol = strchr(p, '\n');
+        size_t n = eol ? (size_t)(eol - p) : strlen(p);
+        while (n && (*p == ' ' || *p == '\t')) {
+            p++;
+            n--;
+        }
+        if (n && *p == '[') {
+            const char *close = memchr(p, ']', n);
+            in_group = close && (size_t)(close - p - 1) == strlen(group) &&
+                       strncmp(p + 1, group, strlen(group)) == 0;
+        } else if (in_group && n > klen && strncmp(p, key, klen) == 0) {
+            const char *q = p + klen;
+            while (*q == ' ' || *q == '\t')
+                q++;
+            if (*q == '=')
+                return line;
+        }
+        if (!eol)
+            break;
+        p = eol + 1;
+    }
+    return 0;
+}
+
+/* Line number of the "[group]" header; 0 if not found. */
+static int group_line(const char *text, const char *group)
+{
+    char *hdr = g_strdup_printf("[%s]", group);
+    int line = 1, found = 0;
+    for (const char *p = text; *p && !found; line++) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (strncmp(p, hdr, strlen(hdr)) == 0)
+            found = line;
+        const char *eol = strchr(p, '\n');
+        if (!eol)
+            break;
+        p = eol + 1;
+    }
+    g_free(hdr);
+    return found;
+}
+
+typedef struct {
+    GKeyFile *kf;
+    const char *text;
+    const char *path;
+    char **err;
+} loader;
+
+static int bad(loader *l, const char *group, const char *key, const char *why, const char *value)
+{
+    int line = key_line(l->text, group, key);
+    *l->err = g_strdup_printf("%s:%d: [%s] %s = \"%s\": %s", l->path, line, group, key,
+                              value ? value : "", why);
+    return -1;
+}
+
+/* Fetch a trimmed string value; NULL if absent. */
+static char *get(loader *l, const char *group, const char *key)
+{
+    char *v = g_key_file_get_string(l->kf, group, key, NULL);
+    return v ? g_strstrip(v) : NULL;
+}
+
+static int get_str(loader *l, const char *group, const char *key, char **dst)
+{
+    char *v = get(l, group, key);
+    if (v) {
+        g_free(*dst);
+        *dst = v;
+    }
+    return 0;
+}
+
+static int get_uint(loader *l, const char *group, const char *key, unsigned lo, unsigned hi,
+                    unsigned *dst)
+{
+    char *v = get(l, group, key);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    int rc = 0;
+    if (errno || end == v || *end || v[0] == '-' || n < lo || n > hi) {
+        char why[64];
+        snprintf(why, sizeof(why), "expected an integer from %u to %u", lo, hi);
+        rc = bad(l, group, key, why, v);
+    } else {
+        *dst = (unsigned)n;
+    }
+    g_free(v);
+    return rc;
+}
+
+static int get_percent(loader *l, const char *group, const char *key, double *dst)
+{
+    char *v = get(l, group, key);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end != v && *end == '%')
+        end++;
+    int rc = 0;
+    if (errno || end == v || *end || !isfinite(d) || d < 0 || d > 100)
+        rc = bad(l, group, key, "expected a percentage from 0 to 100", v);
+    else
+        *dst = d;
+    g_free(v);
+    return rc;
+}
+
+static int get_size(loader *l, const char *group, const char *key, uint64_t *dst)
+{
+    char *v = get(l, group, key);
+    if (!v)
+        return 0;
+    int rc = 0;
+    if (size_parse(v, dst) < 0)
+        rc = bad(l, group, key, "expected a size such as 64MiB", v);
+    g_free(v);
+    return rc;
+}
+
+static int get_size_or_percent(loader *l, const char *group, const char *key, char **dst)
+{
+    char *v = get(l, group, key);
+    if (!v)
+        return 0;
+    uint64_t ignored;
+    if (size_or_percent_parse(v, 1ULL << 40, &ignored) < 0) {
+        int rc = bad(l, group, key, "expected a size (512MiB) or a percentage of RAM (5%)", v);
+        g_free(v);
+        return rc;
+    }
+    g_free(*dst);
+    *dst = v;
+    return 0;
+}
+
+static const char *const known_keys[][12] = {
+    { "balancer", "connect", "policy", "tick", "stats_period", NULL },
+    { "watermarks", "min", "low", "high", NULL },
+    { "guests", "default_floor_percent", "default_floor_min", NULL },
+    { "policy", "step_percent", "step_min", "reserve_percent", "reserve_min", "comfort_percent",
+      "min_change", NULL },
+    { "metrics", "listen", NULL },
+};
+
+static int check_unknown(loader *l)
+{
+    gsize ngroups;
+    char **groups = g_key_file_get_groups(l->kf, &ngroups);
+    int rc = 0;
+    for (gsize g = 0; g < ngroups && rc == 0; g++) {
+        const char *const *known = NULL;
+        for (size_t k = 0; k < G_N_ELEMENTS(known_keys); k++)
+            if (strcmp(known_keys[k][0], groups[g]) == 0)
+                known = &known_keys[k][1];
+        if (!known) {
+            *l->err = g_strdup_printf("%s:%d: unknown group [%s]", l->path,
+                                      group_line(l->text, groups[g]), groups[g]);
+            rc = -1;
+            break;
+        }
+        gsize nkeys;
+        char **keys = g_key_file_get_keys(l->kf, groups[g], &nkeys, NULL);
+        for (gsize k = 0; k < nkeys && rc == 0; k++) {
+            bool ok = false;
+            for (const char *const *kn = known; *kn; kn++)
+                ok = ok || strcmp(*kn, keys[k]) == 0;
+            if (!ok)
+                rc = bad(l, groups[g], keys[k], "unknown key", "");
+        }
+        g_strfreev(keys);
+    }
+    g_strfreev(groups);
+    return rc;
+}
+
+int config_load(balancer_config *c, const char *path, bool must_exist, char **err)
+{
+    char *text = NULL;
+    GError *gerr = NULL;
+    *err = NULL;
+    if (!g_file_get_contents(path, &text, NULL, &gerr)) {
+        bool missing = g_error_matches(gerr, G_FILE_ERROR, G_FILE_ERROR_NOENT);
+        if (missing && !must_exist) {
+            g_error_free(gerr);
+            return 0;
+        }
+        *err = g_strdup_printf("%s: %s", path, gerr->message);
+        g_error_free(gerr);
+        return -1;
+    }
+    GKeyFile *kf = g_key_file_new();
+    if (!g_key_file_load_from_data(kf, text, (gsize)-1, G_KEY_FILE_NONE, &gerr)) {
+        *err = g_strdup_printf("%s: %s", path, gerr->message);
+        g_error_free(gerr);
+        g_key_file_free(kf);
+        g_free(text);
+        return -1;
+    }
+    loader l = { .kf = kf, .text = text, .path = path, .err = err };
+    balancer_config n = *c; /* strings are replaced, not freed, until success */
+    n.connect_uri = g_strdup(c->connect_uri);
+    n.policy = g_strdup(c->policy);
+    n.wm_min = g_strdup(c->wm_min);
+    n.wm_low = g_strdup(c->wm_low);
+    n.wm_high = g_strdup(c->wm_high);
+    n.metrics_listen = g_strdup(c->metrics_listen);
+    int rc = 0;
+    rc = rc ? rc : check_unknown(&l);
+    rc = rc ? rc : get_str(&l, "balancer", "connect", &n.connect_uri);
+    rc = rc ? rc : get_str(&l, "balancer", "policy", &n.policy);
+    rc = rc ? rc : get_uint(&l, "balancer", "tick", 1, 3600, &n.tick_seconds);
+    rc = rc ? rc : get_uint(&l, "balancer", "stats_period", 1, 3600, &n.stats_period);
+    rc = rc ? rc : get_size_or_percent(&l, "watermarks", "min", &n.wm_min);
+    rc = rc ? rc : get_size_or_percent(&l, "watermarks", "low", &n.wm_low);
+    rc = rc ? rc : get_size_or_percent(&l, "watermarks", "high", &n.wm_high);
+    rc = rc ? rc : get_percent(&l, "guests", "default_floor_percent", &n.default_floor_percent);
+    rc = rc ? rc : get_size(&l, "guests", "default_floor_min", &n.default_floor_min);
+    rc = rc ? rc : get_percent(&l, "policy", "step_percent", &n.tun.step_percent);
+    rc = rc ? rc : get_size(&l, "policy", "step_min", &n.tun.step_min_bytes);
+    rc = rc ? rc : get_percent(&l, "policy", "reserve_percent", &n.tun.reserve_percent);
+    rc = rc ? rc : get_size(&l, "policy", "reserve_min", &n.tun.reserve_min_bytes);
+    rc = rc ? rc : get_percent(&l, "policy", "comfort_percent", &n.tun.comfort_percent);
+    rc = rc ? rc : get_size(&l, "policy", "min_change", &n.tun.min_change_bytes);
+    rc = rc ? rc : get_str(&l, "metrics", "listen", &n.metrics_listen);
+    if (rc == 0 && !policy_lookup(n.policy)) {
+        char why[96];
+        snprintf(why, sizeof(why), "unknown policy (known: %s)", policy_names());
+        rc = bad(&l, "balancer", "policy", why, n.policy);
+    }
+    if (rc == 0) {
+        watermarks wm;
+        char *werr = NULL;
+        /* checked against a nominal 64 GiB host: order errors show up here */
+        if (config_watermarks(&n, 64 * GIB, &wm, &werr) < 0) {
+            *err = g_strdup_printf("%s: %s", path, werr);
+            g_free(werr);
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        config_clear(c);
+        *c = n;
+    } else {
+        config_clear(&n);
+    }
+    g_key_file_free(kf);
+    g_free(text);
+    return rc;
+}
+
+int config_watermarks(const balancer_config *c, uint64_t host_total, watermarks *wm, char **err)
+{
+    if (size_or_percent_parse(c->wm_min, host_total, &wm->min) < 0 ||
+        size_or_percent_parse(c->wm_low, host_total, &wm->low) < 0 ||
+        size_or_percent_parse(c->wm_high, host_total, &wm->high) < 0) {
+        *err = g_strdup("[watermarks]: unparsable watermark");
+        return -1;
+    }
+    if (!(wm->min < wm->low && wm->low < wm->high)) {
+        *err = g_strdup_printf("[watermarks]: need min < low < high, got min=%s low=%s high=%s",
+                               c->wm_min, c->wm_low, c->wm_high);
+        return -1;
+    }
+    return 0;
+}

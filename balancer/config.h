@@ -1,0 +1,37 @@
+/*
+ * balancerd configuration: /etc/balancer/balancer.conf (GKeyFile), then
+ * command-line overrides.  Every key is optional; errors name the key and
+ * its line.
+ */
+#ifndef MEMBAL_CONFIG_H
+#define MEMBAL_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "policy.h"
+
+#define CONFIG_DEFAULT_PATH "/etc/balancer/balancer.conf"
+
+typedef struct {
+    char *connect_uri;          /* [balancer] connect */
+    char *policy;               /* [balancer] policy */
+    unsigned tick_seconds;      /* [balancer] tick */
+    unsigned stats_period;      /* [balancer] stats_period (balloon stats polling, s) */
+    char *wm_min, *wm_low, *wm_high; /* [watermarks] min/low/high: size or % of MemTotal */
+    double default_floor_percent;    /* [guests] default_floor_percent of max memory */
+    uint64_t default_floor_min;      /* [guests] default_floor_min */
+    policy_tunables tun;        /* [policy] step_percent, step_min, reserve_percent,
+                                   reserve_min, comfort_percent, min_change */
+    char *metrics_listen;       /* [metrics] listen (host:port, "" = off) */
+} balancer_config;
+
+void config_defaults(balancer_config *c);
+void config_clear(balancer_config *c);
+/* Load path over the defaults.  A missing file is an error only if
+ * must_exist.  Returns 0, or -1 with a malloc'ed message in *err. */
+int config_load(balancer_config *c, const char *path, bool must_exist, char **err);
+/* Resolve the watermarks against host MemTotal; checks min < low < high. */
+int config_watermarks(const balancer_config *c, uint64_t host_total, watermarks *wm, char **err);
+
+#endif

@@ -1,0 +1,107 @@
+#include "guest.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Faster than any real device: a guest claiming more is lying. */
+#define MAX_SWAP_BPS (64.0 * 1024 * 1024 * 1024)
+#define MAX_FAULTS_PS 1e8
+
+void guest_init(guest *g, const char *name, const char *uuid)
+{
+    memset(g, 0, sizeof(*g));
+    snprintf(g->name, sizeof(g->name), "%s", name);
+    snprintf(g->uuid, sizeof(g->uuid), "%s", uuid);
+    vm_policy_default(&g->policy);
+    g->view.name = g->name;
+    g->view.uuid = g->uuid;
+}
+
+void guest_bounds(const vm_policy *p, uint64_t max_bytes, const guest_limits *lim,
+                  uint64_t *floor, uint64_t *ceiling)
+{
+    uint64_t c = max_bytes;
+    if (p->max_bytes && p->max_bytes < c)
+        c = p->max_bytes;
+    uint64_t f = p->min_bytes;
+    if (!f) {
+        f = (uint64_t)((double)max_bytes * lim->default_floor_percent / 100.0);
+        if (f < lim->default_floor_min)
+            f = lim->default_floor_min;
+    }
+    if (f > c)
+        f = c; /* a floor above the ceiling cannot be honoured: the ceiling wins */
+    *floor = f;
+    *ceiling = c;
+}
+
+/* A guest-reported size, clamped to [0, cap]; counts clamps. */
+static uint64_t clamp_size(guest *g, int64_t v, uint64_t cap)
+{
+    if (v < 0)
+        return 0;
+    if ((uint64_t)v > cap) {
+        g->clamped_values++;
+        return cap;
+    }
+    return (uint64_t)v;
+}
+
+/* Rate of a cumulative guest counter; 0 when unknown or reset. */
+static double counter_rate(guest *g, int64_t now_v, int64_t prev_v, double dt, double max)
+{
+    if (now_v < 0 || prev_v < 0 || dt <= 0)
+        return 0;
+    if (now_v < prev_v) {
+        g->counter_resets++; /* guest reboot, or a lie: no evidence either way */
+        return 0;
+    }
+    double r = (double)(now_v - prev_v) / dt;
+    if (r > max) {
+        g->clamped_values++;
+        return max;
+    }
+    return r;
+}
+
+void guest_ingest(guest *g, const guest_sample *s, int64_t now, const guest_limits *lim,
+                  const classify_params *cp)
+{
+    guest_view *v = &g->view;
+    bool fresh_report = !g->have_cur || s->last_update != g->cur.last_update;
+    if (g->have_cur && fresh_report && s->last_update > 0) {
+        g->prev = g->cur;
+        g->have_prev = g->prev.last_update > 0;
+    }
+    g->cur = *s;
+    g->have_cur = true;
+
+    /* host truth */
+    v->actual_bytes = s->actual_bytes > 0 ? (uint64_t)s->actual_bytes : 0;
+    v->max_bytes = s->max_bytes > 0 ? (uint64_t)s->max_bytes : v->actual_bytes;
+    if (v->actual_bytes > v->max_bytes)
+        v->max_bytes = v->actual_bytes;
+    v->policy = g->policy;
+    guest_bounds(&g->policy, v->max_bytes, lim, &v->floor_bytes, &v->ceiling_bytes);
+
+    /* guest claims, bounded by what the host knows the guest has */
+    bool age_ok = s->last_update > 0 && now - s->last_update <= (int64_t)lim->stale_seconds;
+    v->stats_valid = age_ok && s->available_bytes >= 0 && v->actual_bytes > 0;
+    v->available_bytes = clamp_size(g, s->available_bytes, v->actual_bytes);
+    v->free_bytes = clamp_size(g, s->free_bytes, v->available_bytes);
+    v->cache_bytes = clamp_size(g, s->cache_bytes, v->available_bytes);
+
+    if (fresh_report && g->have_prev) {
+        double dt = (double)(g->cur.last_update - g->prev.last_update);
+        v->swap_in_bps = counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS);
+        v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
+        v->major_faults_ps = counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS);
+        classify_update(&g->cls, v, cp);
+    } else if (!v->stats_valid) {
+        v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = 0;
+    }
+    v->thrashing = g->cls.thrashing;
+    v->streaming = g->cls.streaming;
+    v->name = g->name;
+    v->uuid = g->uuid;
+}

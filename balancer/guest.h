@@ -1,0 +1,67 @@
+/*
+ * Per-guest state kept by the daemon between ticks: identity, effective
+ * policy, the last two stats samples, classification, last decision.
+ * guest_ingest() turns a raw (untrusted) sample into the clamped view the
+ * policies read.
+ */
+#ifndef MEMBAL_GUEST_H
+#define MEMBAL_GUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "classify.h"
+#include "policy.h"
+
+/* One stats sample.  Values the guest did not report are -1.  actual and
+ * max come from QEMU/libvirt (host truth); the rest from the guest. */
+typedef struct {
+    int64_t actual_bytes;
+    int64_t max_bytes;
+    int64_t last_update;     /* host timestamp of the guest's last report (s, epoch) */
+    int64_t free_bytes, available_bytes, cache_bytes, total_bytes;
+    int64_t swap_in_bytes, swap_out_bytes; /* cumulative */
+    int64_t major_faults, minor_faults;    /* cumulative */
+    int64_t rss_bytes;                     /* host-side RSS of the QEMU process */
+} guest_sample;
+
+typedef struct {
+    char name[256];
+    char uuid[40];
+    vm_policy policy;
+    bool policy_from_metadata;
+    char policy_error[256];   /* last rejected metadata, "" if none */
+    uint64_t policy_errors;
+
+    guest_sample cur, prev;
+    bool have_cur, have_prev;
+    uint64_t counter_resets;  /* counters that went backwards */
+    uint64_t clamped_values;  /* guest values outside what the host allows */
+    guest_view view;
+    classify_state cls;
+
+    uint64_t last_target;     /* last balloon target we set (0 = none) */
+    int64_t last_set_ms;
+    uint64_t balloon_ops, balloon_errors;
+    uint64_t reclaimed_bytes, returned_bytes;
+    char last_reason[96];
+    bool seen;                /* present in the latest domain list */
+    void *backend_data;       /* virDomainPtr or qmp_conn*, owned by the backend */
+} guest;
+
+typedef struct {
+    double default_floor_percent;
+    uint64_t default_floor_min;
+    unsigned stale_seconds;   /* stats older than this are not used */
+} guest_limits;
+
+void guest_init(guest *g, const char *name, const char *uuid);
+/* Take a new sample at wall-clock time now (s).  Rates come from guest
+ * counters over the host timestamps of two distinct reports. */
+void guest_ingest(guest *g, const guest_sample *s, int64_t now, const guest_limits *lim,
+                  const classify_params *cp);
+/* Floor and ceiling from the policy, the defaults and the domain maximum. */
+void guest_bounds(const vm_policy *p, uint64_t max_bytes, const guest_limits *lim,
+                  uint64_t *floor, uint64_t *ceiling);
+
+#endif

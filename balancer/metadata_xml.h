@@ -1,0 +1,21 @@
+/*
+ * Strict parser for our per-VM policy element in libvirt domain metadata:
+ *   <policy priority="high" shares="2000" min="1GiB" max="8GiB" mode="auto" protect="yes"/>
+ * in namespace VM_POLICY_NS_URI.  Anything unexpected is an error with a
+ * message naming it; the caller keeps the previous policy in force.
+ */
+#ifndef MEMBAL_METADATA_XML_H
+#define MEMBAL_METADATA_XML_H
+
+#include <stddef.h>
+
+#include "vm_policy.h"
+
+/* Documents longer than this are rejected unread. */
+#define METADATA_XML_MAX 4096
+
+/* Parse xml (len bytes) into *out (untouched on error).  Returns 0, or -1
+ * with a message in err. */
+int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, char *err, size_t errlen);
+
+#endif
