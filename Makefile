@@ -46,7 +46,7 @@ BALANCERD    := $(BUILD)/balancerd
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
                 $(BUILD)/tests/check_policies
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader
-INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp
+INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
 
 .PHONY: all deps check unit integration valgrind asan fuzz guest clean install
 
@@ -96,6 +96,10 @@ $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -Wall -Wextra -Werror $(CFLAGS) $(SAN) $(CPPFLAGS) $(call pc_cflags,json-c) -c $< -o $@
 
+$(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o \
+		$(BUILD)/tests/integration/guest_vm.o $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libvirt json-c glib-2.0 $(CHECKPKG))
+
 # ---- test guest ----
 GUEST_DIR := build/guest
 guest: $(GUEST_DIR)/.built
@@ -117,7 +121,7 @@ valgrind: $(UNIT_TESTS) $(REPLAYS)
 	  CK_FORK=no $(VALGRIND) $$t; done
 	$(VALGRIND) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
 
-integration: $(INTEG_TESTS) guest
+integration: $(INTEG_TESTS) $(BALANCERD) guest
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  rc=0; MEMBAL_GUEST_DIR=$(CURDIR)/$(GUEST_DIR) MEMBAL_TOP=$(CURDIR) $$t || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "== $$t SKIPPED"; elif [ $$rc -ne 0 ]; then exit $$rc; fi; done
