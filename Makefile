@@ -44,7 +44,7 @@ CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2
 BALANCERD    := $(BUILD)/balancerd
 
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
-                $(BUILD)/tests/check_policies
+                $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader
 INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
 
@@ -76,6 +76,9 @@ $(LIBPOLICY): $(POLICY_OBJ)
 
 $(BUILD)/tests/check_policies: $(BUILD)/tests/unit/check_policies.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
+
+$(BUILD)/tests/check_balancer: $(BUILD)/tests/unit/check_balancer.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
 $(BUILD)/tests/check_qmp_framer: $(BUILD)/tests/unit/check_qmp_framer.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0 $(CHECKPKG))

@@ -1,0 +1,396 @@
+/*
+ * Unit tests of the daemon's own parsers and state: sizes, the metadata
+ * policy element, the config file, host meminfo (with a fake sysfs tree)
+ * and the ingestion of untrusted guest stats.
+ */
+#include <check.h>
+#include <glib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "guest.h"
+#include "host_meminfo.h"
+#include "metadata_xml.h"
+#include "size_parse.h"
+
+/* ---- sizes ---- */
+
+START_TEST(sizes)
+{
+    uint64_t b;
+    ck_assert_int_eq(size_parse("4096", &b), 0);
+    ck_assert_uint_eq(b, 4096);
+    ck_assert_int_eq(size_parse("512MiB", &b), 0);
+    ck_assert_uint_eq(b, 512 * MIB);
+    ck_assert_int_eq(size_parse(" 2 GiB ", &b), 0);
+    ck_assert_uint_eq(b, 2 * GIB);
+    ck_assert_int_eq(size_parse("64k", &b), 0);
+    ck_assert_uint_eq(b, 65536);
+    ck_assert_int_eq(size_parse("1T", &b), 0);
+    ck_assert_uint_eq(b, 1024 * GIB);
+    ck_assert_int_eq(size_parse("-1GiB", &b), -1);
+    ck_assert_int_eq(size_parse("", &b), -1);
+    ck_assert_int_eq(size_parse("GiB", &b), -1);
+    ck_assert_int_eq(size_parse("1.5GiB", &b), -1);
+    ck_assert_int_eq(size_parse("12 parsecs", &b), -1);
+    ck_assert_int_eq(size_parse("99999999999999999999", &b), -1);
+    ck_assert_int_eq(size_parse("17179869184TiB", &b), -1); /* overflows 64 bits */
+    ck_assert_int_eq(size_or_percent_parse("5%", 1000, &b), 0);
+    ck_assert_uint_eq(b, 50);
+    ck_assert_int_eq(size_or_percent_parse("2.5%", 1000, &b), 0);
+    ck_assert_uint_eq(b, 25);
+    ck_assert_int_eq(size_or_percent_parse("101%", 1000, &b), -1);
+    ck_assert_int_eq(size_or_percent_parse("-5%", 1000, &b), -1);
+    ck_assert_int_eq(size_or_percent_parse("%", 1000, &b), -1);
+    ck_assert_int_eq(size_or_percent_parse("1MiB", 1000, &b), 0);
+    ck_assert_uint_eq(b, MIB);
+    char buf[32];
+    ck_assert_str_eq(size_format(384 * MIB, buf, sizeof(buf)), "384 MiB");
+    ck_assert_str_eq(size_format(1536 * MIB, buf, sizeof(buf)), "1.5 GiB");
+    ck_assert_str_eq(size_format(100, buf, sizeof(buf)), "100 B");
+}
+END_TEST
+
+/* ---- metadata ---- */
+
+static int parse(const char *xml, vm_policy *p, char *err)
+{
+    return metadata_policy_parse(xml, strlen(xml), p, err, 256);
+}
+
+START_TEST(metadata_full_element)
+{
+    vm_policy p;
+    char err[256] = "";
+    const char *xml = "<balancer:policy xmlns:balancer=\"https://membal.dev/xmlns/policy/1\" "
+                      "priority=\"high\" shares=\"2000\" min=\"1GiB\" max=\"8GiB\" mode=\"auto\" "
+                      "protect=\"yes\"/>";
+    ck_assert_msg(parse(xml, &p, err) == 0, "%s", err);
+    ck_assert_int_eq(p.priority, VM_PRIO_HIGH);
+    ck_assert_uint_eq(p.shares, 2000);
+    ck_assert_uint_eq(p.min_bytes, GIB);
+    ck_assert_uint_eq(p.max_bytes, 8 * GIB);
+    ck_assert_int_eq(p.mode, VM_MODE_AUTO);
+    ck_assert(p.protect);
+}
+END_TEST
+
+START_TEST(metadata_defaults_and_priority_shares)
+{
+    vm_policy p;
+    char err[256];
+    ck_assert_int_eq(parse("<policy/>", &p, err), 0);
+    ck_assert_uint_eq(p.shares, 1000);
+    ck_assert_int_eq(p.mode, VM_MODE_AUTO);
+    ck_assert_uint_eq(p.min_bytes, 0);
+    ck_assert_int_eq(parse("<policy priority='low'/>", &p, err), 0);
+    ck_assert_uint_eq(p.shares, 500);
+    ck_assert_int_eq(parse("<policy priority='low' shares='3000' mode='off'/>", &p, err), 0);
+    ck_assert_uint_eq(p.shares, 3000);
+    ck_assert_int_eq(p.mode, VM_MODE_OFF);
+}
+END_TEST
+
+START_TEST(metadata_rejects_with_reasons)
+{
+    static const struct {
+        const char *xml, *msg;
+    } bad[] = {
+        { "<policy colour='blue'/>", "unknown attribute 'colour'" },
+        { "<policy min='lots'/>", "min=\"lots\": expected a size" },
+        { "<policy min='2GiB' max='1GiB'/>", "min (2147483648 bytes) is greater than max" },
+        { "<policy max='0'/>", "max=\"0\": must be greater than zero" },
+        { "<policy shares='0'/>", "shares=\"0\"" },
+        { "<policy shares='-5'/>", "shares=\"-5\"" },
+        { "<policy shares='12abc'/>", "shares=\"12abc\"" },
+        { "<policy priority='urgent'/>", "expected low, normal or high" },
+        { "<policy mode='manual'/>", "expected auto or off" },
+        { "<policy protect='maybe'/>", "expected yes or no" },
+        { "<limits/>", "root element is <limits>" },
+        { "<policy><min>1</min></policy>", "takes no child elements" },
+        { "<policy>text</policy>", "takes no text content" },
+        { "<policy", "not well-formed" },
+        { "<x:policy xmlns:x='urn:other'/>", "is in namespace urn:other" },
+        { "<!DOCTYPE policy [<!ENTITY a 'aaaa'>]><policy mode='&a;'/>", "DOCTYPE" },
+        { "", "empty" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        vm_policy p;
+        vm_policy_default(&p);
+        p.shares = 4242;
+        char err[256] = "";
+        ck_assert_msg(parse(bad[i].xml, &p, err) == -1, "accepted: %s", bad[i].xml);
+        ck_assert_msg(strstr(err, bad[i].msg) != NULL, "%s -> '%s', wanted '%s'", bad[i].xml, err,
+                      bad[i].msg);
+        ck_assert_uint_eq(p.shares, 4242); /* untouched on error */
+    }
+    char big[METADATA_XML_MAX + 64];
+    memset(big, ' ', sizeof(big));
+    memcpy(big, "<policy", 7);
+    memcpy(big + sizeof(big) - 3, "/>", 3);
+    vm_policy p;
+    char err[256];
+    ck_assert_int_eq(metadata_policy_parse(big, sizeof(big) - 1, &p, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "more than 4096") != NULL, "%s", err);
+}
+END_TEST
+
+/* ---- config ---- */
+
+static char tmpdir[64];
+
+static const char *write_conf(const char *name, const char *text)
+{
+    static char path[128];
+    if (!tmpdir[0]) {
+        snprintf(tmpdir, sizeof(tmpdir), "/tmp/membal-unit-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    }
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+START_TEST(config_defaults_and_load)
+{
+    balancer_config c;
+    config_defaults(&c);
+    char *err = NULL;
+    ck_assert_int_eq(config_load(&c, "/nonexistent/balancer.conf", false, &err), 0);
+    ck_assert_str_eq(c.policy, "split-lru");
+    ck_assert_int_eq(config_load(&c, "/nonexistent/balancer.conf", true, &err), -1);
+    ck_assert_msg(strstr(err, "/nonexistent/balancer.conf") != NULL, "%s", err);
+    g_free(err);
+    const char *path = write_conf("ok.conf",
+                                  "# comment\n[balancer]\npolicy = mom\ntick = 3\n"
+                                  "[watermarks]\nmin = 256MiB\nlow = 1GiB\nhigh = 3%\n"
+                                  "[policy]\nstep_percent = 20\nreserve_min = 16MiB\n");
+    ck_assert_int_eq(config_load(&c, path, true, &err), 0);
+    ck_assert_str_eq(c.policy, "mom");
+    ck_assert_uint_eq(c.tick_seconds, 3);
+    ck_assert_uint_eq(c.stats_period, 2);
+    ck_assert(c.tun.step_percent == 20.0);
+    ck_assert_uint_eq(c.tun.reserve_min_bytes, 16 * MIB);
+    watermarks wm;
+    ck_assert_int_eq(config_watermarks(&c, 64 * GIB, &wm, &err), 0);
+    ck_assert_uint_eq(wm.min, 256 * MIB);
+    ck_assert_uint_eq(wm.low, GIB);
+    ck_assert_uint_eq(wm.high, (uint64_t)(64.0 * GIB * 0.03));
+    /* too small a host for these absolute watermarks: order check */
+    ck_assert_int_eq(config_watermarks(&c, 16 * GIB, &wm, &err), -1);
+    g_free(err);
+    config_clear(&c);
+}
+END_TEST
+
+START_TEST(config_errors_name_key_and_line)
+{
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        { "[balancer]\n\ntick = 0\n", "bad.conf:3: [balancer] tick = \"0\": expected an integer from 1 to 3600" },
+        { "[balancer]\npolicy = fastest\n", "bad.conf:2: [balancer] policy = \"fastest\": unknown policy (known: split-lru, mom, none)" },
+        { "[watermarks]\nlow = lots\n", "bad.conf:2: [watermarks] low = \"lots\"" },
+        { "[watermarks]\nmin = 5%\nlow = 4%\nhigh = 6%\n", "need min < low < high" },
+        { "[balancer]\ntick = 5\n[policy]\nstep_percnt = 3\n", "bad.conf:4: [policy] step_percnt = \"\": unknown key" },
+        { "[balancr]\ntick = 5\n", "bad.conf:1: unknown group [balancr]" },
+        { "[policy]\ncomfort_percent = 150\n", "expected a percentage from 0 to 100" },
+        { "tick = 5\n", "bad.conf" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        balancer_config c;
+        config_defaults(&c);
+        char *err = NULL;
+        const char *path = write_conf("bad.conf", bad[i].text);
+        ck_assert_msg(config_load(&c, path, true, &err) == -1, "accepted: %s", bad[i].text);
+        ck_assert_msg(strstr(err, bad[i].msg) != NULL, "got '%s', wanted '%s'", err, bad[i].msg);
+        /* the previous configuration is untouched */
+        ck_assert_uint_eq(c.tick_seconds, 5);
+        ck_assert_str_eq(c.policy, "split-lru");
+        g_free(err);
+        config_clear(&c);
+    }
+}
+END_TEST
+
+/* ---- host meminfo ---- */
+
+START_TEST(meminfo_and_fake_numa_tree)
+{
+    char meminfo[128];
+    snprintf(meminfo, sizeof(meminfo), "%s", write_conf("meminfo",
+                                     "MemTotal:       16384000 kB\nMemFree:         1000000 kB\n"
+                                     "MemAvailable:    3000000 kB\nBuffers:           10000 kB\n"
+                                     "Cached:          2000000 kB\nSwapTotal:       4000000 kB\n"
+                                     "SwapFree:        3500000 kB\n"));
+    char nodes[128];
+    snprintf(nodes, sizeof(nodes), "%s/node", tmpdir);
+    mkdir(nodes, 0700);
+    for (int n = 0; n < 2; n++) {
+        char dir[160], file[64];
+        snprintf(dir, sizeof(dir), "%s/node%d", nodes, n);
+        mkdir(dir, 0700);
+        snprintf(file, sizeof(file), "node%d/meminfo", n);
+        char text[256];
+        snprintf(text, sizeof(text),
+                 "Node %d MemTotal:        8192000 kB\nNode %d MemFree:          %d kB\n"
+                 "Node %d FilePages:        1000 kB\n", n, n, n ? 700000 : 300000, n);
+        char rel[256];
+        snprintf(rel, sizeof(rel), "node/%s", file);
+        write_conf(rel, text);
+    }
+    char other[160];
+    snprintf(other, sizeof(other), "%s/power", nodes);
+    mkdir(other, 0700); /* not a node: ignored */
+    host_meminfo h;
+    ck_assert_int_eq(host_meminfo_read(meminfo, nodes, &h), 0);
+    ck_assert_uint_eq(h.host.total_bytes, 16384000ULL * 1024);
+    ck_assert_uint_eq(h.host.available_bytes, 3000000ULL * 1024);
+    ck_assert_uint_eq(h.host.cached_bytes, 2010000ULL * 1024);
+    ck_assert_uint_eq(h.swap_free_bytes, 3500000ULL * 1024);
+    ck_assert_uint_eq(h.n_nodes, 2);
+    ck_assert_int_eq(h.nodes[1].node, 1);
+    ck_assert_uint_eq(h.nodes[1].free_bytes, 700000ULL * 1024);
+    ck_assert_uint_eq(h.nodes[0].file_bytes, 1000ULL * 1024);
+
+    /* an old kernel without MemAvailable */
+    host_view v;
+    ck_assert_int_eq(meminfo_parse("MemTotal: 1000 kB\nMemFree: 100 kB\nCached: 50 kB\n", &v, NULL, NULL), 0);
+    ck_assert_uint_eq(v.available_bytes, 150 * 1024);
+    ck_assert_int_eq(meminfo_parse("garbage\n", &v, NULL, NULL), -1);
+    ck_assert_int_eq(host_meminfo_read("/nonexistent", nodes, &h), -1);
+    /* the real one */
+    ck_assert_int_eq(host_meminfo_read("/proc/meminfo", "/sys/devices/system/node", &h), 0);
+    ck_assert_uint_gt(h.host.total_bytes, 0);
+}
+END_TEST
+
+/* ---- guest ingestion ---- */
+
+static guest_limits lim = { .default_floor_percent = 25, .default_floor_min = 256 * MIB,
+                            .stale_seconds = 10 };
+
+static guest_sample sample(int64_t t, int64_t swap_in, int64_t majflt)
+{
+    guest_sample s = {
+        .actual_bytes = (int64_t)(2 * GIB), .max_bytes = (int64_t)(4 * GIB), .last_update = t,
+        .free_bytes = (int64_t)(512 * MIB), .available_bytes = (int64_t)(1 * GIB),
+        .cache_bytes = (int64_t)(400 * MIB), .total_bytes = (int64_t)(2 * GIB),
+        .swap_in_bytes = swap_in, .swap_out_bytes = 0, .major_faults = majflt,
+        .minor_faults = 0, .rss_bytes = -1,
+    };
+    return s;
+}
+
+START_TEST(guest_rates_and_thrash)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    guest g;
+    guest_init(&g, "db", "u1");
+    guest_sample s = sample(1000, 0, 0);
+    guest_ingest(&g, &s, 1001, &lim, &cp);
+    ck_assert(g.view.stats_valid);
+    ck_assert_uint_eq(g.view.floor_bytes, GIB); /* 25% of 4 GiB */
+    ck_assert_uint_eq(g.view.ceiling_bytes, 4 * GIB);
+    s = sample(1002, (int64_t)(20 * MIB), 10);
+    guest_ingest(&g, &s, 1003, &lim, &cp);
+    ck_assert(g.view.swap_in_bps == 10.0 * MIB);
+    ck_assert(g.view.major_faults_ps == 5.0);
+    ck_assert(g.view.thrashing);
+    /* the same report seen again (polling faster than the guest) changes nothing */
+    guest_ingest(&g, &s, 1004, &lim, &cp);
+    ck_assert(g.view.swap_in_bps == 10.0 * MIB);
+    /* stale stats are not valid */
+    guest_ingest(&g, &s, 1100, &lim, &cp);
+    ck_assert(!g.view.stats_valid);
+}
+END_TEST
+
+START_TEST(lying_guest_is_clamped)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    guest g;
+    guest_init(&g, "liar", "u2");
+    guest_sample s = sample(1000, (int64_t)(100 * GIB), 1000000);
+    /* claims more free/available/cache than the balloon gives it */
+    s.free_bytes = INT64_MAX;
+    s.available_bytes = (int64_t)(64 * GIB);
+    s.cache_bytes = (int64_t)(32 * GIB);
+    guest_ingest(&g, &s, 1000, &lim, &cp);
+    ck_assert_uint_eq(g.view.available_bytes, 2 * GIB);
+    ck_assert_uint_le(g.view.free_bytes, g.view.available_bytes);
+    ck_assert_uint_le(g.view.cache_bytes, g.view.available_bytes);
+    ck_assert_uint_ge(g.clamped_values, 3);
+    /* counters going backwards are a reset, not a huge rate */
+    s = sample(1002, 0, 0);
+    guest_ingest(&g, &s, 1002, &lim, &cp);
+    ck_assert(g.view.swap_in_bps == 0);
+    ck_assert(g.view.major_faults_ps == 0);
+    ck_assert_uint_eq(g.counter_resets, 2);
+    /* an absurd rate is capped */
+    s = sample(1003, INT64_MAX, 0);
+    guest_ingest(&g, &s, 1003, &lim, &cp);
+    ck_assert(g.view.swap_in_bps <= 64.0 * GIB);
+    /* balloon larger than the domain maximum: max follows actual (host data) */
+    s = sample(1004, INT64_MAX, 0);
+    s.max_bytes = (int64_t)GIB;
+    guest_ingest(&g, &s, 1004, &lim, &cp);
+    ck_assert_uint_eq(g.view.max_bytes, 2 * GIB);
+}
+END_TEST
+
+START_TEST(bounds_from_policy)
+{
+    vm_policy p;
+    vm_policy_default(&p);
+    uint64_t f, c;
+    guest_bounds(&p, 512 * MIB, &lim, &f, &c);
+    ck_assert_uint_eq(f, 256 * MIB); /* default_floor_min beats 25% */
+    ck_assert_uint_eq(c, 512 * MIB);
+    p.min_bytes = 1 * GIB;
+    p.max_bytes = 8 * GIB;
+    guest_bounds(&p, 4 * GIB, &lim, &f, &c);
+    ck_assert_uint_eq(f, 1 * GIB);
+    ck_assert_uint_eq(c, 4 * GIB); /* the domain maximum caps the policy max */
+    p.min_bytes = 6 * GIB;
+    guest_bounds(&p, 4 * GIB, &lim, &f, &c);
+    ck_assert_uint_eq(f, 4 * GIB); /* floor above ceiling: ceiling wins */
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("balancer");
+    TCase *tc = tcase_create("parsers_and_state");
+    tcase_add_test(tc, sizes);
+    tcase_add_test(tc, metadata_full_element);
+    tcase_add_test(tc, metadata_defaults_and_priority_shares);
+    tcase_add_test(tc, metadata_rejects_with_reasons);
+    tcase_add_test(tc, config_defaults_and_load);
+    tcase_add_test(tc, config_errors_name_key_and_line);
+    tcase_add_test(tc, meminfo_and_fake_numa_tree);
+    tcase_add_test(tc, guest_rates_and_thrash);
+    tcase_add_test(tc, lying_guest_is_clamped);
+    tcase_add_test(tc, bounds_from_policy);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* tests share tmpdir */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (tmpdir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir);
+    }
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
