@@ -124,9 +124,12 @@ valgrind: $(UNIT_TESTS) $(REPLAYS)
 	  CK_FORK=no $(VALGRIND) $$t; done
 	$(VALGRIND) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
 
+# balancerd runs under valgrind in the end-to-end tests (not under ASan)
+DAEMON_WRAPPER ?= $(if $(SAN),,$(VALGRIND))
 integration: $(INTEG_TESTS) $(BALANCERD) guest
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
-	  rc=0; MEMBAL_GUEST_DIR=$(CURDIR)/$(GUEST_DIR) MEMBAL_TOP=$(CURDIR) $$t || rc=$$?; \
+	  rc=0; MEMBAL_GUEST_DIR=$(CURDIR)/$(GUEST_DIR) MEMBAL_TOP=$(CURDIR) \
+	    MEMBAL_DAEMON_WRAPPER="$(DAEMON_WRAPPER)" $$t || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "== $$t SKIPPED"; elif [ $$rc -ne 0 ]; then exit $$rc; fi; done
 
 check: all

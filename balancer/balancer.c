@@ -63,6 +63,7 @@ int balancer_init(balancer *b, balancer_config *cfg, const backend_ops *be, char
 
 void balancer_free(balancer *b)
 {
+    b->shutting_down = true;
     while (b->guests && b->guests->len)
         balancer_guest_remove(b, g_ptr_array_index(b->guests, b->guests->len - 1));
     if (b->backend && b->backend->shutdown)
@@ -97,7 +98,8 @@ guest *balancer_guest_add(balancer *b, const char *name, const char *uuid)
 
 void balancer_guest_remove(balancer *b, guest *g)
 {
-    log_info("guest %s (%s): gone", g->name, g->uuid);
+    if (!b->shutting_down)
+        log_info("guest %s (%s): gone", g->name, g->uuid);
     if (b->backend && b->backend->guest_release)
         b->backend->guest_release(b, g);
     g_ptr_array_remove(b->guests, g);

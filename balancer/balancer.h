@@ -30,6 +30,7 @@ struct balancer {
     char **qmp_sockets;             /* --qmp SOCKET..., NULL-terminated (qmp backend) */
     bool dry_run;                   /* decide and log, never actuate */
     bool paused;
+    bool shutting_down;             /* guests are released, not gone */
 
     /* last tick */
     host_meminfo host;
