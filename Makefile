@@ -40,7 +40,7 @@ CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c 
                 balancer/backend_libvirt.c balancer/backend_qmp.c
 CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIBCORE      := $(BUILD)/libbalancer.a
-CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0) -lm
+CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0 libsystemd) -lm
 BALANCERD    := $(BUILD)/balancerd
 
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
@@ -165,6 +165,14 @@ DEB_PKGS := build-essential pkg-config clang libclang-rt-14-dev valgrind \
 deps:
 	apt-get update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_PKGS)
+
+PREFIX  ?= /usr
+DESTDIR ?=
+install: $(BALANCERD)
+	install -D -m 0755 $(BALANCERD) $(DESTDIR)$(PREFIX)/sbin/balancerd
+	install -D -m 0644 balancer.service $(DESTDIR)/lib/systemd/system/balancer.service
+	[ -e $(DESTDIR)/etc/balancer/balancer.conf ] || \
+	  install -D -m 0644 balancer.conf $(DESTDIR)/etc/balancer/balancer.conf
 
 clean:
 	rm -rf build build-asan

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <systemd/sd-daemon.h>
 
 #include "balancer.h"
 #include "log.h"
@@ -59,14 +60,25 @@ static gboolean on_quit(gpointer data)
 {
     daemon_ctx *d = data;
     log_info("stopping");
+    sd_notify(0, "STOPPING=1");
     g_main_loop_quit(d->loop);
     return G_SOURCE_CONTINUE;
 }
+
+static gboolean reload(daemon_ctx *d);
 
 /* SIGHUP: re-read the config; on any error keep the running one. */
 static gboolean on_reload(gpointer data)
 {
     daemon_ctx *d = data;
+    sd_notify(0, "RELOADING=1");
+    gboolean r = reload(d);
+    sd_notify(0, "READY=1");
+    return r;
+}
+
+static gboolean reload(daemon_ctx *d)
+{
     balancer_config c;
     config_defaults(&c);
     char *err = NULL;
@@ -199,6 +211,7 @@ int main(int argc, char **argv)
         g_unix_signal_add(SIGHUP, on_reload, &d);
         balancer_tick(&d.b);
         schedule_ticks(&d);
+        sd_notify(0, "READY=1"); /* Type=notify: started and balancing */
         g_main_loop_run(d.loop);
         g_main_loop_unref(d.loop);
     }

@@ -219,6 +219,45 @@ START_TEST(config_errors_name_key_and_line)
 }
 END_TEST
 
+/* The shipped balancer.conf documents the defaults: with every key
+ * uncommented it must load and change nothing. */
+START_TEST(shipped_config_states_the_defaults)
+{
+    char *text = NULL;
+    ck_assert(g_file_get_contents("balancer.conf", &text, NULL, NULL));
+    GString *un = g_string_new(NULL);
+    for (char **l = g_strsplit(text, "\n", -1), **p = l; *p; p++) {
+        const char *line = *p;
+        if (line[0] == '#' && line[1] != ' ' && line[1] != '\0' && strchr(line, '='))
+            line++;
+        g_string_append_printf(un, "%s\n", line);
+        if (!p[1])
+            g_strfreev(l);
+    }
+    const char *path = write_conf("shipped.conf", un->str);
+    g_string_free(un, TRUE);
+    g_free(text);
+    balancer_config c, d;
+    config_defaults(&c);
+    config_defaults(&d);
+    char *err = NULL;
+    ck_assert_msg(config_load(&c, path, true, &err) == 0, "%s", err ? err : "");
+    ck_assert_str_eq(c.connect_uri, d.connect_uri);
+    ck_assert_str_eq(c.policy, d.policy);
+    ck_assert_uint_eq(c.tick_seconds, d.tick_seconds);
+    ck_assert_uint_eq(c.stats_period, d.stats_period);
+    ck_assert_str_eq(c.wm_min, d.wm_min);
+    ck_assert_str_eq(c.wm_low, d.wm_low);
+    ck_assert_str_eq(c.wm_high, d.wm_high);
+    ck_assert(c.default_floor_percent == d.default_floor_percent);
+    ck_assert_uint_eq(c.default_floor_min, d.default_floor_min);
+    ck_assert(memcmp(&c.tun, &d.tun, sizeof(c.tun)) == 0);
+    ck_assert_str_eq(c.metrics_listen, d.metrics_listen);
+    config_clear(&c);
+    config_clear(&d);
+}
+END_TEST
+
 /* ---- host meminfo ---- */
 
 START_TEST(meminfo_and_fake_numa_tree)
@@ -376,6 +415,7 @@ int main(void)
     tcase_add_test(tc, metadata_rejects_with_reasons);
     tcase_add_test(tc, config_defaults_and_load);
     tcase_add_test(tc, config_errors_name_key_and_line);
+    tcase_add_test(tc, shipped_config_states_the_defaults);
     tcase_add_test(tc, meminfo_and_fake_numa_tree);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, lying_guest_is_clamped);
