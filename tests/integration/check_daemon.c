@@ -68,6 +68,19 @@ static bool log_has(const char *needle)
     return hit;
 }
 
+static int count_log(const char *needle)
+{
+    FILE *f = fopen(daemon_log, "r");
+    if (!f)
+        return 0;
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
 static bool wait_log(const char *needle, int seconds)
 {
     for (int i = 0; i < seconds * 10; i++) {
@@ -264,6 +277,36 @@ START_TEST(libvirt_metadata_drives_balloon)
     if (!wait_actual(d, 400 * MIB, 60)) {
         dump_log();
         ck_abort_msg("balloon at %llu MiB, expected 400 MiB", (unsigned long long)(actual_bytes(d) / MIB));
+    }
+
+    /* libvirtd restarts under us (only when this test started it): the
+     * daemon reconnects, re-reads the policy and follows the next change */
+    if (strncmp(libvirtd_started, "started", 7) == 0) {
+        virDomainFree(d);
+        virConnectClose(conn);
+        conn = NULL;
+        ck_assert_int_eq(run("kill $(cat /run/membal-test-libvirtd.pid); "
+                             "while [ -e /run/membal-test-libvirtd.pid ] && "
+                             "kill -0 $(cat /run/membal-test-libvirtd.pid) 2>/dev/null; do sleep 0.1; done"), 0);
+        ck_assert(wait_log("libvirt connection closed", 20));
+        char cmd[512], line[256] = "";
+        snprintf(cmd, sizeof(cmd), "'%s/tests/integration/libvirtd-up.sh'", top());
+        FILE *p = popen(cmd, "r");
+        ck_assert(fgets(line, sizeof(line), p) != NULL);
+        ck_assert_int_eq(pclose(p), 0);
+        conn = virConnectOpen("qemu:///system");
+        ck_assert_ptr_nonnull(conn);
+        d = virDomainLookupByName(conn, domname);
+        ck_assert_ptr_nonnull(d);
+        for (int i = 0; i < 150 && count_log("connected to qemu:///system") < 2; i++)
+            usleep(100 * 1000);
+        ck_assert_int_ge(count_log("connected to qemu:///system"), 2);
+        set_policy("<policy min=\"448MiB\"/>");
+        if (!wait_actual(d, 448 * MIB, 30)) {
+            dump_log();
+            ck_abort_msg("after the libvirtd restart: %llu MiB, expected 448 MiB",
+                         (unsigned long long)(actual_bytes(d) / MIB));
+        }
     }
 
     /* the guest going away is noticed through the lifecycle event */

@@ -226,14 +226,14 @@ START_TEST(shipped_config_states_the_defaults)
     char *text = NULL;
     ck_assert(g_file_get_contents("balancer.conf", &text, NULL, NULL));
     GString *un = g_string_new(NULL);
-    for (char **l = g_strsplit(text, "\n", -1), **p = l; *p; p++) {
+    char **lines = g_strsplit(text, "\n", -1);
+    for (char **p = lines; *p; p++) {
         const char *line = *p;
         if (line[0] == '#' && line[1] != ' ' && line[1] != '\0' && strchr(line, '='))
             line++;
         g_string_append_printf(un, "%s\n", line);
-        if (!p[1])
-            g_strfreev(l);
     }
+    g_strfreev(lines);
     const char *path = write_conf("shipped.conf", un->str);
     g_string_free(un, TRUE);
     g_free(text);
