@@ -37,11 +37,13 @@ LIBPOLICY    := $(BUILD)/libpolicy.a
 # balancer core (everything but main), shared by balancerd and the tests
 CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c \
                 balancer/host_meminfo.c balancer/guest.c balancer/log.c balancer/balancer.c \
-                balancer/backend_libvirt.c balancer/backend_qmp.c
+                balancer/backend_libvirt.c balancer/backend_qmp.c balancer/metrics.c \
+                balancer/control.c
 CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIBCORE      := $(BUILD)/libbalancer.a
-CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0 libsystemd) -lm
+CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0 libsystemd libmicrohttpd) -lm
 BALANCERD    := $(BUILD)/balancerd
+BALANCERCTL  := $(BUILD)/balancerctl
 
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
                 $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer
@@ -50,7 +52,7 @@ INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
 
 .PHONY: all deps check unit integration valgrind asan fuzz guest clean install
 
-all: $(BALANCERD) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS)
+all: $(BALANCERD) $(BALANCERCTL) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -68,6 +70,9 @@ $(LIBCORE): $(CORE_OBJ)
 
 $(BALANCERD): $(BUILD)/balancer/balancerd.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS)
+
+$(BALANCERCTL): $(BUILD)/balancer/balancerctl.o $(BUILD)/balancer/size_parse.o
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0) -lm
 
 $(LIBPOLICY): $(POLICY_OBJ)
 	@mkdir -p $(dir $@)
@@ -126,7 +131,7 @@ valgrind: $(UNIT_TESTS) $(REPLAYS)
 
 # balancerd runs under valgrind in the end-to-end tests (not under ASan)
 DAEMON_WRAPPER ?= $(if $(SAN),,$(VALGRIND))
-integration: $(INTEG_TESTS) $(BALANCERD) guest
+integration: $(INTEG_TESTS) $(BALANCERD) $(BALANCERCTL) guest
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  rc=0; MEMBAL_GUEST_DIR=$(CURDIR)/$(GUEST_DIR) MEMBAL_TOP=$(CURDIR) \
 	    MEMBAL_DAEMON_WRAPPER="$(DAEMON_WRAPPER)" $$t || rc=$$?; \
@@ -160,7 +165,8 @@ DEB_PKGS := build-essential pkg-config clang libclang-rt-14-dev valgrind \
   libjson-c-dev libglib2.0-dev libvirt-dev libvirt-glib-1.0-dev libxml2-dev \
   libmicrohttpd-dev libsystemd-dev check \
   qemu-system-x86 qemu-utils linux-image-amd64 busybox-static cpio xz-utils zstd kmod \
-  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients curl procps iproute2
+  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients curl procps iproute2 \
+  prometheus
 
 deps:
 	apt-get update
@@ -168,8 +174,9 @@ deps:
 
 PREFIX  ?= /usr
 DESTDIR ?=
-install: $(BALANCERD)
+install: $(BALANCERD) $(BALANCERCTL)
 	install -D -m 0755 $(BALANCERD) $(DESTDIR)$(PREFIX)/sbin/balancerd
+	install -D -m 0755 $(BALANCERCTL) $(DESTDIR)$(PREFIX)/sbin/balancerctl
 	install -D -m 0644 balancer.service $(DESTDIR)/lib/systemd/system/balancer.service
 	[ -e $(DESTDIR)/etc/balancer/balancer.conf ] || \
 	  install -D -m 0644 balancer.conf $(DESTDIR)/etc/balancer/balancer.conf

@@ -171,6 +171,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
 {
     const guest_view *v = &g->view;
     snprintf(g->last_reason, sizeof(g->last_reason), "%s", d->reason);
+    g->decided_target = d->target_bytes;
     if (!d->change || v->policy.mode == VM_MODE_OFF)
         return;
     uint64_t target = d->target_bytes;
@@ -256,6 +257,7 @@ void balancer_tick(balancer *b)
     g_free(views);
     g_free(dec);
     b->last_tick_seconds = (double)(mono_ms() - t0) / 1000.0;
+    tick_histogram_observe(&b->tick_hist, b->last_tick_seconds);
     log_debug("tick %llu: %s (%.3f s)", (unsigned long long)b->ticks, b->summary,
               b->last_tick_seconds);
 }

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "guest.h"
 #include "host_meminfo.h"
+#include "metrics.h"
 #include "policy.h"
 
 struct balancer {
@@ -39,6 +40,7 @@ struct balancer {
     char summary[128];
     uint64_t ticks;
     double last_tick_seconds;
+    tick_histogram tick_hist;
 
     /* counters */
     uint64_t policy_errors;         /* metadata documents rejected */

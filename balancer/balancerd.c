@@ -15,7 +15,9 @@
 #include <systemd/sd-daemon.h>
 
 #include "balancer.h"
+#include "control.h"
 #include "log.h"
+#include "metrics.h"
 
 typedef struct {
     balancer b;
@@ -23,15 +25,24 @@ typedef struct {
     char *config_path;
     bool config_explicit;
     guint tick_source;
+    metrics_server *metrics;
+    control_server *control;
     /* command-line overrides, re-applied after a reload */
-    char *opt_connect, *opt_policy;
+    char *opt_connect, *opt_policy, *opt_metrics, *opt_control;
     int opt_tick;
 } daemon_ctx;
 
+/* One round, then publish what it saw. */
+static void tick(daemon_ctx *d)
+{
+    balancer_tick(&d->b);
+    if (d->metrics)
+        metrics_publish(d->metrics, metrics_render(&d->b));
+}
+
 static gboolean on_tick(gpointer data)
 {
-    daemon_ctx *d = data;
-    balancer_tick(&d->b);
+    tick(data);
     return G_SOURCE_CONTINUE;
 }
 
@@ -47,6 +58,14 @@ static void apply_overrides(daemon_ctx *d, balancer_config *c)
     }
     if (d->opt_tick > 0)
         c->tick_seconds = (unsigned)d->opt_tick;
+    if (d->opt_metrics) {
+        g_free(c->metrics_listen);
+        c->metrics_listen = g_strdup(d->opt_metrics);
+    }
+    if (d->opt_control) {
+        g_free(c->control_socket);
+        c->control_socket = g_strdup(d->opt_control);
+    }
 }
 
 static void schedule_ticks(daemon_ctx *d)
@@ -130,6 +149,10 @@ int main(int argc, char **argv)
         { "policy", 'p', 0, G_OPTION_ARG_STRING, &d.opt_policy,
           "Policy: split-lru (default), mom or none", "NAME" },
         { "tick", 't', 0, G_OPTION_ARG_INT, &d.opt_tick, "Seconds between balancing rounds", "S" },
+        { "metrics-listen", 0, 0, G_OPTION_ARG_STRING, &d.opt_metrics,
+          "Serve Prometheus /metrics on HOST:PORT (default 127.0.0.1:9640; \"\" disables)", "ADDR" },
+        { "control-socket", 0, 0, G_OPTION_ARG_FILENAME, &d.opt_control,
+          "balancerctl socket (default " CONTROL_DEFAULT_SOCKET "; \"\" disables)", "PATH" },
         { "dry-run", 'n', 0, G_OPTION_ARG_NONE, &dry_run, "Decide and log, but never balloon", NULL },
         { "once", 0, 0, G_OPTION_ARG_NONE, &once, "Run one round and exit", NULL },
         { "ticks", 0, 0, G_OPTION_ARG_INT, &ticks, "Run N rounds and exit", "N" },
@@ -190,6 +213,22 @@ int main(int argc, char **argv)
     log_info("starting: policy %s, tick %u s, %s%s", d.b.policy->name, d.b.cfg.tick_seconds,
              qmp ? "QMP sockets" : d.b.cfg.connect_uri, dry_run ? ", dry run" : "");
 
+    if (d.b.cfg.metrics_listen[0]) {
+        d.metrics = metrics_start(d.b.cfg.metrics_listen, &err);
+        if (!d.metrics) {
+            fprintf(stderr, "balancerd: %s\n", err);
+            return 1;
+        }
+        log_info("metrics on http://%s/metrics", d.b.cfg.metrics_listen);
+    }
+    if (d.b.cfg.control_socket[0]) {
+        d.control = control_start(&d.b, d.b.cfg.control_socket, &err);
+        if (!d.control) {
+            fprintf(stderr, "balancerd: %s\n", err);
+            return 1;
+        }
+    }
+
     if (once)
         ticks = 1;
     if (ticks > 0) {
@@ -202,21 +241,25 @@ int main(int argc, char **argv)
                     if (!g_main_context_iteration(ctx, FALSE))
                         g_usleep(20000);
             }
-            balancer_tick(&d.b);
+            tick(&d);
         }
     } else {
         d.loop = g_main_loop_new(NULL, FALSE);
         g_unix_signal_add(SIGTERM, on_quit, &d);
         g_unix_signal_add(SIGINT, on_quit, &d);
         g_unix_signal_add(SIGHUP, on_reload, &d);
-        balancer_tick(&d.b);
+        tick(&d);
         schedule_ticks(&d);
         sd_notify(0, "READY=1"); /* Type=notify: started and balancing */
         g_main_loop_run(d.loop);
         g_main_loop_unref(d.loop);
     }
+    control_stop(d.control);
+    metrics_stop(d.metrics);
     balancer_free(&d.b);
     g_strfreev(qmp);
+    g_free(d.opt_metrics);
+    g_free(d.opt_control);
     g_free(d.config_path);
     g_free(d.opt_connect);
     g_free(d.opt_policy);

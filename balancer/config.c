@@ -23,6 +23,7 @@ void config_defaults(balancer_config *c)
     c->default_floor_min = 256 * MIB;
     policy_tunables_default(&c->tun);
     c->metrics_listen = g_strdup("127.0.0.1:9640");
+    c->control_socket = g_strdup(CONTROL_DEFAULT_SOCKET);
 }
 
 void config_clear(balancer_config *c)
@@ -33,6 +34,7 @@ void config_clear(balancer_config *c)
     g_free(c->wm_low);
     g_free(c->wm_high);
     g_free(c->metrics_listen);
+    g_free(c->control_socket);
     memset(c, 0, sizeof(*c));
 }
 
@@ -187,7 +189,7 @@ static int get_size_or_percent(loader *l, const char *group, const char *key, ch
 }
 
 static const char *const known_keys[][12] = {
-    { "balancer", "connect", "policy", "tick", "stats_period", NULL },
+    { "balancer", "connect", "policy", "tick", "stats_period", "control_socket", NULL },
     { "watermarks", "min", "low", "high", NULL },
     { "guests", "default_floor_percent", "default_floor_min", NULL },
     { "policy", "step_percent", "step_min", "reserve_percent", "reserve_min", "comfort_percent",
@@ -257,6 +259,7 @@ int config_load(balancer_config *c, const char *path, bool must_exist, char **er
     n.wm_low = g_strdup(c->wm_low);
     n.wm_high = g_strdup(c->wm_high);
     n.metrics_listen = g_strdup(c->metrics_listen);
+    n.control_socket = g_strdup(c->control_socket);
     int rc = 0;
     rc = rc ? rc : check_unknown(&l);
     rc = rc ? rc : get_str(&l, "balancer", "connect", &n.connect_uri);
@@ -275,6 +278,7 @@ int config_load(balancer_config *c, const char *path, bool must_exist, char **er
     rc = rc ? rc : get_percent(&l, "policy", "comfort_percent", &n.tun.comfort_percent);
     rc = rc ? rc : get_size(&l, "policy", "min_change", &n.tun.min_change_bytes);
     rc = rc ? rc : get_str(&l, "metrics", "listen", &n.metrics_listen);
+    rc = rc ? rc : get_str(&l, "balancer", "control_socket", &n.control_socket);
     if (rc == 0 && !policy_lookup(n.policy)) {
         char why[96];
         snprintf(why, sizeof(why), "unknown policy (known: %s)", policy_names());

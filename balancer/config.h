@@ -12,6 +12,7 @@
 #include "policy.h"
 
 #define CONFIG_DEFAULT_PATH "/etc/balancer/balancer.conf"
+#define CONTROL_DEFAULT_SOCKET "/run/balancer/control.sock"
 
 typedef struct {
     char *connect_uri;          /* [balancer] connect */
@@ -24,6 +25,7 @@ typedef struct {
     policy_tunables tun;        /* [policy] step_percent, step_min, reserve_percent,
                                    reserve_min, comfort_percent, min_change */
     char *metrics_listen;       /* [metrics] listen (host:port, "" = off) */
+    char *control_socket;       /* [balancer] control_socket ("" = off) */
 } balancer_config;
 
 void config_defaults(balancer_config *c);

@@ -87,9 +87,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, const guest_limi
     /* guest claims, bounded by what the host knows the guest has */
     bool age_ok = s->last_update > 0 && now - s->last_update <= (int64_t)lim->stale_seconds;
     v->stats_valid = age_ok && s->available_bytes >= 0 && v->actual_bytes > 0;
+    /* (MemFree may legitimately exceed MemAvailable: only the balloon
+     * size, which the host knows, bounds them) */
     v->available_bytes = clamp_size(g, s->available_bytes, v->actual_bytes);
-    v->free_bytes = clamp_size(g, s->free_bytes, v->available_bytes);
-    v->cache_bytes = clamp_size(g, s->cache_bytes, v->available_bytes);
+    v->free_bytes = clamp_size(g, s->free_bytes, v->actual_bytes);
+    v->cache_bytes = clamp_size(g, s->cache_bytes, v->actual_bytes);
 
     if (fresh_report && g->have_prev) {
         double dt = (double)(g->cur.last_update - g->prev.last_update);

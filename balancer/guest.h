@@ -40,6 +40,7 @@ typedef struct {
     guest_view view;
     classify_state cls;
 
+    uint64_t decided_target;  /* what the policy chose last tick (before clamping) */
     uint64_t last_target;     /* last balloon target we set (0 = none) */
     int64_t last_set_ms;
     uint64_t balloon_ops, balloon_errors;

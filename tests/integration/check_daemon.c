@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <glib.h>
+#include <json-c/json.h>
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 
@@ -23,6 +25,7 @@
 
 #define MIB (1024ULL * 1024ULL)
 #define URI "https://membal.dev/xmlns/policy/1"
+#define METRICS_PORT 19641
 
 static char workdir[200];
 static char domname[64];
@@ -97,12 +100,14 @@ static void start_daemon(const char *config, const char *extra)
     daemon_pid = fork();
     ck_assert_int_ge(daemon_pid, 0);
     if (daemon_pid == 0) {
-        char cmd[2048];
+        char cmd[3072];
         /* MEMBAL_DAEMON_WRAPPER (make check sets valgrind) runs the daemon
          * under a checker whose failure shows up as a non-zero exit */
         const char *wrap = getenv("MEMBAL_DAEMON_WRAPPER");
-        snprintf(cmd, sizeof(cmd), "exec %s '%s/build/balancerd' --config '%s' %s >'%s' 2>&1",
-                 wrap ? wrap : "", top(), config, extra, daemon_log);
+        snprintf(cmd, sizeof(cmd),
+                 "exec %s '%s/build/balancerd' --config '%s' --metrics-listen 127.0.0.1:%d "
+                 "--control-socket '%s/ctl.sock' %s >'%s' 2>&1",
+                 wrap ? wrap : "", top(), config, METRICS_PORT, workdir, extra, daemon_log);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
@@ -374,6 +379,221 @@ START_TEST(bad_config_is_refused_clearly)
 }
 END_TEST
 
+
+/* ---- operating it: /metrics, balancerctl, SIGHUP, the unit file ---- */
+
+static char *capture(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *capture(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    GString *out = g_string_new(NULL);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0)
+        g_string_append_len(out, buf, n);
+    int rc = pclose(p);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "'%s' failed:\n%s", cmd, out->str);
+    return g_string_free(out, FALSE);
+}
+
+static bool valid_name(const char *s, size_t n)
+{
+    if (n == 0 || !(g_ascii_isalpha(s[0]) || s[0] == '_' || s[0] == ':'))
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!(g_ascii_isalnum(s[i]) || s[i] == '_' || s[i] == ':'))
+            return false;
+    return true;
+}
+
+/* A strict reader of the Prometheus text format (version 0.0.4): every
+ * sample belongs to a family whose TYPE came first, names and labels are
+ * well-formed, values parse, counters end in _total. */
+static void check_exposition(const char *text)
+{
+    GHashTable *types = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    char **lines = g_strsplit(text, "\n", -1);
+    int samples = 0;
+    for (char **lp = lines; *lp; lp++) {
+        const char *l = *lp;
+        if (!*l)
+            continue;
+        if (g_str_has_prefix(l, "# HELP ")) {
+            const char *name = l + 7, *sp = strchr(name, ' ');
+            ck_assert_msg(sp && valid_name(name, (size_t)(sp - name)), "bad HELP: %s", l);
+            continue;
+        }
+        if (g_str_has_prefix(l, "# TYPE ")) {
+            char **f = g_strsplit(l + 7, " ", 3);
+            ck_assert_msg(f[0] && f[1] && !f[2], "bad TYPE: %s", l);
+            ck_assert_msg(valid_name(f[0], strlen(f[0])), "bad TYPE name: %s", l);
+            ck_assert_msg(g_strv_contains((const char *const[]){ "counter", "gauge", "histogram", "summary", "untyped", NULL }, f[1]), "bad type: %s", l);
+            ck_assert_msg(!g_hash_table_contains(types, f[0]), "TYPE twice: %s", l);
+            if (strcmp(f[1], "counter") == 0)
+                ck_assert_msg(g_str_has_suffix(f[0], "_total"), "counter without _total: %s", l);
+            g_hash_table_insert(types, g_strdup(f[0]), g_strdup(f[1]));
+            g_strfreev(f);
+            continue;
+        }
+        ck_assert_msg(l[0] != '#', "stray comment: %s", l);
+        size_t nlen = strspn(l, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:");
+        ck_assert_msg(valid_name(l, nlen), "bad metric name: %s", l);
+        char *name = g_strndup(l, nlen);
+        const char *p = l + nlen;
+        if (*p == '{') {
+            p++;
+            while (*p != '}') {
+                size_t ln = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+                ck_assert_msg(ln > 0 && p[ln] == '=' && p[ln + 1] == '"', "bad label: %s", l);
+                p += ln + 2;
+                while (*p && *p != '"') {
+                    if (*p == '\\') {
+                        ck_assert_msg(p[1] == '\\' || p[1] == '"' || p[1] == 'n', "bad escape: %s", l);
+                        p++;
+                    }
+                    p++;
+                }
+                ck_assert_msg(*p == '"', "unterminated label value: %s", l);
+                p++;
+                ck_assert_msg(*p == ',' || *p == '}', "bad label list: %s", l);
+                if (*p == ',')
+                    p++;
+            }
+            p++;
+        }
+        ck_assert_msg(*p == ' ', "no value: %s", l);
+        p++;
+        char *end;
+        double v = g_ascii_strtod(p, &end);
+        (void)v;
+        ck_assert_msg(end != p && (*end == '\0' || *end == ' '), "bad value: %s", l);
+        /* histogram series carry suffixes of their family */
+        const char *family = name;
+        char *base = NULL;
+        if (!g_hash_table_contains(types, name)) {
+            for (const char *const *suf = (const char *const[]){ "_bucket", "_sum", "_count", NULL }; *suf; suf++)
+                if (g_str_has_suffix(name, *suf)) {
+                    base = g_strndup(name, strlen(name) - strlen(*suf));
+                    family = base;
+                }
+        }
+        ck_assert_msg(g_hash_table_contains(types, family), "sample before its TYPE: %s", l);
+        g_free(base);
+        g_free(name);
+        samples++;
+    }
+    ck_assert_int_gt(samples, 20);
+    g_strfreev(lines);
+    g_hash_table_destroy(types);
+}
+
+START_TEST(operate_metrics_ctl_reload)
+{
+    snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
+    mkdir(workdir, 0700);
+    guest_vm vm;
+    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1" };
+    ck_assert(guest_vm_start(&vm, &o) == 0);
+    char conf[512];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
+                     "[guests]\ndefault_floor_min = 400MiB\n");
+    char extra[512];
+    snprintf(extra, sizeof(extra), "--qmp '%s'", vm.qmp_path);
+    start_daemon(conf, extra);
+    ck_assert_msg(wait_log("balloon 512 MiB ->", 30), "no balloon change");
+    sleep(2);
+
+    /* /metrics: well-formed (promtool when Debian's prometheus is there, and
+     * our own strict reader), and saying what the daemon did */
+    char *metrics = capture("curl -sf http://127.0.0.1:%d/metrics", METRICS_PORT);
+    fprintf(stderr, "---- /metrics (first lines) ----\n%.1500s\n...\n", metrics);
+    check_exposition(metrics);
+    char mpath[300];
+    snprintf(mpath, sizeof(mpath), "%s/metrics.txt", workdir);
+    write_file(mpath, metrics);
+    if (run("command -v promtool >/dev/null") == 0)
+        ck_assert_msg(run("promtool check metrics < '%s' >&2", mpath) == 0, "promtool rejected /metrics");
+    else
+        fprintf(stderr, "promtool not installed: checked with the built-in parser only\n");
+    ck_assert_ptr_nonnull(strstr(metrics, "balancer_info{version=\"0.1.0\",policy=\"split-lru\",backend=\"qmp\"} 1"));
+    ck_assert_ptr_nonnull(strstr(metrics, "balancer_guest_floor_bytes{domain=\"qmp.sock\""));
+    ck_assert_ptr_nonnull(strstr(metrics, "balancer_host_reclaiming 1"));
+    ck_assert_ptr_nonnull(strstr(metrics, "balancer_tick_duration_seconds_bucket{le=\"+Inf\"}"));
+    const char *ops = strstr(metrics, "balancer_guest_balloon_operations_total{");
+    ck_assert_ptr_nonnull(ops);
+    ck_assert_int_ge(atoi(strchr(ops, '}') + 2), 1);
+    g_free(metrics);
+    ck_assert_int_eq(run("curl -sf http://127.0.0.1:%d/other >/dev/null", METRICS_PORT) == 0, 0);
+
+    /* balancerctl status, table and JSON */
+    char *status = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", top(), workdir);
+    fprintf(stderr, "---- balancerctl status ----\n%s", status);
+    ck_assert_ptr_nonnull(strstr(status, "GUEST"));
+    ck_assert_ptr_nonnull(strstr(status, "LAST DECISION"));
+    ck_assert_ptr_nonnull(strstr(status, "qmp.sock"));
+    ck_assert_ptr_nonnull(strstr(status, "400 MiB")); /* the floor column */
+    g_free(status);
+    char *js = capture("'%s/build/balancerctl' --json --socket '%s/ctl.sock' status", top(), workdir);
+    json_object *j = json_tokener_parse(js);
+    ck_assert_ptr_nonnull(j);
+    json_object *gs, *g0, *fl;
+    ck_assert(json_object_object_get_ex(j, "guests", &gs));
+    ck_assert_int_eq(json_object_array_length(gs), 1);
+    g0 = json_object_array_get_idx(gs, 0);
+    ck_assert(json_object_object_get_ex(g0, "floor_bytes", &fl));
+    ck_assert_uint_eq(json_object_get_uint64(fl), 400 * MIB);
+    json_object_put(j);
+    g_free(js);
+    char *ex = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' explain qmp.sock", top(), workdir);
+    fprintf(stderr, "---- balancerctl explain ----\n%s", ex);
+    ck_assert_ptr_nonnull(strstr(ex, "reclaim"));
+    g_free(ex);
+    ck_assert_int_eq(run("'%s/build/balancerctl' --socket '%s/ctl.sock' explain nosuch 2>/dev/null", top(), workdir), 1);
+
+    /* pause stops ballooning, shown in status and metrics; resume restarts */
+    char *pz = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' pause", top(), workdir);
+    ck_assert_str_eq(pz, "balancing paused\n");
+    g_free(pz);
+    sleep(2);
+    char *m2 = capture("curl -sf http://127.0.0.1:%d/metrics", METRICS_PORT);
+    ck_assert_ptr_nonnull(strstr(m2, "balancer_paused 1"));
+    g_free(m2);
+    g_free(capture("'%s/build/balancerctl' --socket '%s/ctl.sock' resume", top(), workdir));
+
+    /* SIGHUP: a bad file is refused with key and line; a good one applies */
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\npolicy = best\n");
+    kill(daemon_pid, SIGHUP);
+    ck_assert(wait_log("reload: ", 10));
+    ck_assert(log_has("balancer.conf:4: [balancer] policy = \"best\""));
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\npolicy = none\n");
+    kill(daemon_pid, SIGHUP);
+    ck_assert(wait_log("configuration reloaded", 10));
+    sleep(2);
+    char *m3 = capture("curl -sf http://127.0.0.1:%d/metrics", METRICS_PORT);
+    ck_assert_ptr_nonnull(strstr(m3, "policy=\"none\""));
+    g_free(m3);
+
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&vm);
+
+    /* the unit file is valid */
+    if (run("command -v systemd-analyze >/dev/null") == 0) {
+        ck_assert_int_eq(run("sed 's|/usr/sbin/balancerd|%s/build/balancerd|' '%s/balancer.service' > '%s/balancer.service' && "
+                             "systemd-analyze verify --man=no '%s/balancer.service'",
+                             top(), top(), workdir, workdir), 0);
+    }
+    run("rm -rf '%s'", workdir);
+}
+END_TEST
+
 int main(void)
 {
     if (!guest_vm_qemu_available()) {
@@ -385,6 +605,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, bad_config_is_refused_clearly);
     tcase_add_test(tc, qmp_mode_reclaims_to_floor);
+    tcase_add_test(tc, operate_metrics_ctl_reload);
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -1,0 +1,244 @@
+/*
+ * balancerctl: ask a running balancerd what it is doing.
+ *
+ *   balancerctl status            table of guests and the last decision
+ *   balancerctl policy DOMAIN     the effective per-VM policy and its source
+ *   balancerctl explain DOMAIN    why the last decision was taken
+ *   balancerctl pause | resume    stop / restart ballooning (observing goes on)
+ *
+ * --json prints the daemon's reply as is; --socket PATH picks the socket.
+ */
+#include <errno.h>
+#include <glib.h>
+#include <json-c/json.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "size_parse.h"
+
+#define MAX_REPLY (1 << 20)
+
+static const char *str(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) && v ? json_object_get_string(v) : "";
+}
+
+static uint64_t num(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) ? json_object_get_uint64(v) : 0;
+}
+
+static double dbl(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) ? json_object_get_double(v) : 0;
+}
+
+static bool flag(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) && json_object_get_boolean(v);
+}
+
+static const char *sz(uint64_t v, char *buf)
+{
+    return size_format(v, buf, 24);
+}
+
+static char *request(const char *path, const char *line, char **err)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    if (strlen(path) >= sizeof(addr.sun_path)) {
+        *err = g_strdup_printf("socket path too long: %s", path);
+        return NULL;
+    }
+    strcpy(addr.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        *err = g_strdup_printf("cannot reach balancerd at %s: %s (is it running? are you root?)",
+                               path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    if (send(fd, line, strlen(line), MSG_NOSIGNAL) < 0) {
+        *err = g_strdup_printf("sending to %s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    GString *reply = g_string_new(NULL);
+    char buf[4096];
+    for (;;) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, 1, 10000) <= 0) {
+            *err = g_strdup("no reply from balancerd within 10 s");
+            break;
+        }
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n <= 0)
+            break;
+        g_string_append_len(reply, buf, n);
+        if (reply->len > MAX_REPLY) {
+            *err = g_strdup("reply too long");
+            break;
+        }
+    }
+    close(fd);
+    if (*err) {
+        g_string_free(reply, TRUE);
+        return NULL;
+    }
+    return g_string_free(reply, FALSE);
+}
+
+static void print_status(json_object *r)
+{
+    char a[24], b[24], c[24], d[24], e[24], f[24], s[24];
+    json_object *host;
+    json_object_object_get_ex(r, "host", &host);
+    printf("policy %s%s%s, %s\n", str(r, "policy"), flag(r, "paused") ? " (PAUSED)" : "",
+           flag(r, "dry_run") ? " (dry run)" : "", str(r, "summary"));
+    printf("host: available %s of %s; watermarks min %s low %s high %s\n\n",
+           sz(num(host, "available_bytes"), a), sz(num(host, "total_bytes"), b),
+           sz(num(host, "watermark_min_bytes"), c), sz(num(host, "watermark_low_bytes"), d),
+           sz(num(host, "watermark_high_bytes"), e));
+    json_object *gs;
+    json_object_object_get_ex(r, "guests", &gs);
+    size_t n = gs ? json_object_array_length(gs) : 0;
+    if (n == 0) {
+        printf("no guests\n");
+        return;
+    }
+    printf("%-20s %10s %10s %10s %10s %10s %9s  %-10s %s\n", "GUEST", "ACTUAL", "TARGET", "FLOOR",
+           "CACHE", "AVAIL", "SWAPIN/s", "STATE", "LAST DECISION");
+    for (size_t i = 0; i < n; i++) {
+        json_object *g = json_object_array_get_idx(gs, i);
+        printf("%-20.20s %10s %10s %10s %10s %10s %9s  %-10s %s\n", str(g, "domain"),
+               sz(num(g, "actual_bytes"), a), sz(num(g, "target_bytes"), b),
+               sz(num(g, "floor_bytes"), c), sz(num(g, "cache_bytes"), d),
+               sz(num(g, "available_bytes"), e), sz((uint64_t)dbl(g, "swap_in_bytes_per_second"), s),
+               str(g, "state"), str(g, "reason"));
+        (void)f;
+    }
+}
+
+static void print_policy(json_object *p)
+{
+    char a[24], b[24];
+    printf("source:   %s\n", str(p, "source"));
+    printf("mode:     %s\npriority: %s (shares %s)\n", str(p, "mode"), str(p, "priority"), str(p, "shares"));
+    printf("floor:    %s%s\n", sz(num(p, "floor_bytes"), a), num(p, "min_bytes") ? "" : " (default)");
+    printf("ceiling:  %s%s\n", sz(num(p, "ceiling_bytes"), b), num(p, "max_bytes") ? "" : " (domain maximum)");
+    printf("protect:  %s\n", flag(p, "protect") ? "yes" : "no");
+    if (*str(p, "last_error"))
+        printf("last rejected metadata: %s (%s errors)\n", str(p, "last_error"), str(p, "errors"));
+}
+
+static void print_explain(json_object *r)
+{
+    char a[24], b[24], c[24];
+    json_object *g, *p;
+    json_object_object_get_ex(r, "guest", &g);
+    json_object_object_get_ex(g, "policy", &p);
+    printf("%s: %s\n", str(r, "domain"), str(g, "reason"));
+    printf("  policy %s; host: %s\n", str(r, "policy_name"), str(r, "host_summary"));
+    printf("  balloon %s, chosen target %s, floor %s\n", sz(num(g, "actual_bytes"), a),
+           sz(num(g, "target_bytes"), b), sz(num(g, "floor_bytes"), c));
+    printf("  guest reports: available %s, free %s, cache %s%s\n", sz(num(g, "available_bytes"), a),
+           sz(num(g, "free_bytes"), b), sz(num(g, "cache_bytes"), c),
+           flag(g, "stats_valid") ? "" : " (STALE: not used)");
+    printf("  swap-in %.0f B/s, major faults %.1f/s -> %s%s\n", dbl(g, "swap_in_bytes_per_second"),
+           dbl(g, "major_faults_per_second"),
+           flag(g, "thrashing") ? "thrashing (protected, grows first)"
+                                : flag(g, "streaming") ? "streaming (gives page cache first)" : "normal",
+           "");
+    printf("  balloon operations %s, errors %s; clamped guest values %s, counter resets %s\n",
+           str(g, "balloon_operations"), str(g, "balloon_errors"), str(g, "clamped_values"),
+           str(g, "counter_resets"));
+    printf("  policy: mode %s, priority %s, shares %s, protect %s, source %s\n", str(p, "mode"),
+           str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
+}
+
+static int usage(FILE *to)
+{
+    fprintf(to, "usage: balancerctl [--json] [--socket PATH] status | policy DOMAIN | explain DOMAIN | pause | resume\n");
+    return to == stdout ? 0 : 2;
+}
+
+int main(int argc, char **argv)
+{
+    const char *sock = CONTROL_DEFAULT_SOCKET;
+    bool json = false;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = true;
+        else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
+            sock = argv[++i];
+        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+            return usage(stdout);
+        else
+            return usage(stderr);
+    }
+    if (i >= argc)
+        return usage(stderr);
+    const char *cmd = argv[i];
+    const char *dom = i + 1 < argc ? argv[i + 1] : NULL;
+    bool needs_dom = strcmp(cmd, "policy") == 0 || strcmp(cmd, "explain") == 0;
+    bool known = needs_dom || strcmp(cmd, "status") == 0 || strcmp(cmd, "pause") == 0 ||
+                 strcmp(cmd, "resume") == 0;
+    if (!known || (needs_dom && !dom) || argc > i + (needs_dom ? 2 : 1)) {
+        if (!known)
+            fprintf(stderr, "balancerctl: unknown command '%s'\n", cmd);
+        return usage(stderr);
+    }
+    json_object *req = json_object_new_object();
+    json_object_object_add(req, "cmd", json_object_new_string(cmd));
+    if (dom)
+        json_object_object_add(req, "domain", json_object_new_string(dom));
+    char *line = g_strdup_printf("%s\n", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
+    json_object_put(req);
+    char *err = NULL;
+    char *reply = request(sock, line, &err);
+    g_free(line);
+    if (!reply) {
+        fprintf(stderr, "balancerctl: %s\n", err);
+        g_free(err);
+        return 1;
+    }
+    json_object *r = json_tokener_parse(reply);
+    if (!r) {
+        fprintf(stderr, "balancerctl: unreadable reply from balancerd\n");
+        g_free(reply);
+        return 1;
+    }
+    int rc = 0;
+    if (!flag(r, "ok")) {
+        fprintf(stderr, "balancerctl: %s\n", str(r, "error"));
+        rc = 1;
+    } else if (json) {
+        printf("%s\n", json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY));
+    } else if (strcmp(cmd, "status") == 0) {
+        print_status(r);
+    } else if (strcmp(cmd, "policy") == 0) {
+        json_object *p;
+        json_object_object_get_ex(r, "policy", &p);
+        printf("%s\n", str(r, "domain"));
+        print_policy(p);
+    } else if (strcmp(cmd, "explain") == 0) {
+        print_explain(r);
+    } else {
+        printf("balancing %s\n", flag(r, "paused") ? "paused" : "resumed");
+    }
+    json_object_put(r);
+    g_free(reply);
+    return rc;
+}

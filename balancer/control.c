@@ -1,0 +1,342 @@
+/*
+ * The control socket: a root-only unix socket speaking JSON lines, one
+ * request and one reply per connection (balancerctl is the client).
+ *
+ *   {"cmd":"status"}                   guests, host, watermarks, last decisions
+ *   {"cmd":"policy","domain":"NAME"}   effective per-VM policy and its source
+ *   {"cmd":"explain","domain":"NAME"}  why the last decision was taken
+ *   {"cmd":"pause"} / {"cmd":"resume"} stop / restart actuating (still observing)
+ *
+ * Requests are read from the main loop without blocking and are capped
+ * at CONTROL_MAX_REQUEST bytes.
+ */
+#include "control.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glib-unix.h>
+#include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "balancer.h"
+#include "log.h"
+
+#define CONTROL_MAX_REQUEST 4096
+#define CONTROL_MAX_CLIENTS 16
+
+struct control_server {
+    balancer *b;
+    char *path;
+    int fd;
+    guint watch;
+    unsigned clients;
+};
+
+typedef struct {
+    control_server *srv;
+    int fd;
+    guint watch, timeout;
+    char buf[CONTROL_MAX_REQUEST + 1];
+    size_t len;
+} client;
+
+static const char *guest_state_name(const guest *g)
+{
+    if (g->policy.mode == VM_MODE_OFF)
+        return "off";
+    if (!g->view.stats_valid)
+        return "no-stats";
+    if (g->view.thrashing)
+        return "thrashing";
+    if (g->view.streaming)
+        return "streaming";
+    return "ok";
+}
+
+static json_object *u64(uint64_t v)
+{
+    return json_object_new_uint64(v);
+}
+
+static json_object *policy_json(const guest *g)
+{
+    json_object *p = json_object_new_object();
+    json_object_object_add(p, "mode", json_object_new_string(vm_mode_name(g->policy.mode)));
+    json_object_object_add(p, "priority", json_object_new_string(vm_priority_name(g->policy.priority)));
+    json_object_object_add(p, "shares", json_object_new_int((int)g->policy.shares));
+    json_object_object_add(p, "min_bytes", u64(g->policy.min_bytes));
+    json_object_object_add(p, "max_bytes", u64(g->policy.max_bytes));
+    json_object_object_add(p, "protect", json_object_new_boolean(g->policy.protect));
+    json_object_object_add(p, "floor_bytes", u64(g->view.floor_bytes));
+    json_object_object_add(p, "ceiling_bytes", u64(g->view.ceiling_bytes));
+    json_object_object_add(p, "source", json_object_new_string(g->policy_from_metadata ? "metadata" : "default"));
+    json_object_object_add(p, "last_error", g->policy_error[0] ? json_object_new_string(g->policy_error) : NULL);
+    json_object_object_add(p, "errors", u64(g->policy_errors));
+    return p;
+}
+
+static json_object *guest_json(const guest *g, bool detail)
+{
+    const guest_view *v = &g->view;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "domain", json_object_new_string(g->name));
+    json_object_object_add(o, "uuid", json_object_new_string(g->uuid));
+    json_object_object_add(o, "actual_bytes", u64(v->actual_bytes));
+    json_object_object_add(o, "target_bytes", u64(g->decided_target ? g->decided_target : v->actual_bytes));
+    json_object_object_add(o, "floor_bytes", u64(v->floor_bytes));
+    json_object_object_add(o, "ceiling_bytes", u64(v->ceiling_bytes));
+    json_object_object_add(o, "cache_bytes", u64(v->cache_bytes));
+    json_object_object_add(o, "available_bytes", u64(v->available_bytes));
+    json_object_object_add(o, "free_bytes", u64(v->free_bytes));
+    json_object_object_add(o, "swap_in_bytes_per_second", json_object_new_double(v->swap_in_bps));
+    json_object_object_add(o, "major_faults_per_second", json_object_new_double(v->major_faults_ps));
+    json_object_object_add(o, "state", json_object_new_string(guest_state_name(g)));
+    json_object_object_add(o, "reason", json_object_new_string(g->last_reason));
+    if (detail) {
+        json_object_object_add(o, "stats_valid", json_object_new_boolean(v->stats_valid));
+        json_object_object_add(o, "thrashing", json_object_new_boolean(v->thrashing));
+        json_object_object_add(o, "streaming", json_object_new_boolean(v->streaming));
+        json_object_object_add(o, "quiet_samples", json_object_new_int((int)g->cls.quiet));
+        json_object_object_add(o, "last_set_bytes", u64(g->last_target));
+        json_object_object_add(o, "balloon_operations", u64(g->balloon_ops));
+        json_object_object_add(o, "balloon_errors", u64(g->balloon_errors));
+        json_object_object_add(o, "clamped_values", u64(g->clamped_values));
+        json_object_object_add(o, "counter_resets", u64(g->counter_resets));
+        json_object_object_add(o, "policy", policy_json(g));
+    }
+    return o;
+}
+
+static const guest *find_by_name(const balancer *b, const char *name)
+{
+    for (guint i = 0; name && i < b->guests->len; i++) {
+        const guest *g = g_ptr_array_index(b->guests, i);
+        if (strcmp(g->name, name) == 0 || strcmp(g->uuid, name) == 0)
+            return g;
+    }
+    return NULL;
+}
+
+static json_object *error_reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static json_object *error_reply(const char *fmt, ...)
+{
+    json_object *r = json_object_new_object();
+    char msg[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_object_object_add(r, "ok", json_object_new_boolean(0));
+    json_object_object_add(r, "error", json_object_new_string(msg));
+    return r;
+}
+
+static json_object *status_reply(const balancer *b)
+{
+    json_object *r = json_object_new_object();
+    json_object_object_add(r, "ok", json_object_new_boolean(1));
+    json_object_object_add(r, "policy", json_object_new_string(b->policy->name));
+    json_object_object_add(r, "paused", json_object_new_boolean(b->paused));
+    json_object_object_add(r, "dry_run", json_object_new_boolean(b->dry_run));
+    json_object_object_add(r, "reclaiming", json_object_new_boolean(b->reclaiming));
+    json_object_object_add(r, "summary", json_object_new_string(b->summary));
+    json_object_object_add(r, "ticks", u64(b->ticks));
+    json_object *h = json_object_new_object();
+    json_object_object_add(h, "total_bytes", u64(b->host.host.total_bytes));
+    json_object_object_add(h, "available_bytes", u64(b->host.host.available_bytes));
+    json_object_object_add(h, "watermark_min_bytes", u64(b->wm.min));
+    json_object_object_add(h, "watermark_low_bytes", u64(b->wm.low));
+    json_object_object_add(h, "watermark_high_bytes", u64(b->wm.high));
+    json_object_object_add(r, "host", h);
+    json_object *gs = json_object_new_array();
+    for (guint i = 0; i < b->guests->len; i++)
+        json_object_array_add(gs, guest_json(g_ptr_array_index(b->guests, i), false));
+    json_object_object_add(r, "guests", gs);
+    return r;
+}
+
+char *control_handle(balancer *b, const char *line)
+{
+    json_tokener *tok = json_tokener_new_ex(8);
+    json_object *req = json_tokener_parse_ex(tok, line, (int)strlen(line));
+    bool ok = req && json_tokener_get_error(tok) == json_tokener_success &&
+              json_object_is_type(req, json_type_object);
+    json_tokener_free(tok);
+    json_object *cmdv = NULL, *domv = NULL, *r;
+    if (!ok || !json_object_object_get_ex(req, "cmd", &cmdv) ||
+        !json_object_is_type(cmdv, json_type_string)) {
+        r = error_reply("%s", "request must be a JSON object with a \"cmd\" string");
+        goto out;
+    }
+    const char *cmd = json_object_get_string(cmdv);
+    const char *dom = json_object_object_get_ex(req, "domain", &domv) ? json_object_get_string(domv) : NULL;
+    if (strcmp(cmd, "status") == 0) {
+        r = status_reply(b);
+    } else if (strcmp(cmd, "pause") == 0 || strcmp(cmd, "resume") == 0) {
+        b->paused = cmd[0] == 'p';
+        log_info("balancing %s by balancerctl", b->paused ? "paused" : "resumed");
+        r = json_object_new_object();
+        json_object_object_add(r, "ok", json_object_new_boolean(1));
+        json_object_object_add(r, "paused", json_object_new_boolean(b->paused));
+    } else if (strcmp(cmd, "policy") == 0 || strcmp(cmd, "explain") == 0) {
+        const guest *g = find_by_name(b, dom);
+        if (!dom) {
+            r = error_reply("%s needs a \"domain\"", cmd);
+        } else if (!g) {
+            r = error_reply("no managed guest named '%.200s'", dom);
+        } else {
+            r = json_object_new_object();
+            json_object_object_add(r, "ok", json_object_new_boolean(1));
+            json_object_object_add(r, "domain", json_object_new_string(g->name));
+            if (cmd[0] == 'p') {
+                json_object_object_add(r, "policy", policy_json(g));
+            } else {
+                json_object_object_add(r, "guest", guest_json(g, true));
+                json_object_object_add(r, "host_summary", json_object_new_string(b->summary));
+                json_object_object_add(r, "policy_name", json_object_new_string(b->policy->name));
+            }
+        }
+    } else {
+        r = error_reply("unknown command '%.64s' (status, policy, explain, pause, resume)", cmd);
+    }
+out:
+    json_object_put(req);
+    char *text = g_strdup_printf("%s\n", json_object_to_json_string_ext(r, JSON_C_TO_STRING_PLAIN));
+    json_object_put(r);
+    return text;
+}
+
+static void client_free(client *c)
+{
+    if (c->watch)
+        g_source_remove(c->watch);
+    if (c->timeout)
+        g_source_remove(c->timeout);
+    close(c->fd);
+    c->srv->clients--;
+    g_free(c);
+}
+
+static void client_reply(client *c, const char *text)
+{
+    size_t len = strlen(text), off = 0;
+    /* replies are small; the socket buffer takes them, but do not hang on
+     * a client that does not read */
+    int tries = 0;
+    while (off < len && tries < 100) {
+        ssize_t n = send(c->fd, text + off, len - off, MSG_NOSIGNAL);
+        if (n > 0)
+            off += (size_t)n;
+        else if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            g_usleep(10000), tries++;
+        else
+            break;
+    }
+}
+
+static gboolean client_timeout(gpointer data)
+{
+    client *c = data;
+    c->timeout = 0;
+    client_free(c);
+    return G_SOURCE_REMOVE;
+}
+
+static gboolean client_readable(gint fd, GIOCondition cond, gpointer data)
+{
+    (void)cond;
+    client *c = data;
+    ssize_t n = read(fd, c->buf + c->len, CONTROL_MAX_REQUEST - c->len);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return G_SOURCE_CONTINUE;
+    if (n > 0)
+        c->len += (size_t)n;
+    c->buf[c->len] = '\0';
+    char *nl = strchr(c->buf, '\n');
+    if (!nl && n > 0 && c->len < CONTROL_MAX_REQUEST)
+        return G_SOURCE_CONTINUE;
+    if (nl)
+        *nl = '\0';
+    c->watch = 0;
+    if (!nl && c->len >= CONTROL_MAX_REQUEST) {
+        client_reply(c, "{\"ok\":false,\"error\":\"request too long\"}\n");
+    } else if (c->len > 0) {
+        char *reply = control_handle(c->srv->b, c->buf);
+        client_reply(c, reply);
+        g_free(reply);
+    }
+    client_free(c);
+    return G_SOURCE_REMOVE;
+}
+
+static gboolean accept_ready(gint fd, GIOCondition cond, gpointer data)
+{
+    (void)cond;
+    control_server *s = data;
+    int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (cfd < 0)
+        return G_SOURCE_CONTINUE;
+    if (s->clients >= CONTROL_MAX_CLIENTS) {
+        close(cfd);
+        return G_SOURCE_CONTINUE;
+    }
+    client *c = g_new0(client, 1);
+    c->srv = s;
+    c->fd = cfd;
+    s->clients++;
+    c->watch = g_unix_fd_add(cfd, G_IO_IN | G_IO_HUP | G_IO_ERR, client_readable, c);
+    c->timeout = g_timeout_add_seconds(5, client_timeout, c);
+    return G_SOURCE_CONTINUE;
+}
+
+control_server *control_start(balancer *b, const char *path, char **err)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    if (strlen(path) >= sizeof(addr.sun_path)) {
+        *err = g_strdup_printf("control socket path too long: %s", path);
+        return NULL;
+    }
+    char *dir = g_path_get_dirname(path);
+    if (g_mkdir_with_parents(dir, 0700) < 0) {
+        *err = g_strdup_printf("cannot create %s: %s", dir, strerror(errno));
+        g_free(dir);
+        return NULL;
+    }
+    g_free(dir);
+    strcpy(addr.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    unlink(path); /* a stale socket from a previous run */
+    mode_t old = umask(0077); /* root only: the socket can pause balancing */
+    int rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&addr, sizeof(addr));
+    umask(old);
+    if (rc < 0 || listen(fd, 8) < 0) {
+        *err = g_strdup_printf("cannot listen on %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    control_server *s = g_new0(control_server, 1);
+    s->b = b;
+    s->fd = fd;
+    s->path = g_strdup(path);
+    s->watch = g_unix_fd_add(fd, G_IO_IN, accept_ready, s);
+    return s;
+}
+
+void control_stop(control_server *s)
+{
+    if (!s)
+        return;
+    g_source_remove(s->watch);
+    close(s->fd);
+    unlink(s->path);
+    g_free(s->path);
+    g_free(s);
+}

@@ -1,0 +1,257 @@
+#include "metrics.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "balancer.h"
+
+const double tick_bucket_bounds[TICK_BUCKETS] = { 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5 };
+
+void tick_histogram_observe(tick_histogram *h, double seconds)
+{
+    for (int i = 0; i < TICK_BUCKETS; i++)
+        if (seconds <= tick_bucket_bounds[i])
+            h->bucket[i]++;
+    h->count++;
+    h->sum += seconds;
+}
+
+/* Label values are escaped as the exposition format requires. */
+static void append_escaped(GString *s, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\')
+            g_string_append(s, "\\\\");
+        else if (*v == '"')
+            g_string_append(s, "\\\"");
+        else if (*v == '\n')
+            g_string_append(s, "\\n");
+        else
+            g_string_append_c(s, *v);
+    }
+}
+
+static void header(GString *s, const char *name, const char *type, const char *help)
+{
+    g_string_append_printf(s, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+typedef double (*guest_value)(const guest *g);
+
+static void guest_family(GString *s, const balancer *b, const char *name, const char *type,
+                         const char *help, guest_value fn)
+{
+    header(s, name, type, help);
+    for (guint i = 0; i < b->guests->len; i++) {
+        const guest *g = g_ptr_array_index(b->guests, i);
+        g_string_append_printf(s, "%s{domain=\"", name);
+        append_escaped(s, g->name);
+        g_string_append(s, "\",uuid=\"");
+        append_escaped(s, g->uuid);
+        g_string_append_printf(s, "\"} %.17g\n", fn(g));
+    }
+}
+
+/* Guest-reported counters: -1 (not reported) becomes absent, not 0. */
+#define GUEST_COUNTER(fn, field) \
+    static double fn(const guest *g) { return g->cur.field < 0 ? 0 : (double)g->cur.field; }
+
+static double gv_actual(const guest *g) { return (double)g->view.actual_bytes; }
+static double gv_target(const guest *g) { return (double)(g->decided_target ? g->decided_target : g->view.actual_bytes); }
+static double gv_floor(const guest *g) { return (double)g->view.floor_bytes; }
+static double gv_ceiling(const guest *g) { return (double)g->view.ceiling_bytes; }
+static double gv_free(const guest *g) { return (double)g->view.free_bytes; }
+static double gv_avail(const guest *g) { return (double)g->view.available_bytes; }
+static double gv_cache(const guest *g) { return (double)g->view.cache_bytes; }
+GUEST_COUNTER(gv_swap_in, swap_in_bytes)
+GUEST_COUNTER(gv_swap_out, swap_out_bytes)
+GUEST_COUNTER(gv_majflt, major_faults)
+static double gv_thrash(const guest *g) { return g->view.thrashing; }
+static double gv_stream(const guest *g) { return g->view.streaming; }
+static double gv_stale(const guest *g) { return !g->view.stats_valid; }
+static double gv_reclaimed(const guest *g) { return (double)g->reclaimed_bytes; }
+static double gv_returned(const guest *g) { return (double)g->returned_bytes; }
+static double gv_ops(const guest *g) { return (double)g->balloon_ops; }
+static double gv_errs(const guest *g) { return (double)g->balloon_errors; }
+static double gv_perrs(const guest *g) { return (double)g->policy_errors; }
+static double gv_clamped(const guest *g) { return (double)g->clamped_values; }
+static double gv_off(const guest *g) { return g->policy.mode == VM_MODE_OFF; }
+
+GString *metrics_render(const balancer *b)
+{
+    GString *s = g_string_sized_new(4096);
+    header(s, "balancer_info", "gauge", "Version and active policy.");
+    g_string_append_printf(s, "balancer_info{version=\"%s\",policy=\"%s\",backend=\"%s\"} 1\n",
+                           MEMBAL_VERSION, b->policy->name, b->backend->name);
+
+    guest_family(s, b, "balancer_guest_actual_bytes", "gauge", "Current balloon size.", gv_actual);
+    guest_family(s, b, "balancer_guest_target_bytes", "gauge", "Balloon size the policy chose last tick.", gv_target);
+    guest_family(s, b, "balancer_guest_floor_bytes", "gauge", "Never ballooned below this.", gv_floor);
+    guest_family(s, b, "balancer_guest_ceiling_bytes", "gauge", "Never ballooned above this.", gv_ceiling);
+    guest_family(s, b, "balancer_guest_free_bytes", "gauge", "Guest free memory (clamped guest report).", gv_free);
+    guest_family(s, b, "balancer_guest_available_bytes", "gauge", "Guest available memory (clamped guest report).", gv_avail);
+    guest_family(s, b, "balancer_guest_cache_bytes", "gauge", "Guest page cache (clamped guest report).", gv_cache);
+    guest_family(s, b, "balancer_guest_swap_in_bytes_total", "counter", "Guest swap-in, as the guest reports it.", gv_swap_in);
+    guest_family(s, b, "balancer_guest_swap_out_bytes_total", "counter", "Guest swap-out, as the guest reports it.", gv_swap_out);
+    guest_family(s, b, "balancer_guest_major_faults_total", "counter", "Guest major page faults, as the guest reports them.", gv_majflt);
+    guest_family(s, b, "balancer_guest_thrashing", "gauge", "1 while the guest is classified as thrashing.", gv_thrash);
+    guest_family(s, b, "balancer_guest_streaming", "gauge", "1 while the guest is classified as streaming.", gv_stream);
+    guest_family(s, b, "balancer_guest_stats_stale", "gauge", "1 when the guest's balloon stats are missing or stale.", gv_stale);
+    guest_family(s, b, "balancer_guest_mode_off", "gauge", "1 when the guest's policy is mode=off.", gv_off);
+    guest_family(s, b, "balancer_guest_balloon_reclaimed_bytes_total", "counter", "Bytes taken from the guest by ballooning.", gv_reclaimed);
+    guest_family(s, b, "balancer_guest_balloon_returned_bytes_total", "counter", "Bytes given back to the guest by ballooning.", gv_returned);
+    guest_family(s, b, "balancer_guest_balloon_operations_total", "counter", "Balloon target changes applied.", gv_ops);
+    guest_family(s, b, "balancer_guest_balloon_errors_total", "counter", "Balloon target changes that failed.", gv_errs);
+    guest_family(s, b, "balancer_guest_policy_errors_total", "counter", "Rejected policy metadata documents.", gv_perrs);
+    guest_family(s, b, "balancer_guest_clamped_values_total", "counter", "Guest-reported values outside what the host allows.", gv_clamped);
+
+    header(s, "balancer_host_memory_bytes", "gauge", "Host memory by kind, from /proc/meminfo.");
+    g_string_append_printf(s, "balancer_host_memory_bytes{kind=\"total\"} %llu\n", (unsigned long long)b->host.host.total_bytes);
+    g_string_append_printf(s, "balancer_host_memory_bytes{kind=\"free\"} %llu\n", (unsigned long long)b->host.host.free_bytes);
+    g_string_append_printf(s, "balancer_host_memory_bytes{kind=\"available\"} %llu\n", (unsigned long long)b->host.host.available_bytes);
+    g_string_append_printf(s, "balancer_host_memory_bytes{kind=\"cached\"} %llu\n", (unsigned long long)b->host.host.cached_bytes);
+    header(s, "balancer_host_node_free_bytes", "gauge", "Free memory per NUMA node.");
+    for (size_t i = 0; i < b->host.n_nodes; i++)
+        g_string_append_printf(s, "balancer_host_node_free_bytes{node=\"%d\"} %llu\n", b->host.nodes[i].node,
+                               (unsigned long long)b->host.nodes[i].free_bytes);
+    header(s, "balancer_host_node_total_bytes", "gauge", "Memory per NUMA node.");
+    for (size_t i = 0; i < b->host.n_nodes; i++)
+        g_string_append_printf(s, "balancer_host_node_total_bytes{node=\"%d\"} %llu\n", b->host.nodes[i].node,
+                               (unsigned long long)b->host.nodes[i].total_bytes);
+    header(s, "balancer_watermark_bytes", "gauge", "Host available-memory watermarks.");
+    g_string_append_printf(s, "balancer_watermark_bytes{level=\"min\"} %llu\n", (unsigned long long)b->wm.min);
+    g_string_append_printf(s, "balancer_watermark_bytes{level=\"low\"} %llu\n", (unsigned long long)b->wm.low);
+    g_string_append_printf(s, "balancer_watermark_bytes{level=\"high\"} %llu\n", (unsigned long long)b->wm.high);
+    header(s, "balancer_host_reclaiming", "gauge", "1 between falling below low and rising above high.");
+    g_string_append_printf(s, "balancer_host_reclaiming %d\n", b->reclaiming ? 1 : 0);
+    header(s, "balancer_paused", "gauge", "1 while balancing is paused (balancerctl pause).");
+    g_string_append_printf(s, "balancer_paused %d\n", b->paused ? 1 : 0);
+    header(s, "balancer_guests", "gauge", "Guests managed.");
+    g_string_append_printf(s, "balancer_guests %u\n", b->guests->len);
+
+    header(s, "balancer_tick_duration_seconds", "histogram", "Time one balancing round took.");
+    for (int i = 0; i < TICK_BUCKETS; i++)
+        g_string_append_printf(s, "balancer_tick_duration_seconds_bucket{le=\"%g\"} %llu\n", tick_bucket_bounds[i],
+                               (unsigned long long)b->tick_hist.bucket[i]);
+    g_string_append_printf(s, "balancer_tick_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+                           (unsigned long long)b->tick_hist.count);
+    g_string_append_printf(s, "balancer_tick_duration_seconds_sum %.9f\n", b->tick_hist.sum);
+    g_string_append_printf(s, "balancer_tick_duration_seconds_count %llu\n", (unsigned long long)b->tick_hist.count);
+
+    header(s, "balancer_backend_reconnects_total", "counter", "Reconnections to libvirt or QMP.");
+    g_string_append_printf(s, "balancer_backend_reconnects_total{backend=\"%s\"} %llu\n", b->backend->name,
+                           (unsigned long long)b->backend_reconnects);
+    header(s, "balancer_backend_errors_total", "counter", "Failed balloon operations.");
+    g_string_append_printf(s, "balancer_backend_errors_total %llu\n", (unsigned long long)b->backend_errors);
+    header(s, "balancer_policy_errors_total", "counter", "Rejected policy metadata documents, all guests.");
+    g_string_append_printf(s, "balancer_policy_errors_total %llu\n", (unsigned long long)b->policy_errors);
+    return s;
+}
+
+/* ---- HTTP ---- */
+
+struct metrics_server {
+    struct MHD_Daemon *mhd;
+    pthread_mutex_t lock;
+    GString *text;
+};
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    (void)upload;
+    (void)upload_size;
+    (void)con_cls;
+    metrics_server *m = cls;
+    struct MHD_Response *r;
+    unsigned code;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        static const char msg[] = "only GET\n";
+        r = MHD_create_response_from_buffer(sizeof(msg) - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
+        code = MHD_HTTP_METHOD_NOT_ALLOWED;
+    } else if (strcmp(url, "/metrics") == 0) {
+        pthread_mutex_lock(&m->lock);
+        r = MHD_create_response_from_buffer(m->text->len, m->text->str, MHD_RESPMEM_MUST_COPY);
+        pthread_mutex_unlock(&m->lock);
+        MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+        code = MHD_HTTP_OK;
+    } else {
+        static const char msg[] = "membal balancerd: metrics are at /metrics\n";
+        r = MHD_create_response_from_buffer(sizeof(msg) - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
+        code = MHD_HTTP_NOT_FOUND;
+    }
+    enum MHD_Result ret = MHD_queue_response(conn, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+metrics_server *metrics_start(const char *listen, char **err)
+{
+    char *host = g_strdup(listen);
+    char *colon = strrchr(host, ':');
+    if (!colon || colon == host || !colon[1]) {
+        *err = g_strdup_printf("metrics address '%s': expected host:port", listen);
+        g_free(host);
+        return NULL;
+    }
+    *colon = '\0';
+    const char *port = colon + 1;
+    char *h = host;
+    if (h[0] == '[' && h[strlen(h) - 1] == ']') { /* [::1]:9640 */
+        h[strlen(h) - 1] = '\0';
+        h++;
+    }
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(h, port, &hints, &ai);
+    if (gai != 0) {
+        *err = g_strdup_printf("metrics address '%s': %s", listen, gai_strerror(gai));
+        g_free(host);
+        return NULL;
+    }
+    metrics_server *m = g_new0(metrics_server, 1);
+    pthread_mutex_init(&m->lock, NULL);
+    m->text = g_string_new("");
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    m->mhd = MHD_start_daemon(flags, 0, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!m->mhd) {
+        *err = g_strdup_printf("cannot listen on %s for metrics (address in use?)", listen);
+        g_string_free(m->text, TRUE);
+        pthread_mutex_destroy(&m->lock);
+        g_free(m);
+        g_free(host);
+        return NULL;
+    }
+    g_free(host);
+    return m;
+}
+
+void metrics_publish(metrics_server *m, GString *text)
+{
+    pthread_mutex_lock(&m->lock);
+    GString *old = m->text;
+    m->text = text;
+    pthread_mutex_unlock(&m->lock);
+    g_string_free(old, TRUE);
+}
+
+void metrics_stop(metrics_server *m)
+{
+    if (!m)
+        return;
+    MHD_stop_daemon(m->mhd);
+    g_string_free(m->text, TRUE);
+    pthread_mutex_destroy(&m->lock);
+    g_free(m);
+}
