@@ -178,6 +178,7 @@ install: $(BALANCERD) $(BALANCERCTL)
 	install -D -m 0755 $(BALANCERD) $(DESTDIR)$(PREFIX)/sbin/balancerd
 	install -D -m 0755 $(BALANCERCTL) $(DESTDIR)$(PREFIX)/sbin/balancerctl
 	install -D -m 0644 balancer.service $(DESTDIR)/lib/systemd/system/balancer.service
+	install -D -m 0644 balancerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/balancerd.8
 	[ -e $(DESTDIR)/etc/balancer/balancer.conf ] || \
 	  install -D -m 0644 balancer.conf $(DESTDIR)/etc/balancer/balancer.conf
 
