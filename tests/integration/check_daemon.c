@@ -216,9 +216,18 @@ START_TEST(libvirt_metadata_drives_balloon)
     snprintf(domname, sizeof(domname), "membal-test-%d", (int)getpid());
     ck_assert_int_eq(run("mkdir -p '%s' && cp '%s/build/guest/vmlinuz' '%s/build/guest/initramfs.gz' '%s/'",
                          workdir, top(), top(), workdir), 0);
-    char xml[4096], path[280];
+    /* the boot helper's KVM probe decides the domain type */
+    char accel[16] = "tcg", probe_path[512], xml[4096], path[280];
+    snprintf(probe_path, sizeof(probe_path), "%s/build/guest/accel-probe", top());
+    FILE *pf = fopen(probe_path, "r");
+    if (pf) {
+        if (!fgets(accel, sizeof(accel), pf))
+            strcpy(accel, "tcg");
+        fclose(pf);
+    }
+    const char *dtype = strncmp(accel, "kvm", 3) == 0 ? "kvm" : "qemu";
     snprintf(xml, sizeof(xml),
-             "<domain type='qemu'><name>%s</name>"
+             "<domain type='%s'><name>%s</name>"
              "<memory unit='MiB'>512</memory><currentMemory unit='MiB'>512</currentMemory>"
              "<vcpu>1</vcpu><os><type arch='x86_64' machine='pc'>hvm</type>"
              "<kernel>%s/vmlinuz</kernel><initrd>%s/initramfs.gz</initrd>"
@@ -226,7 +235,8 @@ START_TEST(libvirt_metadata_drives_balloon)
              "<on_poweroff>destroy</on_poweroff><on_crash>destroy</on_crash>"
              "<devices><serial type='file'><source path='%s/serial.log'/><target port='0'/></serial>"
              "<memballoon model='virtio'><stats period='1'/></memballoon></devices></domain>",
-             domname, workdir, workdir, workdir);
+             dtype, domname, workdir, workdir, workdir);
+    fprintf(stderr, "libvirt domain type %s\n", dtype);
     virDomainPtr d = virDomainCreateXML(conn, xml, 0);
     ck_assert_msg(d != NULL, "virDomainCreateXML: %s", virGetLastErrorMessage());
     snprintf(path, sizeof(path), "%s/serial.log", workdir);
