@@ -36,7 +36,7 @@ LIBPOLICY    := $(BUILD)/libpolicy.a
 
 # balancer core (everything but main), shared by balancerd and the tests
 CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c \
-                balancer/host_meminfo.c balancer/guest.c balancer/log.c balancer/balancer.c \
+                balancer/host_meminfo.c balancer/host_cgroup.c balancer/guest.c balancer/log.c balancer/balancer.c \
                 balancer/backend_libvirt.c balancer/backend_qmp.c balancer/metrics.c \
                 balancer/control.c
 CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "host_cgroup.h"
 #include "log.h"
 #include "metadata_xml.h"
 #include "size_parse.h"
@@ -217,6 +218,15 @@ void balancer_tick(balancer *b)
     if (host_meminfo_read(b->proc_meminfo, b->sys_node_dir, &b->host) < 0) {
         log_err("cannot read %s: skipping this tick", b->proc_meminfo);
         return;
+    }
+    if (b->cfg.memory_cgroup[0]) {
+        char cerr[600];
+        host_view cg;
+        if (host_cgroup_read(b->cfg.memory_cgroup, b->host.host.total_bytes, &cg, cerr, sizeof(cerr)) < 0) {
+            log_err("%s: skipping this tick", cerr);
+            return;
+        }
+        b->host.host = cg;
     }
     char *err = NULL;
     if (config_watermarks(&b->cfg, b->host.host.total_bytes, &b->wm, &err) < 0) {

@@ -24,6 +24,7 @@ void config_defaults(balancer_config *c)
     policy_tunables_default(&c->tun);
     c->metrics_listen = g_strdup("127.0.0.1:9640");
     c->control_socket = g_strdup(CONTROL_DEFAULT_SOCKET);
+    c->memory_cgroup = g_strdup("");
 }
 
 void config_clear(balancer_config *c)
@@ -35,6 +36,7 @@ void config_clear(balancer_config *c)
     g_free(c->wm_high);
     g_free(c->metrics_listen);
     g_free(c->control_socket);
+    g_free(c->memory_cgroup);
     memset(c, 0, sizeof(*c));
 }
 
@@ -195,6 +197,7 @@ static const char *const known_keys[][12] = {
     { "policy", "step_percent", "step_min", "reserve_percent", "reserve_min", "comfort_percent",
       "min_change", NULL },
     { "metrics", "listen", NULL },
+    { "host", "memory_cgroup", NULL },
 };
 
 static int check_unknown(loader *l)
@@ -260,6 +263,7 @@ int config_load(balancer_config *c, const char *path, bool must_exist, char **er
     n.wm_high = g_strdup(c->wm_high);
     n.metrics_listen = g_strdup(c->metrics_listen);
     n.control_socket = g_strdup(c->control_socket);
+    n.memory_cgroup = g_strdup(c->memory_cgroup);
     int rc = 0;
     rc = rc ? rc : check_unknown(&l);
     rc = rc ? rc : get_str(&l, "balancer", "connect", &n.connect_uri);
@@ -279,6 +283,7 @@ int config_load(balancer_config *c, const char *path, bool must_exist, char **er
     rc = rc ? rc : get_size(&l, "policy", "min_change", &n.tun.min_change_bytes);
     rc = rc ? rc : get_str(&l, "metrics", "listen", &n.metrics_listen);
     rc = rc ? rc : get_str(&l, "balancer", "control_socket", &n.control_socket);
+    rc = rc ? rc : get_str(&l, "host", "memory_cgroup", &n.memory_cgroup);
     if (rc == 0 && !policy_lookup(n.policy)) {
         char why[96];
         snprintf(why, sizeof(why), "unknown policy (known: %s)", policy_names());

@@ -26,6 +26,7 @@ typedef struct {
                                    reserve_min, comfort_percent, min_change */
     char *metrics_listen;       /* [metrics] listen (host:port, "" = off) */
     char *control_socket;       /* [balancer] control_socket ("" = off) */
+    char *memory_cgroup;        /* [host] memory_cgroup: balance this cgroup's limit ("" = the machine) */
 } balancer_config;
 
 void config_defaults(balancer_config *c);

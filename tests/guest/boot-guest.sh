@@ -6,14 +6,18 @@
 #
 # Usage: boot-guest.sh --run-dir DIR [--guest-dir DIR] [--mem MiB]
 #          [--accel auto|kvm|tcg] [--append "membal.run=..."]
-#          [--disk IMAGE] [--deadline SECONDS] [-- extra qemu args]
+#          [--disk IMAGE]... [--name NAME] [--cgroup DIR] [--tb-size MiB]
+#          [--deadline SECONDS] [-- extra qemu args]
+# --disk may be repeated (vda, vdb, ...); --cgroup starts QEMU inside that
+# cgroup (v1 or v2 directory) so all its memory is charged there.
 # Prints on success:  accel=<kvm|tcg> pid=<pid> qmp=<socket> serial=<log>
 # The KVM probe result is cached in GUEST_DIR/accel-probe.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 guest_dir=${MEMBAL_GUEST_DIR:-$here/../../build/guest}
-run_dir= mem=512 accel=${MEMBAL_ACCEL:-auto} append= disk= deadline=60 kvm_deadline=20
+run_dir= mem=512 accel=${MEMBAL_ACCEL:-auto} append= disks= deadline=60 kvm_deadline=20
+name= cgroup= tb_size=
 while [ $# -gt 0 ]; do
     case "$1" in
         --run-dir) run_dir=$2; shift 2 ;;
@@ -21,10 +25,13 @@ while [ $# -gt 0 ]; do
         --mem) mem=$2; shift 2 ;;
         --accel) accel=$2; shift 2 ;;
         --append) append=$2; shift 2 ;;
-        --disk) disk=$2; shift 2 ;;
+        --disk) disks="$disks $2"; shift 2 ;;
+        --name) name=$2; shift 2 ;;
+        --cgroup) cgroup=$2; shift 2 ;;
+        --tb-size) tb_size=$2; shift 2 ;;
         --deadline) deadline=$2; shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "boot-guest: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -42,10 +49,13 @@ start_qemu() { # $1 = kvm|tcg, then extra qemu args
     if [ "$mode" = kvm ]; then
         acc="-accel kvm -cpu max"
     else
-        acc="-accel tcg,thread=single -cpu max"
+        acc="-accel tcg,thread=single${tb_size:+,tb-size=$tb_size} -cpu max"
     fi
     drive=
-    [ -n "$disk" ] && drive="-drive file=$disk,if=virtio,format=raw,cache=none,aio=threads"
+    for d in $disks; do
+        drive="$drive -drive file=$d,if=virtio,format=raw,cache=none,aio=threads"
+    done
+    [ -n "$name" ] && drive="$drive -name $name"
     # shellcheck disable=SC2086 # word splitting of $acc/$drive is intended
     qemu-system-x86_64 $acc -machine pc -smp 1 -m "$mem" \
         -nodefaults -no-user-config -display none -vga none -no-reboot \
@@ -77,6 +87,11 @@ stop_qemu() {
     for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
     kill -9 "$pid" 2>/dev/null || true
 }
+
+if [ -n "$cgroup" ]; then
+    # this shell joins the cgroup; QEMU, its child, is charged there
+    echo $$ > "$cgroup/cgroup.procs" || { echo "boot-guest: cannot join cgroup $cgroup" >&2; exit 1; }
+fi
 
 probe="$guest_dir/accel-probe"
 if [ "$accel" = auto ]; then

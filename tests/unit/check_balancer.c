@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "guest.h"
+#include "host_cgroup.h"
 #include "host_meminfo.h"
 #include "metadata_xml.h"
 #include "size_parse.h"
@@ -254,6 +255,7 @@ START_TEST(shipped_config_states_the_defaults)
     ck_assert(memcmp(&c.tun, &d.tun, sizeof(c.tun)) == 0);
     ck_assert_str_eq(c.metrics_listen, d.metrics_listen);
     ck_assert_str_eq(c.control_socket, d.control_socket);
+    ck_assert_str_eq(c.memory_cgroup, d.memory_cgroup);
     config_clear(&c);
     config_clear(&d);
 }
@@ -308,6 +310,51 @@ START_TEST(meminfo_and_fake_numa_tree)
     /* the real one */
     ck_assert_int_eq(host_meminfo_read("/proc/meminfo", "/sys/devices/system/node", &h), 0);
     ck_assert_uint_gt(h.host.total_bytes, 0);
+}
+END_TEST
+
+START_TEST(cgroup_v1_and_v2_as_host)
+{
+    char dir[160];
+    host_view v;
+    char err[600];
+    /* v2 with a limit */
+    snprintf(dir, sizeof(dir), "%s/cg2", tmpdir);
+    mkdir(dir, 0700);
+    write_conf("cg2/memory.current", "734003200\n");
+    write_conf("cg2/memory.max", "1073741824\n");
+    write_conf("cg2/memory.stat", "anon 600000000\nfile 100000000\ninactive_file 52428800\n");
+    ck_assert_msg(host_cgroup_read(dir, 32 * GIB, &v, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(v.total_bytes, GIB);
+    ck_assert_uint_eq(v.free_bytes, GIB - 734003200ULL);
+    ck_assert_uint_eq(v.available_bytes, GIB - 734003200ULL + 52428800ULL);
+    ck_assert_uint_eq(v.cached_bytes, 100000000ULL);
+    /* v2 without a limit: the machine is the bound */
+    write_conf("cg2/memory.max", "max\n");
+    ck_assert_int_eq(host_cgroup_read(dir, 32 * GIB, &v, err, sizeof(err)), 0);
+    ck_assert_uint_eq(v.total_bytes, 32 * GIB);
+    /* v1, over its limit (usage can exceed a lowered limit) */
+    snprintf(dir, sizeof(dir), "%s/cg1", tmpdir);
+    mkdir(dir, 0700);
+    write_conf("cg1/memory.usage_in_bytes", "900000000\n");
+    write_conf("cg1/memory.limit_in_bytes", "891289600\n");
+    write_conf("cg1/memory.stat", "cache 5\ntotal_cache 4096\ntotal_inactive_file 0\n");
+    ck_assert_int_eq(host_cgroup_read(dir, 32 * GIB, &v, err, sizeof(err)), 0);
+    ck_assert_uint_eq(v.total_bytes, 891289600ULL);
+    ck_assert_uint_eq(v.free_bytes, 0);
+    ck_assert_uint_eq(v.available_bytes, 0);
+    ck_assert_uint_eq(v.cached_bytes, 4096);
+    write_conf("cg1/memory.limit_in_bytes", "9223372036854771712\n");
+    ck_assert_int_eq(host_cgroup_read(dir, 32 * GIB, &v, err, sizeof(err)), 0);
+    ck_assert_uint_eq(v.total_bytes, 32 * GIB);
+    /* not a cgroup */
+    ck_assert_int_eq(host_cgroup_read(tmpdir, 32 * GIB, &v, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "not a memory cgroup") != NULL, "%s", err);
+    /* the real v1 root here, if mounted */
+    if (access("/sys/fs/cgroup/memory/memory.usage_in_bytes", R_OK) == 0) {
+        ck_assert_int_eq(host_cgroup_read("/sys/fs/cgroup/memory", 32 * GIB, &v, err, sizeof(err)), 0);
+        ck_assert_uint_gt(v.total_bytes, 0);
+    }
 }
 END_TEST
 
@@ -418,6 +465,7 @@ int main(void)
     tcase_add_test(tc, config_errors_name_key_and_line);
     tcase_add_test(tc, shipped_config_states_the_defaults);
     tcase_add_test(tc, meminfo_and_fake_numa_tree);
+    tcase_add_test(tc, cgroup_v1_and_v2_as_host);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, lying_guest_is_clamped);
     tcase_add_test(tc, bounds_from_policy);

@@ -1,0 +1,93 @@
+#include "host_cgroup.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* v1 reports "no limit" as a page-rounded LONG_MAX */
+#define V1_UNLIMITED (1ULL << 62)
+
+static int read_text(const char *dir, const char *file, char *buf, size_t len)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, len - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return 0;
+}
+
+static int read_u64(const char *dir, const char *file, uint64_t *out, bool *is_max)
+{
+    char buf[64];
+    if (read_text(dir, file, buf, sizeof(buf)) < 0)
+        return -1;
+    if (is_max)
+        *is_max = strncmp(buf, "max", 3) == 0;
+    if (is_max && *is_max)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (errno || end == buf)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "key value" from memory.stat; 0 if absent. */
+static uint64_t stat_field(const char *stat, const char *key)
+{
+    size_t klen = strlen(key);
+    for (const char *p = stat; p && *p;) {
+        if (strncmp(p, key, klen) == 0 && p[klen] == ' ')
+            return strtoull(p + klen + 1, NULL, 10);
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    return 0;
+}
+
+int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, char *err, size_t errlen)
+{
+    uint64_t limit = 0, usage = 0;
+    bool unlimited = false, v2;
+    char stat[8192] = "";
+    char path[512];
+    snprintf(path, sizeof(path), "%s/memory.current", dir);
+    v2 = access(path, R_OK) == 0;
+    if (v2) {
+        if (read_u64(dir, "memory.current", &usage, NULL) < 0 ||
+            read_u64(dir, "memory.max", &limit, &unlimited) < 0) {
+            snprintf(err, errlen, "%s: cannot read memory.current/memory.max: %s", dir, strerror(errno));
+            return -1;
+        }
+    } else {
+        if (read_u64(dir, "memory.usage_in_bytes", &usage, NULL) < 0 ||
+            read_u64(dir, "memory.limit_in_bytes", &limit, NULL) < 0) {
+            snprintf(err, errlen, "%s: not a memory cgroup (no memory.current or memory.usage_in_bytes)", dir);
+            return -1;
+        }
+        unlimited = limit >= V1_UNLIMITED;
+    }
+    read_text(dir, "memory.stat", stat, sizeof(stat));
+    uint64_t inactive_file = v2 ? stat_field(stat, "inactive_file") : stat_field(stat, "total_inactive_file");
+    uint64_t file = v2 ? stat_field(stat, "file") : stat_field(stat, "total_cache");
+    if (unlimited || limit > machine_total)
+        limit = machine_total;
+    memset(out, 0, sizeof(*out));
+    out->total_bytes = limit;
+    out->free_bytes = limit > usage ? limit - usage : 0;
+    out->cached_bytes = file;
+    /* what could be had without swapping: headroom plus clean cache */
+    out->available_bytes = out->free_bytes + (inactive_file < usage ? inactive_file : usage);
+    if (out->available_bytes > limit)
+        out->available_bytes = limit;
+    return 0;
+}

@@ -1,0 +1,19 @@
+/*
+ * "The host" as a memory cgroup: when guests run confined in a cgroup
+ * (libvirt's machine.slice with a limit, or the benchmark's cgroup), the
+ * memory to balance is the cgroup's limit, not the machine's RAM.
+ * Works with cgroup v2 (memory.max, memory.current) and v1
+ * (memory.limit_in_bytes, memory.usage_in_bytes); the directory's files
+ * tell which.
+ */
+#ifndef MEMBAL_HOST_CGROUP_H
+#define MEMBAL_HOST_CGROUP_H
+
+#include "policy.h"
+
+/* Fill *out from the cgroup at dir.  Without a limit ("max", or v1's
+ * huge default) total falls back to machine_total.  Returns 0, or -1 with
+ * a message in err. */
+int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, char *err, size_t errlen);
+
+#endif
