@@ -50,7 +50,7 @@ UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client 
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader
 INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
 
-.PHONY: all deps check unit integration valgrind asan fuzz guest clean install
+.PHONY: all deps check unit integration valgrind asan fuzz guest clean install bench bench-smoke
 
 all: $(BALANCERD) $(BALANCERCTL) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS)
 
@@ -93,7 +93,7 @@ $(BUILD)/tests/check_qmp_client: $(BUILD)/tests/unit/check_qmp_client.o \
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0 $(CHECKPKG)) -lpthread
 
 $(BUILD)/tests/check_qemu_qmp: $(BUILD)/tests/integration/check_qemu_qmp.o \
-		$(BUILD)/tests/integration/guest_vm.o $(LIBQMP)
+		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0 $(CHECKPKG))
 
 # Fuzz targets replayed over their corpus + regressions with gcc.
@@ -105,7 +105,7 @@ $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
 	$(CC) -std=gnu11 -Wall -Wextra -Werror $(CFLAGS) $(SAN) $(CPPFLAGS) $(call pc_cflags,json-c) -c $< -o $@
 
 $(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o \
-		$(BUILD)/tests/integration/guest_vm.o $(LIBQMP)
+		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libvirt json-c glib-2.0 $(CHECKPKG))
 
 # ---- test guest ----
@@ -141,6 +141,15 @@ check: all
 	$(MAKE) unit
 	$(MAKE) valgrind
 	$(MAKE) integration
+	$(MAKE) bench-smoke
+
+# The benchmark (bench/run-bench.sh): `make bench` is the full one
+# (3 runs of each policy, ~18 min under TCG); the smoke version runs one
+# short round of each in `make check` so it cannot rot.
+bench: $(BALANCERD) guest
+	bench/run-bench.sh
+bench-smoke: $(BALANCERD) guest
+	bench/run-bench.sh --smoke --out build/bench-smoke
 
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT=-O1 unit integration
@@ -166,7 +175,7 @@ DEB_PKGS := build-essential pkg-config clang libclang-rt-14-dev valgrind \
   libmicrohttpd-dev libsystemd-dev check \
   qemu-system-x86 qemu-utils linux-image-amd64 busybox-static cpio xz-utils zstd kmod \
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients curl procps iproute2 \
-  prometheus
+  prometheus gnuplot-nox
 
 deps:
 	apt-get update

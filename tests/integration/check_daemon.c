@@ -20,6 +20,7 @@
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 
+#include "cleanup.h"
 #include "guest_vm.h"
 #include "qmp.h"
 
@@ -111,6 +112,7 @@ static void start_daemon(const char *config, const char *extra)
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
+    cleanup_register("kill -9 %d 2>/dev/null", (int)daemon_pid);
 }
 
 static int stop_daemon(void)
@@ -180,6 +182,8 @@ static void libvirt_setup(void)
     char *got = fgets(libvirtd_started, sizeof(libvirtd_started), p);
     ck_assert_msg(pclose(p) == 0 && got, "libvirtd did not come up");
     libvirtd_started[strcspn(libvirtd_started, "\n")] = '\0';
+    if (strncmp(libvirtd_started, "started", 7) == 0)
+        cleanup_register("'%s/tests/integration/libvirtd-down.sh' %s", top(), libvirtd_started + 7);
     virSetErrorFunc(NULL, quiet_libvirt);
     conn = virConnectOpen("qemu:///system");
     ck_assert_ptr_nonnull(conn);
@@ -237,6 +241,7 @@ START_TEST(libvirt_metadata_drives_balloon)
              "<memballoon model='virtio'><stats period='1'/></memballoon></devices></domain>",
              dtype, domname, workdir, workdir, workdir);
     fprintf(stderr, "libvirt domain type %s\n", dtype);
+    cleanup_register("virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; rm -rf '%s'", domname, workdir);
     virDomainPtr d = virDomainCreateXML(conn, xml, 0);
     ck_assert_msg(d != NULL, "virDomainCreateXML: %s", virGetLastErrorMessage());
     snprintf(path, sizeof(path), "%s/serial.log", workdir);
@@ -619,7 +624,9 @@ int main(void)
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
+    cleanup_init();
     srunner_run_all(sr, CK_NORMAL);
+    cleanup_run_all();
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

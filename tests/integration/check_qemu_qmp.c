@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cleanup.h"
 #include "guest_vm.h"
 #include "qmp.h"
 
@@ -198,7 +199,9 @@ int main(void)
     tcase_add_test(tc, qemu_errors_and_disconnect);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
+    cleanup_init();
     srunner_run_all(sr, CK_NORMAL);
+    cleanup_run_all();
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -1,4 +1,5 @@
 #include "guest_vm.h"
+#include "cleanup.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -78,6 +79,7 @@ int guest_vm_start(guest_vm *vm, const guest_vm_opts *opts)
     }
     vm->pid = pid;
     track(vm, true);
+    cleanup_register("kill -9 %d 2>/dev/null; rm -rf '%s'", pid, vm->run_dir);
     fprintf(stderr, "guest_vm: booted with %s, pid %d, mem %d MiB\n", vm->accel, pid,
             opts->mem_mib);
     return 0;
