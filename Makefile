@@ -50,9 +50,9 @@ UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client 
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader
 INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
 
-.PHONY: all deps check unit integration valgrind asan fuzz guest clean install bench bench-smoke
+.PHONY: all deps check unit integration valgrind asan fuzz guest clean install bench bench-smoke sim
 
-all: $(BALANCERD) $(BALANCERCTL) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS)
+all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -120,38 +120,52 @@ replay_inputs = $(wildcard tests/fuzz/corpus/$(1)/* tests/fuzz/regressions/$(1)/
 VALGRIND := valgrind -q --leak-check=full --show-leak-kinds=definite,indirect \
 	    --errors-for-leak-kinds=definite,indirect --error-exitcode=99
 
+# Every test program runs through tests/run-suite.sh, which adds its
+# totals to $(RESULTS); `make check` ends with one "N passed, N failed" line.
+RESULTS := $(BUILD)/test-results.txt
+RUN     := tests/run-suite.sh $(RESULTS)
+
 unit: $(UNIT_TESTS) $(REPLAYS)
-	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $$t; done
-	$(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
+	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $(RUN) $$t; done
+	$(RUN) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
-	  CK_FORK=no $(VALGRIND) $$t; done
-	$(VALGRIND) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
+	  CK_FORK=no $(RUN) $(VALGRIND) $$t; done
+	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
 
 # balancerd runs under valgrind in the end-to-end tests (not under ASan)
 DAEMON_WRAPPER ?= $(if $(SAN),,$(VALGRIND))
 integration: $(INTEG_TESTS) $(BALANCERD) $(BALANCERCTL) guest
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  rc=0; MEMBAL_GUEST_DIR=$(CURDIR)/$(GUEST_DIR) MEMBAL_TOP=$(CURDIR) \
-	    MEMBAL_DAEMON_WRAPPER="$(DAEMON_WRAPPER)" $$t || rc=$$?; \
+	    MEMBAL_DAEMON_WRAPPER="$(DAEMON_WRAPPER)" $(RUN) $$t || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "== $$t SKIPPED"; elif [ $$rc -ne 0 ]; then exit $$rc; fi; done
 
 check: all
+	@mkdir -p $(BUILD); rm -f $(RESULTS)
 	$(MAKE) unit
 	$(MAKE) valgrind
 	$(MAKE) integration
 	$(MAKE) bench-smoke
+	@tests/summary.sh $(RESULTS)
 
 # The benchmark (bench/run-bench.sh): `make bench` is the full one
 # (3 runs of each policy, ~18 min under TCG); the smoke version runs one
 # short round of each in `make check` so it cannot rot.
-bench: $(BALANCERD) guest
+bench: $(BALANCERD) $(SIM) guest
+	$(SIM)
 	bench/run-bench.sh
+SIM := $(BUILD)/bench/membal-sim
+$(SIM): $(BUILD)/bench/sim/sim.o $(LIBPOLICY)
+	$(CC) $(SAN) -o $@ $^ -lm
+sim: $(SIM)
+	$(SIM)
 bench-smoke: $(BALANCERD) guest
-	bench/run-bench.sh --smoke --out build/bench-smoke
+	$(RUN) bench/run-bench.sh --smoke --out build/bench-smoke
 
 asan:
+	@mkdir -p build-asan; rm -f build-asan/test-results.txt
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT=-O1 unit integration
 
 # ---- fuzzing (clang + libFuzzer) ----

@@ -340,21 +340,29 @@ END_TEST
 
 /* ---- bare QEMU through --qmp ---- */
 
-START_TEST(qmp_mode_reclaims_to_floor)
+/* Boot the test guest and start balancerd on its QMP socket with the
+ * host "below low" on purpose (watermarks near 100% of RAM), so that it
+ * reclaims down to the floor given by guests_conf. */
+static void start_qmp_guest_and_daemon(guest_vm *vm, const char *guests_conf, const char *extra_args)
 {
     snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
     mkdir(workdir, 0700);
-    guest_vm vm;
     guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1" };
-    ck_assert(guest_vm_start(&vm, &o) == 0);
-    char conf[512];
+    ck_assert(guest_vm_start(vm, &o) == 0);
+    char conf[512], text[1024], extra[1024];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
-                     "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
-                     "[guests]\ndefault_floor_min = 320MiB\ndefault_floor_percent = 10\n");
-    char extra[512];
-    snprintf(extra, sizeof(extra), "--qmp '%s' --ticks 14", vm.qmp_path);
+    snprintf(text, sizeof(text), "[balancer]\ntick = 1\nstats_period = 1\n"
+                                 "[watermarks]\nmin = 1%%\nlow = 99%%\nhigh = 99.5%%\n"
+                                 "[guests]\n%s\n", guests_conf);
+    write_file(conf, text);
+    snprintf(extra, sizeof(extra), "--qmp '%s' %s", vm->qmp_path, extra_args);
     start_daemon(conf, extra);
+}
+
+START_TEST(qmp_mode_reclaims_to_floor)
+{
+    guest_vm vm;
+    start_qmp_guest_and_daemon(&vm, "default_floor_min = 320MiB\ndefault_floor_percent = 10", "--ticks 14");
     int status = 0;
     ck_assert_int_eq(waitpid(daemon_pid, &status, 0), daemon_pid);
     daemon_pid = 0;
@@ -510,19 +518,10 @@ static void check_exposition(const char *text)
 
 START_TEST(operate_metrics_ctl_reload)
 {
-    snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
-    mkdir(workdir, 0700);
     guest_vm vm;
-    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1" };
-    ck_assert(guest_vm_start(&vm, &o) == 0);
+    start_qmp_guest_and_daemon(&vm, "default_floor_min = 400MiB", "");
     char conf[512];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
-                     "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
-                     "[guests]\ndefault_floor_min = 400MiB\n");
-    char extra[512];
-    snprintf(extra, sizeof(extra), "--qmp '%s'", vm.qmp_path);
-    start_daemon(conf, extra);
     ck_assert_msg(wait_log("balloon 512 MiB ->", 30), "no balloon change");
     sleep(2);
 
