@@ -38,7 +38,7 @@ LIBPOLICY    := $(BUILD)/libpolicy.a
 CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c \
                 balancer/host_meminfo.c balancer/host_cgroup.c balancer/guest.c balancer/log.c balancer/balancer.c \
                 balancer/backend_libvirt.c balancer/backend_qmp.c balancer/metrics.c \
-                balancer/control.c
+                balancer/control.c balancer/agent_proto.c
 CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIBCORE      := $(BUILD)/libbalancer.a
 CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0 libsystemd libmicrohttpd) -lm
@@ -46,8 +46,9 @@ BALANCERD    := $(BUILD)/balancerd
 BALANCERCTL  := $(BUILD)/balancerctl
 
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
-                $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer
-REPLAYS      := $(BUILD)/tests/replay_qmp_reader
+                $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer \
+                $(BUILD)/tests/check_agent
+REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line
 INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
 
 .PHONY: all deps check unit integration valgrind asan fuzz guest clean install bench bench-smoke sim
@@ -82,6 +83,9 @@ $(LIBPOLICY): $(POLICY_OBJ)
 $(BUILD)/tests/check_policies: $(BUILD)/tests/unit/check_policies.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
 
+$(BUILD)/tests/check_agent: $(BUILD)/tests/unit/check_agent.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
+
 $(BUILD)/tests/check_balancer: $(BUILD)/tests/unit/check_balancer.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
@@ -99,6 +103,9 @@ $(BUILD)/tests/check_qemu_qmp: $(BUILD)/tests/integration/check_qemu_qmp.o \
 # Fuzz targets replayed over their corpus + regressions with gcc.
 $(BUILD)/tests/replay_qmp_reader: $(BUILD)/tests/fuzz/fuzz_qmp_reader.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c)
+$(BUILD)/tests/replay_agent_line: $(BUILD)/tests/fuzz/fuzz_agent_line.o \
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/agent_proto.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c)
 $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
@@ -128,11 +135,13 @@ RUN     := tests/run-suite.sh $(RESULTS)
 unit: $(UNIT_TESTS) $(REPLAYS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $(RUN) $$t; done
 	$(RUN) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
+	$(RUN) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
 	  CK_FORK=no $(RUN) $(VALGRIND) $$t; done
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
+	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
 
 # balancerd runs under valgrind in the end-to-end tests (not under ASan)
 DAEMON_WRAPPER ?= $(if $(SAN),,$(VALGRIND))
@@ -170,11 +179,16 @@ asan:
 
 # ---- fuzzing (clang + libFuzzer) ----
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader
+FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader $(BUILD)/fuzz/fuzz_agent_line
 $(BUILD)/fuzz/fuzz_qmp_reader: tests/fuzz/fuzz_qmp_reader.c $(QMP_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
 	  $(call pc_cflags,json-c) -o $@ $^ $(call pc_libs,json-c)
+
+$(BUILD)/fuzz/fuzz_agent_line: tests/fuzz/fuzz_agent_line.c balancer/agent_proto.c qmp/qmp_framer.c
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
+	  $(call pc_cflags,json-c) -o $@ $^ $(call pc_libs,json-c) -lm
 
 fuzz: $(FUZZ_TARGETS)
 	@set -e; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); \

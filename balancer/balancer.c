@@ -249,7 +249,7 @@ void balancer_tick(balancer *b)
             log_debug("guest %s: no stats this tick: %s", g->name, serr);
             g->view.stats_valid = false;
         } else {
-            guest_ingest(g, &s, now, &b->lim, &b->cp);
+            guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
         }
         views[i] = g->view;
     }

@@ -144,8 +144,8 @@ int main(int argc, char **argv)
         { "connect", 0, 0, G_OPTION_ARG_STRING, &d.opt_connect,
           "libvirt URI (default qemu:///system)", "URI" },
         { "qmp", 0, 0, G_OPTION_ARG_FILENAME_ARRAY, &qmp,
-          "Balance the QEMU process behind this QMP socket instead of libvirt's guests (repeatable)",
-          "SOCKET" },
+          "Balance the QEMU process behind this QMP socket instead of libvirt's guests (repeatable); "
+          "SOCKET,agent=PATH also reads its guest agent's port", "SOCKET" },
         { "policy", 'p', 0, G_OPTION_ARG_STRING, &d.opt_policy,
           "Policy: split-lru (default), mom or none", "NAME" },
         { "tick", 't', 0, G_OPTION_ARG_INT, &d.opt_tick, "Seconds between balancing rounds", "S" },

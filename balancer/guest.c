@@ -64,7 +64,7 @@ static double counter_rate(guest *g, int64_t now_v, int64_t prev_v, double dt, d
     return r;
 }
 
-void guest_ingest(guest *g, const guest_sample *s, int64_t now, const guest_limits *lim,
+void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp)
 {
     guest_view *v = &g->view;
@@ -92,6 +92,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, const guest_limi
     v->available_bytes = clamp_size(g, s->available_bytes, v->actual_bytes);
     v->free_bytes = clamp_size(g, s->free_bytes, v->actual_bytes);
     v->cache_bytes = clamp_size(g, s->cache_bytes, v->actual_bytes);
+
+    v->agent_fresh = agent_fresh(&g->agent, mono, (double)lim->stale_seconds);
+    v->agent_refault_ps = v->agent_fresh ? g->agent.refault_anon_ps + g->agent.refault_file_ps : 0;
+    v->agent_psi_some = v->agent_fresh ? g->agent.cur.psi_some_avg10 : -1;
+    v->agent_hint_streaming = v->agent_fresh && g->agent.cur.hint_streaming;
 
     if (fresh_report && g->have_prev) {
         double dt = (double)(g->cur.last_update - g->prev.last_update);

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "agent_proto.h"
 #include "classify.h"
 #include "policy.h"
 
@@ -39,6 +40,7 @@ typedef struct {
     uint64_t clamped_values;  /* guest values outside what the host allows */
     guest_view view;
     classify_state cls;
+    agent_state agent;        /* in-guest agent reports, if it runs */
 
     uint64_t decided_target;  /* what the policy chose last tick (before clamping) */
     uint64_t last_target;     /* last balloon target we set (0 = none) */
@@ -57,9 +59,10 @@ typedef struct {
 } guest_limits;
 
 void guest_init(guest *g, const char *name, const char *uuid);
-/* Take a new sample at wall-clock time now (s).  Rates come from guest
- * counters over the host timestamps of two distinct reports. */
-void guest_ingest(guest *g, const guest_sample *s, int64_t now, const guest_limits *lim,
+/* Take a new sample at wall-clock time now (s); mono is the host's
+ * monotonic clock (s), against which agent reports are timed.  Rates come
+ * from guest counters over the host timestamps of two distinct reports. */
+void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp);
 /* Floor and ceiling from the policy, the defaults and the domain maximum. */
 void guest_bounds(const vm_policy *p, uint64_t max_bytes, const guest_limits *lim,

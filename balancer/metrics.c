@@ -80,6 +80,17 @@ static double gv_errs(const guest *g) { return (double)g->balloon_errors; }
 static double gv_perrs(const guest *g) { return (double)g->policy_errors; }
 static double gv_clamped(const guest *g) { return (double)g->clamped_values; }
 static double gv_off(const guest *g) { return g->policy.mode == VM_MODE_OFF; }
+static double agent_counter(const guest *g, int idx)
+{
+    return g->agent.have && g->agent.cur.vmstat[idx] >= 0 ? (double)g->agent.cur.vmstat[idx] : 0;
+}
+static double gv_ref_anon(const guest *g) { return agent_counter(g, AV_REFAULT_ANON); }
+static double gv_ref_file(const guest *g) { return agent_counter(g, AV_REFAULT_FILE); }
+static double gv_agent_msgs(const guest *g) { return (double)g->agent.messages; }
+static double gv_agent_resets(const guest *g) { return (double)g->agent.resets; }
+static double gv_agent_clamped(const guest *g) { return (double)g->agent.clamped; }
+static double gv_agent_psi(const guest *g) { return g->view.agent_fresh && g->agent.cur.psi_some_avg10 >= 0 ? g->agent.cur.psi_some_avg10 : 0; }
+static double gv_agent_up(const guest *g) { return g->view.agent_fresh; }
 
 GString *metrics_render(const balancer *b)
 {
@@ -108,6 +119,26 @@ GString *metrics_render(const balancer *b)
     guest_family(s, b, "balancer_guest_balloon_errors_total", "counter", "Balloon target changes that failed.", gv_errs);
     guest_family(s, b, "balancer_guest_policy_errors_total", "counter", "Rejected policy metadata documents.", gv_perrs);
     guest_family(s, b, "balancer_guest_clamped_values_total", "counter", "Guest-reported values outside what the host allows.", gv_clamped);
+
+    guest_family(s, b, "balancer_guest_agent_up", "gauge", "1 while the in-guest agent reports.", gv_agent_up);
+    guest_family(s, b, "balancer_guest_refaults_anon_total", "counter", "Anon workingset refaults, as the guest agent reports them.", gv_ref_anon);
+    guest_family(s, b, "balancer_guest_refaults_file_total", "counter", "File workingset refaults, as the guest agent reports them.", gv_ref_file);
+    guest_family(s, b, "balancer_guest_psi_some_avg10", "gauge", "Guest memory PSI some avg10 (%), from the agent.", gv_agent_psi);
+    guest_family(s, b, "balancer_guest_agent_messages_total", "counter", "Agent messages accepted.", gv_agent_msgs);
+    guest_family(s, b, "balancer_guest_agent_counter_resets_total", "counter", "Agent counters that went backwards.", gv_agent_resets);
+    guest_family(s, b, "balancer_guest_agent_clamped_values_total", "counter", "Agent sizes above the guest's memory.", gv_agent_clamped);
+    header(s, "balancer_guest_agent_rejected_total", "counter", "Agent messages rejected, by reason.");
+    for (guint i = 0; i < b->guests->len; i++) {
+        const guest *g = g_ptr_array_index(b->guests, i);
+        for (int r = 0; r < AGENT_REJ_COUNT; r++) {
+            g_string_append(s, "balancer_guest_agent_rejected_total{domain=\"");
+            append_escaped(s, g->name);
+            g_string_append(s, "\",uuid=\"");
+            append_escaped(s, g->uuid);
+            g_string_append_printf(s, "\",reason=\"%s\"} %llu\n", agent_reject_names[r],
+                                   (unsigned long long)g->agent.rejected[r]);
+        }
+    }
 
     header(s, "balancer_host_memory_bytes", "gauge", "Host memory by kind, from /proc/meminfo.");
     g_string_append_printf(s, "balancer_host_memory_bytes{kind=\"total\"} %llu\n", (unsigned long long)b->host.host.total_bytes);

@@ -6,6 +6,8 @@ void classify_params_default(classify_params *p)
     p->major_faults_ps_enter = 100.0;
     p->quiet_ticks_exit = 6;
     p->stream_cache_fraction = 0.25;
+    p->agent_refault_ps = 64.0; /* pages/s coming back soon after eviction */
+    p->agent_psi_some = 10.0;
 }
 
 void classify_update(classify_state *st, const guest_view *g, const classify_params *p)
@@ -14,6 +16,8 @@ void classify_update(classify_state *st, const guest_view *g, const classify_par
         return; /* no new evidence: keep the previous verdict */
     bool hot = g->swap_in_bps >= p->swap_in_bps_enter ||
                g->major_faults_ps >= p->major_faults_ps_enter;
+    if (hot && g->agent_fresh)
+        hot = g->agent_refault_ps >= p->agent_refault_ps || g->agent_psi_some >= p->agent_psi_some;
     if (hot) {
         st->thrashing = true;
         st->quiet = 0;
@@ -25,6 +29,8 @@ void classify_update(classify_state *st, const guest_view *g, const classify_par
      * no swap-in).  Never both: a thrashing guest is not a donor. */
     bool quiet_faults = g->major_faults_ps < p->major_faults_ps_enter / 4 &&
                         g->swap_in_bps < p->swap_in_bps_enter / 4;
-    st->streaming = !st->thrashing && quiet_faults && g->actual_bytes > 0 &&
-                    (double)g->cache_bytes >= p->stream_cache_fraction * (double)g->actual_bytes;
+    st->streaming = !st->thrashing &&
+                    ((quiet_faults && g->actual_bytes > 0 &&
+                      (double)g->cache_bytes >= p->stream_cache_fraction * (double)g->actual_bytes) ||
+                     (g->agent_fresh && g->agent_hint_streaming));
 }

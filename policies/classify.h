@@ -3,6 +3,11 @@
  * of mm/workingset.c: a guest whose working set does not fit (swap-in and
  * major faults) is "thrashing" and protected; a guest whose memory is
  * mostly page cache with no fault cost is "streaming" and gives first.
+ *
+ * The in-guest agent is untrusted: it may only withdraw a thrashing
+ * verdict (its refaults and PSI must confirm what the balloon stats show)
+ * or add a streaming one.  Either way a lying agent can only make its own
+ * guest give more, never take memory from others.
  */
 #ifndef MEMBAL_CLASSIFY_H
 #define MEMBAL_CLASSIFY_H
@@ -14,6 +19,8 @@ typedef struct {
     double major_faults_ps_enter; /* major fault rate that signals thrashing */
     unsigned quiet_ticks_exit;    /* quiet samples before leaving thrashing */
     double stream_cache_fraction; /* cache share of actual that may stream */
+    double agent_refault_ps;      /* agent refault rate that confirms thrashing */
+    double agent_psi_some;        /* agent PSI some avg10 (%) that confirms it */
 } classify_params;
 
 typedef struct {

@@ -37,6 +37,12 @@ typedef struct {
     double swap_out_bps;
     double major_faults_ps;
 
+    /* in-guest agent (untrusted hints; see guest-agent/PROTOCOL.md) */
+    bool agent_fresh;          /* a recent report exists */
+    double agent_refault_ps;   /* workingset refaults (anon + file), pages/s */
+    double agent_psi_some;     /* PSI memory some avg10, % */
+    bool agent_hint_streaming;
+
     /* classification (policies/classify.c), with hysteresis */
     bool thrashing;            /* working set does not fit: protect and grow */
     bool streaming;            /* cache churns without reuse: reclaim first */

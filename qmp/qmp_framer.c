@@ -31,8 +31,28 @@ static void compact(qmp_framer *f)
     f->start = 0;
 }
 
+void qmp_framer_skip_line(qmp_framer *f)
+{
+    size_t avail = f->len - f->start;
+    char *nl = avail ? memchr(f->buf + f->start, '\n', avail) : NULL;
+    if (nl) {
+        f->start = (size_t)(nl - f->buf) + 1;
+    } else {
+        f->start = f->len;
+        f->skipping = 1;
+    }
+}
+
 int qmp_framer_feed(qmp_framer *f, const char *data, size_t n)
 {
+    if (f->skipping) {
+        const char *nl = memchr(data, '\n', n);
+        if (!nl)
+            return 0;
+        f->skipping = 0;
+        n -= (size_t)(nl + 1 - data);
+        data = nl + 1;
+    }
     compact(f);
     if (f->len + n + 1 > f->cap) {
         size_t ncap = f->cap ? f->cap : 4096;

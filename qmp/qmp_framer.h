@@ -14,6 +14,7 @@ typedef struct {
     size_t start;    /* first byte not yet handed out */
     size_t cap;      /* allocated */
     size_t max_line; /* longest line accepted, without the terminator */
+    int skipping;    /* dropping input up to the next newline */
 } qmp_framer;
 
 typedef enum {
@@ -28,6 +29,9 @@ void qmp_framer_free(qmp_framer *f);
 int qmp_framer_feed(qmp_framer *f, const char *data, size_t n);
 /* Next complete line, without "\n" or "\r\n"; blank lines are skipped. */
 qmp_frame_result qmp_framer_next(qmp_framer *f, const char **line, size_t *len);
+/* After QMP_FRAME_TOO_LONG, for callers that go on: drop the over-long
+ * line, including what of it is still to come. */
+void qmp_framer_skip_line(qmp_framer *f);
 /* Bytes held of an unfinished line. */
 size_t qmp_framer_pending(const qmp_framer *f);
 

@@ -6,10 +6,11 @@
 #
 # Usage: boot-guest.sh --run-dir DIR [--guest-dir DIR] [--mem MiB]
 #          [--accel auto|kvm|tcg] [--append "membal.run=..."]
-#          [--disk IMAGE]... [--name NAME] [--cgroup DIR] [--tb-size MiB]
+#          [--disk IMAGE]... [--name NAME] [--cgroup DIR] [--tb-size MiB] [--agent]
 #          [--deadline SECONDS] [-- extra qemu args]
 # --disk may be repeated (vda, vdb, ...); --cgroup starts QEMU inside that
-# cgroup (v1 or v2 directory) so all its memory is charged there.
+# cgroup (v1 or v2 directory) so all its memory is charged there; --agent
+# adds the virtio-serial port org.membal.agent.0 as DIR/agent.sock.
 # Prints on success:  accel=<kvm|tcg> pid=<pid> qmp=<socket> serial=<log>
 # The KVM probe result is cached in GUEST_DIR/accel-probe.
 set -eu
@@ -17,7 +18,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 guest_dir=${MEMBAL_GUEST_DIR:-$here/../../build/guest}
 run_dir= mem=512 accel=${MEMBAL_ACCEL:-auto} append= disks= deadline=60 kvm_deadline=20
-name= cgroup= tb_size=
+name= cgroup= tb_size= agent=
 while [ $# -gt 0 ]; do
     case "$1" in
         --run-dir) run_dir=$2; shift 2 ;;
@@ -29,9 +30,10 @@ while [ $# -gt 0 ]; do
         --name) name=$2; shift 2 ;;
         --cgroup) cgroup=$2; shift 2 ;;
         --tb-size) tb_size=$2; shift 2 ;;
+        --agent) agent=1; shift ;;
         --deadline) deadline=$2; shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "boot-guest: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -56,6 +58,11 @@ start_qemu() { # $1 = kvm|tcg, then extra qemu args
         drive="$drive -drive file=$d,if=virtio,format=raw,cache=none,aio=threads"
     done
     [ -n "$name" ] && drive="$drive -name $name"
+    if [ -n "$agent" ]; then
+        drive="$drive -device virtio-serial-pci,id=vser0"
+        drive="$drive -chardev socket,id=agent0,path=$run_dir/agent.sock,server=on,wait=off"
+        drive="$drive -device virtserialport,bus=vser0.0,chardev=agent0,name=org.membal.agent.0"
+    fi
     # shellcheck disable=SC2086 # word splitting of $acc/$drive is intended
     qemu-system-x86_64 $acc -machine pc -smp 1 -m "$mem" \
         -nodefaults -no-user-config -display none -vga none -no-reboot \

@@ -382,20 +382,20 @@ START_TEST(guest_rates_and_thrash)
     guest g;
     guest_init(&g, "db", "u1");
     guest_sample s = sample(1000, 0, 0);
-    guest_ingest(&g, &s, 1001, &lim, &cp);
+    guest_ingest(&g, &s, 1001, 0, &lim, &cp);
     ck_assert(g.view.stats_valid);
     ck_assert_uint_eq(g.view.floor_bytes, GIB); /* 25% of 4 GiB */
     ck_assert_uint_eq(g.view.ceiling_bytes, 4 * GIB);
     s = sample(1002, (int64_t)(20 * MIB), 10);
-    guest_ingest(&g, &s, 1003, &lim, &cp);
+    guest_ingest(&g, &s, 1003, 0, &lim, &cp);
     ck_assert(g.view.swap_in_bps == 10.0 * MIB);
     ck_assert(g.view.major_faults_ps == 5.0);
     ck_assert(g.view.thrashing);
     /* the same report seen again (polling faster than the guest) changes nothing */
-    guest_ingest(&g, &s, 1004, &lim, &cp);
+    guest_ingest(&g, &s, 1004, 0, &lim, &cp);
     ck_assert(g.view.swap_in_bps == 10.0 * MIB);
     /* stale stats are not valid */
-    guest_ingest(&g, &s, 1100, &lim, &cp);
+    guest_ingest(&g, &s, 1100, 0, &lim, &cp);
     ck_assert(!g.view.stats_valid);
 }
 END_TEST
@@ -411,25 +411,25 @@ START_TEST(lying_guest_is_clamped)
     s.free_bytes = INT64_MAX;
     s.available_bytes = (int64_t)(64 * GIB);
     s.cache_bytes = (int64_t)(32 * GIB);
-    guest_ingest(&g, &s, 1000, &lim, &cp);
+    guest_ingest(&g, &s, 1000, 0, &lim, &cp);
     ck_assert_uint_eq(g.view.available_bytes, 2 * GIB);
     ck_assert_uint_le(g.view.free_bytes, g.view.actual_bytes);
     ck_assert_uint_le(g.view.cache_bytes, g.view.actual_bytes);
     ck_assert_uint_ge(g.clamped_values, 3);
     /* counters going backwards are a reset, not a huge rate */
     s = sample(1002, 0, 0);
-    guest_ingest(&g, &s, 1002, &lim, &cp);
+    guest_ingest(&g, &s, 1002, 0, &lim, &cp);
     ck_assert(g.view.swap_in_bps == 0);
     ck_assert(g.view.major_faults_ps == 0);
     ck_assert_uint_eq(g.counter_resets, 2);
     /* an absurd rate is capped */
     s = sample(1003, INT64_MAX, 0);
-    guest_ingest(&g, &s, 1003, &lim, &cp);
+    guest_ingest(&g, &s, 1003, 0, &lim, &cp);
     ck_assert(g.view.swap_in_bps <= 64.0 * GIB);
     /* balloon larger than the domain maximum: max follows actual (host data) */
     s = sample(1004, INT64_MAX, 0);
     s.max_bytes = (int64_t)GIB;
-    guest_ingest(&g, &s, 1004, &lim, &cp);
+    guest_ingest(&g, &s, 1004, 0, &lim, &cp);
     ck_assert_uint_eq(g.view.max_bytes, 2 * GIB);
 }
 END_TEST
