@@ -608,6 +608,68 @@ START_TEST(operate_metrics_ctl_reload)
 }
 END_TEST
 
+/* ---- the guest agent in the real guest, feeding the real daemon ---- */
+
+static double metric_value(const char *text, const char *prefix)
+{
+    const char *p = strstr(text, prefix);
+    if (!p)
+        return -1;
+    p = strchr(p, '}');
+    return p ? g_ascii_strtod(p + 2, NULL) : -1;
+}
+
+START_TEST(agent_reports_refaults_in_a_squeeze)
+{
+    snprintf(workdir, sizeof(workdir), "/var/tmp/membal-agent-%d", (int)getpid());
+    mkdir(workdir, 0700);
+    cleanup_register("rm -rf '%s'", workdir);
+    char swap[300];
+    snprintf(swap, sizeof(swap), "%s/swap.img", workdir);
+    ck_assert_int_eq(run("truncate -s 512M '%s'", swap), 0);
+    /* a working set bigger than the floor the host will squeeze it to */
+    guest_vm vm;
+    guest_vm_opts o = { .mem_mib = 512, .agent = true, .disk = swap,
+                        .append = "membal.report=1 membal.agent=1 membal.swap=/dev/vda membal.run=wss:360:100" };
+    ck_assert(guest_vm_start(&vm, &o) == 0);
+    ck_assert(guest_vm_wait_console(&vm, "WSS ready", 120000));
+    char conf[512], extra[1024];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    /* the host "critical": anon may be taken down to the 256 MiB floor */
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 99%\nlow = 99.5%\nhigh = 99.8%\n"
+                     "[guests]\ndefault_floor_min = 256MiB\ndefault_floor_percent = 0\n"
+                     "[policy]\nstep_percent = 20\n");
+    snprintf(extra, sizeof(extra), "--qmp '%s,agent=%s/agent.sock'", vm.qmp_path, vm.run_dir);
+    start_daemon(conf, extra);
+
+    double msgs = -1, refaults = -1, up = -1;
+    char *m = NULL;
+    for (int i = 0; i < 120 && refaults <= 0; i++) {
+        sleep(1);
+        g_free(m);
+        m = capture("curl -sf http://127.0.0.1:%d/metrics", METRICS_PORT);
+        up = metric_value(m, "balancer_guest_agent_up{");
+        msgs = metric_value(m, "balancer_guest_agent_messages_total{");
+        refaults = metric_value(m, "balancer_guest_refaults_anon_total{");
+    }
+    fprintf(stderr, "agent: up %.0f, messages %.0f, anon refaults %.0f\n", up, msgs, refaults);
+    if (refaults <= 0) {
+        dump_log();
+        run("tail -n 20 '%s' >&2", vm.serial_path);
+    }
+    ck_assert(up == 1);
+    ck_assert(msgs >= 3);
+    ck_assert_msg(refaults > 0, "no refaults reported during the squeeze");
+    /* nothing the real agent sent was rejected */
+    ck_assert_ptr_nonnull(strstr(m, "reason=\"json\"} 0"));
+    ck_assert_ptr_nonnull(strstr(m, "reason=\"field\"} 0"));
+    g_free(m);
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&vm);
+}
+END_TEST
+
 int main(void)
 {
     if (!guest_vm_qemu_available()) {
@@ -620,6 +682,7 @@ int main(void)
     tcase_add_test(tc, bad_config_is_refused_clearly);
     tcase_add_test(tc, qmp_mode_reclaims_to_floor);
     tcase_add_test(tc, operate_metrics_ctl_reload);
+    tcase_add_test(tc, agent_reports_refaults_in_a_squeeze);
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

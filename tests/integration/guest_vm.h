@@ -20,6 +20,7 @@ typedef struct {
     int mem_mib;
     const char *append; /* extra kernel command line, may be NULL */
     const char *disk;   /* raw image for virtio-blk, may be NULL */
+    bool agent;         /* add the org.membal.agent.0 port (RUN_DIR/agent.sock) */
 } guest_vm_opts;
 
 typedef struct {
