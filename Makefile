@@ -16,7 +16,7 @@ SAN      ?=
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes
-CPPFLAGS += -D_GNU_SOURCE -DMEMBAL_VERSION='"$(VERSION)"' -I. -Iqmp -Ibalancer -Ipolicies
+CPPFLAGS += -D_GNU_SOURCE -DMEMBAL_VERSION='"$(VERSION)"' -I. -Iqmp -Ibalancer -Ipolicies -Itests
 ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) $(SAN) $(CPPFLAGS)
 
 # pkg-config is looked up lazily so `make deps` works before the -dev

@@ -4,6 +4,8 @@
  * through --qmp.
  */
 #include <check.h>
+
+#include "check_run.h"
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -685,11 +687,8 @@ int main(void)
     tcase_add_test(tc, agent_reports_refaults_in_a_squeeze);
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
     cleanup_init();
-    srunner_run_all(sr, CK_NORMAL);
+    int rc = check_run_suite(s, CK_FORK);
     cleanup_run_all();
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

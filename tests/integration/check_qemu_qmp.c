@@ -4,6 +4,8 @@
  * agreement between QEMU's view and the guest's own /proc/meminfo.
  */
 #include <check.h>
+
+#include "check_run.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,11 +200,8 @@ int main(void)
     tcase_add_test(tc, balloon_round_trip);
     tcase_add_test(tc, qemu_errors_and_disconnect);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
     cleanup_init();
-    srunner_run_all(sr, CK_NORMAL);
+    int rc = check_run_suite(s, CK_FORK);
     cleanup_run_all();
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

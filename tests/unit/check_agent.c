@@ -4,6 +4,8 @@
  * do to the policy.
  */
 #include <check.h>
+
+#include "check_run.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,9 +258,5 @@ int main(void)
     tcase_add_test(tc, agent_can_only_withdraw_thrashing);
     tcase_add_test(tc, lying_agent_hurts_only_itself);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run_suite(s, CK_FORK);
 }

@@ -4,6 +4,8 @@
  * and the ingestion of untrusted guest stats.
  */
 #include <check.h>
+
+#include "check_run.h"
 #include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -470,16 +472,12 @@ int main(void)
     tcase_add_test(tc, lying_guest_is_clamped);
     tcase_add_test(tc, bounds_from_policy);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* tests share tmpdir */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = check_run_suite(s, CK_NOFORK); /* tests share tmpdir */
     if (tmpdir[0]) {
         char cmd[128];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
         if (system(cmd) != 0)
             fprintf(stderr, "could not remove %s\n", tmpdir);
     }
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

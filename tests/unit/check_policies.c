@@ -5,6 +5,8 @@
  * refills its page cache the way its workload would).
  */
 #include <check.h>
+
+#include "check_run.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,9 +553,5 @@ int main(void)
     tcase_add_test(tcl, thrash_enters_and_exits_with_hysteresis);
     tcase_add_test(tcl, streaming_needs_big_cache_and_no_faults);
     suite_add_tcase(s, tcl);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run_suite(s, CK_FORK);
 }

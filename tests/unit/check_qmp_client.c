@@ -3,6 +3,8 @@
  * matched by id, events, and every fault the client must survive.
  */
 #include <check.h>
+
+#include "check_run.h"
 #include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -614,9 +616,5 @@ int main(void)
     tcase_add_test(tc, glib_main_loop_integration);
     tcase_add_test(tc, bad_arguments);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run_suite(s, CK_FORK);
 }

@@ -1,5 +1,7 @@
 /* Unit tests of QMP line framing, including recorded QEMU transcripts. */
 #include <check.h>
+
+#include "check_run.h"
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,9 +173,5 @@ int main(void)
     tcase_add_test(tc, terminated_over_cap);
     tcase_add_test(tc, recorded_transcript_any_chunking);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run_suite(s, CK_FORK);
 }
