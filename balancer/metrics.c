@@ -125,7 +125,7 @@ GString *metrics_render(const balancer *b)
     guest_family(s, b, "balancer_guest_refaults_file_total", "counter", "File workingset refaults, as the guest agent reports them.", gv_ref_file);
     guest_family(s, b, "balancer_guest_psi_some_avg10", "gauge", "Guest memory PSI some avg10 (%), from the agent.", gv_agent_psi);
     guest_family(s, b, "balancer_guest_agent_messages_total", "counter", "Agent messages accepted.", gv_agent_msgs);
-    guest_family(s, b, "balancer_guest_agent_counter_resets_total", "counter", "Agent counters that went backwards.", gv_agent_resets);
+    guest_family(s, b, "balancer_guest_agent_resets_total", "counter", "Agent counters that went backwards.", gv_agent_resets);
     guest_family(s, b, "balancer_guest_agent_clamped_values_total", "counter", "Agent sizes above the guest's memory.", gv_agent_clamped);
     header(s, "balancer_guest_agent_rejected_total", "counter", "Agent messages rejected, by reason.");
     for (guint i = 0; i < b->guests->len; i++) {

@@ -28,11 +28,13 @@
 
 #define MIB (1024ULL * 1024ULL)
 #define URI "https://membal.dev/xmlns/policy/1"
-#define METRICS_PORT 19641
 
 static char workdir[200];
 static char domname[64];
 static char daemon_log[300];
+/* Each test (a forked child) gets its own port: a daemon left behind by a
+ * failed test must not make the next one fail. */
+static int metrics_port;
 static pid_t daemon_pid;
 
 static const char *top(void)
@@ -100,6 +102,7 @@ static bool wait_log(const char *needle, int seconds)
 static void start_daemon(const char *config, const char *extra)
 {
     snprintf(daemon_log, sizeof(daemon_log), "%s/balancerd.log", workdir);
+    metrics_port = 20000 + (int)(getpid() % 20000);
     daemon_pid = fork();
     ck_assert_int_ge(daemon_pid, 0);
     if (daemon_pid == 0) {
@@ -110,7 +113,7 @@ static void start_daemon(const char *config, const char *extra)
         snprintf(cmd, sizeof(cmd),
                  "exec %s '%s/build/balancerd' --config '%s' --metrics-listen 127.0.0.1:%d "
                  "--control-socket '%s/ctl.sock' %s >'%s' 2>&1",
-                 wrap ? wrap : "", top(), config, METRICS_PORT, workdir, extra, daemon_log);
+                 wrap ? wrap : "", top(), config, metrics_port, workdir, extra, daemon_log);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
@@ -529,7 +532,7 @@ START_TEST(operate_metrics_ctl_reload)
 
     /* /metrics: well-formed (promtool when Debian's prometheus is there, and
      * our own strict reader), and saying what the daemon did */
-    char *metrics = capture("curl -sf http://127.0.0.1:%d/metrics", METRICS_PORT);
+    char *metrics = capture("curl -sf http://127.0.0.1:%d/metrics", metrics_port);
     fprintf(stderr, "---- /metrics (first lines) ----\n%.1500s\n...\n", metrics);
     check_exposition(metrics);
     char mpath[300];
@@ -547,7 +550,7 @@ START_TEST(operate_metrics_ctl_reload)
     ck_assert_ptr_nonnull(ops);
     ck_assert_int_ge(atoi(strchr(ops, '}') + 2), 1);
     g_free(metrics);
-    ck_assert_int_eq(run("curl -sf http://127.0.0.1:%d/other >/dev/null", METRICS_PORT) == 0, 0);
+    ck_assert_int_eq(run("curl -sf http://127.0.0.1:%d/other >/dev/null", metrics_port) == 0, 0);
 
     /* balancerctl status, table and JSON */
     char *status = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", top(), workdir);
@@ -579,7 +582,7 @@ START_TEST(operate_metrics_ctl_reload)
     ck_assert_str_eq(pz, "balancing paused\n");
     g_free(pz);
     sleep(2);
-    char *m2 = capture("curl -sf http://127.0.0.1:%d/metrics", METRICS_PORT);
+    char *m2 = capture("curl -sf http://127.0.0.1:%d/metrics", metrics_port);
     ck_assert_ptr_nonnull(strstr(m2, "balancer_paused 1"));
     g_free(m2);
     g_free(capture("'%s/build/balancerctl' --socket '%s/ctl.sock' resume", top(), workdir));
@@ -593,7 +596,7 @@ START_TEST(operate_metrics_ctl_reload)
     kill(daemon_pid, SIGHUP);
     ck_assert(wait_log("configuration reloaded", 10));
     sleep(2);
-    char *m3 = capture("curl -sf http://127.0.0.1:%d/metrics", METRICS_PORT);
+    char *m3 = capture("curl -sf http://127.0.0.1:%d/metrics", metrics_port);
     ck_assert_ptr_nonnull(strstr(m3, "policy=\"none\""));
     g_free(m3);
 
@@ -650,7 +653,7 @@ START_TEST(agent_reports_refaults_in_a_squeeze)
     for (int i = 0; i < 120 && refaults <= 0; i++) {
         sleep(1);
         g_free(m);
-        m = capture("curl -sf http://127.0.0.1:%d/metrics", METRICS_PORT);
+        m = capture("curl -sf http://127.0.0.1:%d/metrics", metrics_port);
         up = metric_value(m, "balancer_guest_agent_up{");
         msgs = metric_value(m, "balancer_guest_agent_messages_total{");
         refaults = metric_value(m, "balancer_guest_refaults_anon_total{");
