@@ -38,7 +38,7 @@ LIBPOLICY    := $(BUILD)/libpolicy.a
 CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c \
                 balancer/host_meminfo.c balancer/host_cgroup.c balancer/guest.c balancer/log.c balancer/balancer.c \
                 balancer/backend_libvirt.c balancer/backend_qmp.c balancer/metrics.c \
-                balancer/control.c balancer/agent_proto.c
+                balancer/control.c balancer/agent_proto.c balancer/agent_conn.c
 CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIBCORE      := $(BUILD)/libbalancer.a
 CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0 libsystemd libmicrohttpd) -lm

@@ -13,6 +13,10 @@
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 
+#include <libxml/parser.h>
+#include <libxml/xpath.h>
+
+#include "agent_conn.h"
 #include "backend.h"
 #include "balancer.h"
 #include "log.h"
@@ -25,6 +29,12 @@ typedef struct {
     unsigned backoff;
     guint resync_source;
 } lv_state;
+
+/* What balancerd attaches to a libvirt guest. */
+typedef struct {
+    virDomainPtr dom;
+    agent_conn agent;
+} lv_guest;
 
 static int64_t mono_s(void)
 {
@@ -54,9 +64,26 @@ static lv_state *state_of(balancer *b)
     return b->backend_priv;
 }
 
+static virDomainPtr dom_of(const guest *g)
+{
+    const lv_guest *lg = g->backend_data;
+    return lg ? lg->dom : NULL;
+}
+
+static void release(guest *g)
+{
+    lv_guest *lg = g->backend_data;
+    if (!lg)
+        return;
+    virDomainFree(lg->dom);
+    agent_conn_clear(&lg->agent);
+    g_free(lg);
+    g->backend_data = NULL;
+}
+
 static void read_policy(balancer *b, guest *g)
 {
-    virDomainPtr dom = g->backend_data;
+    virDomainPtr dom = dom_of(g);
     char *xml = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, VM_POLICY_NS_URI,
                                      VIR_DOMAIN_AFFECT_LIVE);
     if (!xml && virGetLastErrorCode() != VIR_ERR_NO_DOMAIN_METADATA) {
@@ -65,6 +92,33 @@ static void read_policy(balancer *b, guest *g)
     }
     balancer_apply_policy_xml(b, g, xml);
     free(xml);
+}
+
+
+/* The unix socket of <channel type='unix'> whose target is our agent
+ * port, from the live domain XML; NULL if the guest has none. */
+static char *agent_channel_path(virDomainPtr dom)
+{
+    char *xml = virDomainGetXMLDesc(dom, 0);
+    if (!xml)
+        return NULL;
+    char *path = NULL;
+    xmlDocPtr doc = xmlReadMemory(xml, (int)strlen(xml), "domain.xml", NULL,
+                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
+    xmlXPathObjectPtr res = ctx ? xmlXPathEvalExpression(
+        (const xmlChar *)"/domain/devices/channel[@type='unix'][target/@name='org.membal.agent.0']/source/@path",
+        ctx) : NULL;
+    if (res && res->nodesetval && res->nodesetval->nodeNr > 0) {
+        xmlChar *v = xmlNodeGetContent(res->nodesetval->nodeTab[0]);
+        path = v ? g_strdup((const char *)v) : NULL;
+        xmlFree(v);
+    }
+    xmlXPathFreeObject(res);
+    xmlXPathFreeContext(ctx);
+    xmlFreeDoc(doc);
+    free(xml);
+    return path;
 }
 
 static void track_domain(balancer *b, virDomainPtr dom)
@@ -80,7 +134,14 @@ static void track_domain(balancer *b, virDomainPtr dom)
     const char *name = virDomainGetName(dom);
     g = balancer_guest_add(b, name ? name : uuid, uuid);
     virDomainRef(dom);
-    g->backend_data = dom;
+    lv_guest *lg = g_new0(lv_guest, 1);
+    lg->dom = dom;
+    char *agent = agent_channel_path(dom);
+    agent_conn_init(&lg->agent, agent);
+    if (agent)
+        log_info("guest %s: reading its agent at %s", g->name, agent);
+    g_free(agent);
+    g->backend_data = lg;
     if (virDomainSetMemoryStatsPeriod(dom, (int)b->cfg.stats_period, VIR_DOMAIN_AFFECT_LIVE) < 0)
         log_warn("guest %s: cannot enable balloon stats (period %u s): %s", g->name,
                  b->cfg.stats_period, last_error());
@@ -167,12 +228,8 @@ static void disconnect(balancer *b)
     virConnectUnregisterCloseCallback(st->conn, on_close);
     /* domain handles keep a reference on the connection: drop them so the
      * guests re-attach to the new connection */
-    for (guint i = 0; i < b->guests->len; i++) {
-        guest *g = g_ptr_array_index(b->guests, i);
-        if (g->backend_data)
-            virDomainFree(g->backend_data);
-        g->backend_data = NULL;
-    }
+    for (guint i = 0; i < b->guests->len; i++)
+        release(g_ptr_array_index(b->guests, i));
     virConnectClose(st->conn);
     st->conn = NULL;
 }
@@ -231,7 +288,9 @@ static int lv_sync(balancer *b)
 static int lv_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen)
 {
     (void)b;
-    virDomainPtr dom = g->backend_data;
+    virDomainPtr dom = dom_of(g);
+    if (g->backend_data)
+        agent_conn_drain(&((lv_guest *)g->backend_data)->agent, &g->agent, g->view.actual_bytes);
     virDomainInfo info;
     if (!dom || virDomainGetInfo(dom, &info) < 0) {
         snprintf(err, errlen, "%s", dom ? last_error() : "not attached");
@@ -274,7 +333,7 @@ static int lv_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t
 static int lv_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_t errlen)
 {
     (void)b;
-    virDomainPtr dom = g->backend_data;
+    virDomainPtr dom = dom_of(g);
     if (!dom) {
         snprintf(err, errlen, "not attached");
         return -1;
@@ -289,9 +348,7 @@ static int lv_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_
 static void lv_guest_release(balancer *b, guest *g)
 {
     (void)b;
-    if (g->backend_data)
-        virDomainFree(g->backend_data);
-    g->backend_data = NULL;
+    release(g);
 }
 
 static void lv_shutdown(balancer *b)

@@ -12,26 +12,18 @@
 #include <string.h>
 #include <time.h>
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
+#include "agent_conn.h"
 #include "backend.h"
 #include "balancer.h"
 #include "log.h"
 #include "qmp.h"
-#include "qmp_framer.h"
 
 #define QMP_TIMEOUT_MS 2000
 #define BALLOON_QOM_PATH "/machine/peripheral/balloon0"
 
 typedef struct {
     char *path;
-    char *agent_path;      /* NULL: no agent */
-    int agent_fd;
-    qmp_framer agent_in;
+    agent_conn agent;      /* path NULL: no agent */
     qmp_conn *conn;
     guest *g;
     uint64_t max_bytes;
@@ -60,9 +52,7 @@ static qmp_state *state_of(balancer *b)
             qmp_target *t = g_new0(qmp_target, 1);
             const char *comma = strstr(*p, ",agent=");
             t->path = comma ? g_strndup(*p, (gsize)(comma - *p)) : g_strdup(*p);
-            t->agent_path = comma ? g_strdup(comma + 7) : NULL;
-            t->agent_fd = -1;
-            qmp_framer_init(&t->agent_in, AGENT_LINE_MAX);
+            agent_conn_init(&t->agent, comma ? comma + 7 : NULL);
             g_ptr_array_add(st->targets, t);
         }
         b->backend_priv = st;
@@ -153,65 +143,12 @@ static int q_sync(balancer *b)
     return 0;
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Read whatever the guest agent sent since the last tick (non-blocking,
- * bounded per tick), one protocol line at a time. */
-static void drain_agent(qmp_target *t, guest *g)
-{
-    if (!t->agent_path)
-        return;
-    if (t->agent_fd < 0) {
-        struct sockaddr_un addr = { .sun_family = AF_UNIX };
-        if (strlen(t->agent_path) >= sizeof(addr.sun_path))
-            return;
-        strcpy(addr.sun_path, t->agent_path);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-            if (fd >= 0)
-                close(fd);
-            return;
-        }
-        t->agent_fd = fd;
-        qmp_framer_free(&t->agent_in);
-        qmp_framer_init(&t->agent_in, AGENT_LINE_MAX);
-    }
-    char buf[4096];
-    double now = mono_now();
-    /* at most 64 KiB a tick: a flooding guest cannot make us spin */
-    for (int i = 0; i < 16; i++) {
-        ssize_t n = read(t->agent_fd, buf, sizeof(buf));
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            break;
-        if (n <= 0) {
-            close(t->agent_fd);
-            t->agent_fd = -1;
-            break;
-        }
-        qmp_framer_feed(&t->agent_in, buf, (size_t)n);
-        const char *line;
-        size_t len;
-        qmp_frame_result fr;
-        while ((fr = qmp_framer_next(&t->agent_in, &line, &len)) == QMP_FRAME_LINE)
-            agent_feed_line(&g->agent, line, len, now, g->view.actual_bytes);
-        if (fr == QMP_FRAME_TOO_LONG) {
-            g->agent.rejected[AGENT_REJ_TOO_LONG]++;
-            qmp_framer_skip_line(&t->agent_in);
-        }
-    }
-}
-
 static int q_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen)
 {
     (void)b;
     qmp_target *t = g->backend_data;
     if (t)
-        drain_agent(t, g);
+        agent_conn_drain(&t->agent, &g->agent, g->view.actual_bytes);
     qmp_error e;
     uint64_t actual;
     qmp_guest_stats gs;
@@ -272,11 +209,8 @@ static void q_shutdown(balancer *b)
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
         qmp_close(t->conn);
-        if (t->agent_fd >= 0)
-            close(t->agent_fd);
-        qmp_framer_free(&t->agent_in);
+        agent_conn_clear(&t->agent);
         g_free(t->path);
-        g_free(t->agent_path);
         g_free(t);
     }
     g_ptr_array_free(st->targets, TRUE);

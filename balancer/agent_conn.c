@@ -1,0 +1,80 @@
+#include "agent_conn.h"
+
+#include <errno.h>
+#include <glib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+void agent_conn_init(agent_conn *c, const char *path)
+{
+    c->path = path ? g_strdup(path) : NULL;
+    c->fd = -1;
+    qmp_framer_init(&c->in, AGENT_LINE_MAX);
+}
+
+void agent_conn_clear(agent_conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    qmp_framer_free(&c->in);
+    g_free(c->path);
+    c->path = NULL;
+    c->fd = -1;
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int try_connect(agent_conn *c)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    if (strlen(c->path) >= sizeof(addr.sun_path))
+        return -1;
+    strcpy(addr.sun_path, c->path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    c->fd = fd;
+    qmp_framer_free(&c->in); /* a fresh stream: no half line from before */
+    qmp_framer_init(&c->in, AGENT_LINE_MAX);
+    return 0;
+}
+
+void agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes)
+{
+    if (!c->path || (c->fd < 0 && try_connect(c) < 0))
+        return;
+    char buf[4096];
+    double now = mono_now();
+    /* at most 64 KiB a tick: a flooding guest cannot make us spin */
+    for (int i = 0; i < 16; i++) {
+        ssize_t n = read(c->fd, buf, sizeof(buf));
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            break;
+        if (n <= 0) {
+            close(c->fd);
+            c->fd = -1;
+            break;
+        }
+        qmp_framer_feed(&c->in, buf, (size_t)n);
+        const char *line;
+        size_t len;
+        qmp_frame_result fr;
+        while ((fr = qmp_framer_next(&c->in, &line, &len)) == QMP_FRAME_LINE)
+            agent_feed_line(st, line, len, now, guest_bytes);
+        if (fr == QMP_FRAME_TOO_LONG) {
+            st->rejected[AGENT_REJ_TOO_LONG]++;
+            qmp_framer_skip_line(&c->in);
+        }
+    }
+}
