@@ -66,7 +66,8 @@ static uint64_t pct(uint64_t v, double percent)
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-static bool is_donor(const guest_view *g, const work *w)
+/* May this guest's balloon be moved by the tiers and the growth below? */
+static bool is_adjustable(const guest_view *g, const work *w)
 {
     return g->policy.mode == VM_MODE_AUTO && !w->fixed && !g->thrashing && g->stats_valid;
 }
@@ -114,7 +115,7 @@ static uint64_t reclaim_tier(const policy_input *in, work *ws, tier t, uint64_t 
     for (int pass = 0; pass < 3 && taken < need; pass++) {
         double total_weight = 0;
         for (size_t i = 0; i < in->n_guests; i++) {
-            if (!is_donor(&in->guests[i], &ws[i]))
+            if (!is_adjustable(&in->guests[i], &ws[i]))
                 continue;
             uint64_t s = tier_supply(&in->guests[i], &ws[i], t, true);
             total_weight += (double)s / (double)(in->guests[i].policy.shares ? in->guests[i].policy.shares : 1);
@@ -125,7 +126,7 @@ static uint64_t reclaim_tier(const policy_input *in, work *ws, tier t, uint64_t 
         uint64_t pass_taken = 0;
         for (size_t i = 0; i < in->n_guests && taken < need; i++) {
             const guest_view *g = &in->guests[i];
-            if (!is_donor(g, &ws[i]))
+            if (!is_adjustable(g, &ws[i]))
                 continue;
             uint64_t s = tier_supply(g, &ws[i], t, true);
             if (!s)
@@ -234,7 +235,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         uint64_t unbounded = 0;
         for (size_t i = 0; i < in->n_guests; i++) {
             ws[i].tier_taken = 0;
-            if (is_donor(&in->guests[i], &ws[i]))
+            if (is_adjustable(&in->guests[i], &ws[i]))
                 unbounded += tier_supply(&in->guests[i], &ws[i], t, false);
         }
         uint64_t want = need - reclaimed;
@@ -257,7 +258,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             size_t i = order[k];
             const guest_view *g = &in->guests[i];
             work *w = &ws[i];
-            if (!is_donor(g, w) || w->target >= g->ceiling_bytes)
+            if (!is_adjustable(g, w) || w->target >= g->ceiling_bytes)
                 continue;
             if (g->available_bytes >= pct(g->actual_bytes, tun->comfort_percent))
                 continue;

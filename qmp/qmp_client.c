@@ -443,23 +443,18 @@ int qmp_execute_async(qmp_conn *c, const char *command, json_object *args,
         set_err(err, QMP_ERR_ARG, "arguments of %s must be a JSON object", command);
         return -1;
     }
-    pending *p = calloc(1, sizeof(*p));
     json_object *msg = json_object_new_object();
-    if (!p || !msg) {
-        free(p);
-        json_object_put(msg);
+    if (!msg) {
         json_object_put(args);
         set_err(err, QMP_ERR_IO, "out of memory");
         return -1;
     }
-    p->id = ++c->next_id;
-    p->cb = cb;
-    p->opaque = opaque;
-    p->deadline_ms = now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
+    uint64_t id = ++c->next_id;
+    int64_t deadline = now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
     json_object_object_add(msg, "execute", json_object_new_string(command));
     if (args)
         json_object_object_add(msg, "arguments", args);
-    json_object_object_add(msg, "id", json_object_new_int64((int64_t)p->id));
+    json_object_object_add(msg, "id", json_object_new_int64((int64_t)id));
 
     size_t len;
     const char *text = json_object_to_json_string_length(msg, JSON_C_TO_STRING_PLAIN, &len);
@@ -471,17 +466,17 @@ int qmp_execute_async(qmp_conn *c, const char *command, json_object *args,
         memcpy(line, text, len);
         line[len] = '\r';
         line[len + 1] = '\n';
-        rc = write_all(c, line, len + 2, p->deadline_ms, err);
+        rc = write_all(c, line, len + 2, deadline, err);
     }
     free(line);
     json_object_put(msg);
-    if (rc < 0) {
-        free(p);
+    if (rc < 0)
+        return -1;
+    c->counters.commands_sent++;
+    if (qmp_conn_add_pending(c, id, timeout_ms < 0 ? 0 : timeout_ms, cb, opaque) < 0) {
+        set_err(err, QMP_ERR_IO, "out of memory");
         return -1;
     }
-    c->counters.commands_sent++;
-    p->next = c->pending;
-    c->pending = p;
     return 0;
 }
 
