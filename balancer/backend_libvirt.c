@@ -282,7 +282,14 @@ static int lv_sync(balancer *b)
 {
     if (connect_libvirt(b) < 0)
         return -1;
-    return resync(b);
+    int rc = resync(b);
+    lv_state *st = state_of(b);
+    if (rc < 0 && virConnectIsAlive(st->conn) != 1) {
+        /* dead without a close event (e.g. keepalive not yet expired):
+         * reconnect next tick instead of failing forever */
+        st->closed = true;
+    }
+    return rc;
 }
 
 static int lv_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen)
