@@ -292,6 +292,28 @@ static int lv_sync(balancer *b)
     return rc;
 }
 
+/* Bytes read so far by all of the domain's disks; -1 if unknown. */
+static int64_t disk_read_bytes(virDomainPtr dom)
+{
+    virDomainPtr doms[2] = { dom, NULL };
+    virDomainStatsRecordPtr *recs = NULL;
+    int64_t sum = -1;
+    if (virDomainListGetStats(doms, VIR_DOMAIN_STATS_BLOCK, &recs, 0) == 1) {
+        sum = 0;
+        for (int i = 0; i < recs[0]->nparams; i++) {
+            virTypedParameterPtr p = &recs[0]->params[i];
+            unsigned idx;
+            char tail[16];
+            if (p->type == VIR_TYPED_PARAM_ULLONG &&
+                sscanf(p->field, "block.%u.rd.byte%15s", &idx, tail) == 2 && strcmp(tail, "s") == 0 &&
+                p->value.ul <= (unsigned long long)(INT64_MAX - sum))
+                sum += (int64_t)p->value.ul;
+        }
+    }
+    virDomainStatsRecordListFree(recs);
+    return sum;
+}
+
 static int lv_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen)
 {
     (void)b;
@@ -334,6 +356,7 @@ static int lv_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t
         default: break;
         }
     }
+    out->disk_read_bytes = disk_read_bytes(dom);
     return 0;
 }
 

@@ -173,6 +173,9 @@ static int q_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t 
     out->major_faults = gs.major_faults;
     out->minor_faults = gs.minor_faults;
     out->rss_bytes = -1;
+    uint64_t rd;
+    out->disk_read_bytes = qmp_query_blockstats_read(t->conn, &rd, QMP_TIMEOUT_MS, &e) == 0 &&
+                                   rd <= INT64_MAX ? (int64_t)rd : -1;
     return 0;
 }
 

@@ -163,6 +163,9 @@ static void print_explain(json_object *r)
     printf("  balloon operations %s, errors %s; clamped guest values %s, counter resets %s\n",
            str(g, "balloon_operations"), str(g, "balloon_errors"), str(g, "clamped_values"),
            str(g, "counter_resets"));
+    if (dbl(g, "disk_read_bytes_per_second") >= 0)
+        printf("  host-measured disk reads %.0f B/s; swap-in/fault claims they could not explain: %s\n",
+               dbl(g, "disk_read_bytes_per_second"), str(g, "unbacked_claims"));
     printf("  policy: mode %s, priority %s, shares %s, protect %s, source %s\n", str(p, "mode"),
            str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
 }

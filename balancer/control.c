@@ -109,6 +109,8 @@ static json_object *guest_json(const guest *g, bool detail)
         json_object_object_add(o, "balloon_errors", u64(g->balloon_errors));
         json_object_object_add(o, "clamped_values", u64(g->clamped_values));
         json_object_object_add(o, "counter_resets", u64(g->counter_resets));
+        json_object_object_add(o, "unbacked_claims", u64(g->unbacked_claims));
+        json_object_object_add(o, "disk_read_bytes_per_second", json_object_new_double(g->disk_read_bps));
         json_object_object_add(o, "policy", policy_json(g));
     }
     return o;

@@ -13,6 +13,8 @@ void guest_init(guest *g, const char *name, const char *uuid)
     snprintf(g->name, sizeof(g->name), "%s", name);
     snprintf(g->uuid, sizeof(g->uuid), "%s", uuid);
     vm_policy_default(&g->policy);
+    g->disk_prev = -1;
+    g->disk_read_bps = -1;
     g->view.name = g->name;
     g->view.uuid = g->uuid;
 }
@@ -64,9 +66,43 @@ static double counter_rate(guest *g, int64_t now_v, int64_t prev_v, double dt, d
     return r;
 }
 
+/* Host-side evidence: what the guest's disks read per second. */
+static void update_disk_rate(guest *g, const guest_sample *s, double mono)
+{
+    if (s->disk_read_bytes < 0) {
+        g->disk_read_bps = -1;
+        g->disk_prev = -1;
+        return;
+    }
+    if (g->disk_prev >= 0 && mono > g->disk_prev_at)
+        g->disk_read_bps = s->disk_read_bytes >= g->disk_prev
+                               ? (double)(s->disk_read_bytes - g->disk_prev) / (mono - g->disk_prev_at)
+                               : 0;
+    g->disk_prev = s->disk_read_bytes;
+    g->disk_prev_at = mono;
+}
+
+/* A swap-in or a major fault is a read from the guest's disk: the guest
+ * cannot claim more of them than its disks, as the host measures them,
+ * could have served (with slack for timing).  Guests whose disk reads
+ * the host cannot see keep their claims. */
+#define DISK_EVIDENCE_SLACK_BPS (64.0 * 1024) /* below the thrash thresholds */
+static double backed(guest *g, double claimed, double bytes_each)
+{
+    if (g->disk_read_bps < 0)
+        return claimed;
+    double cap = (2.0 * g->disk_read_bps + DISK_EVIDENCE_SLACK_BPS) / bytes_each;
+    if (claimed > cap) {
+        g->unbacked_claims++;
+        return cap;
+    }
+    return claimed;
+}
+
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp)
 {
+    update_disk_rate(g, s, mono);
     guest_view *v = &g->view;
     bool fresh_report = !g->have_cur || s->last_update != g->cur.last_update;
     if (g->have_cur && fresh_report && s->last_update > 0) {
@@ -100,9 +136,9 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
 
     if (fresh_report && g->have_prev) {
         double dt = (double)(g->cur.last_update - g->prev.last_update);
-        v->swap_in_bps = counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS);
+        v->swap_in_bps = backed(g, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
         v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
-        v->major_faults_ps = counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS);
+        v->major_faults_ps = backed(g, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
         classify_update(&g->cls, v, cp);
     } else if (!v->stats_valid) {
         v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = 0;

@@ -24,6 +24,7 @@ typedef struct {
     int64_t swap_in_bytes, swap_out_bytes; /* cumulative */
     int64_t major_faults, minor_faults;    /* cumulative */
     int64_t rss_bytes;                     /* host-side RSS of the QEMU process */
+    int64_t disk_read_bytes;  /* host-measured: bytes the guest's disks read so far, -1 unknown */
 } guest_sample;
 
 typedef struct {
@@ -37,6 +38,10 @@ typedef struct {
     guest_sample cur, prev;
     bool have_cur, have_prev;
     uint64_t counter_resets;  /* counters that went backwards */
+    uint64_t unbacked_claims; /* swap-in/fault rates the guest's disk reads cannot explain */
+    int64_t disk_prev;        /* last disk_read_bytes, -1 none */
+    double disk_prev_at;      /* host monotonic s of disk_prev */
+    double disk_read_bps;     /* host-measured read rate, -1 unknown */
     uint64_t clamped_values;  /* guest values outside what the host allows */
     guest_view view;
     classify_state cls;

@@ -80,6 +80,7 @@ static double gv_errs(const guest *g) { return (double)g->balloon_errors; }
 static double gv_perrs(const guest *g) { return (double)g->policy_errors; }
 static double gv_clamped(const guest *g) { return (double)g->clamped_values; }
 static double gv_off(const guest *g) { return g->policy.mode == VM_MODE_OFF; }
+static double gv_unbacked(const guest *g) { return (double)g->unbacked_claims; }
 static double agent_counter(const guest *g, int idx)
 {
     return g->agent.have && g->agent.cur.vmstat[idx] >= 0 ? (double)g->agent.cur.vmstat[idx] : 0;
@@ -119,6 +120,7 @@ GString *metrics_render(const balancer *b)
     guest_family(s, b, "balancer_guest_balloon_errors_total", "counter", "Balloon target changes that failed.", gv_errs);
     guest_family(s, b, "balancer_guest_policy_errors_total", "counter", "Rejected policy metadata documents.", gv_perrs);
     guest_family(s, b, "balancer_guest_clamped_values_total", "counter", "Guest-reported values outside what the host allows.", gv_clamped);
+    guest_family(s, b, "balancer_guest_unbacked_claims_total", "counter", "Swap-in/fault rates the guest's disk reads could not explain (capped).", gv_unbacked);
 
     guest_family(s, b, "balancer_guest_agent_up", "gauge", "1 while the in-guest agent reports.", gv_agent_up);
     guest_family(s, b, "balancer_guest_refaults_anon_total", "counter", "Anon workingset refaults, as the guest agent reports them.", gv_ref_anon);

@@ -181,7 +181,12 @@ int qmp_query_memory_size_summary(qmp_conn *conn, uint64_t *base_bytes,
                                   uint64_t *plugged_bytes, int timeout_ms,
                                   qmp_error *err);
 
+/* Bytes read by all of the guest's block devices so far (sum of
+ * query-blockstats' rd_bytes): host-side evidence of guest I/O. */
+int qmp_query_blockstats_read(qmp_conn *conn, uint64_t *rd_bytes, int timeout_ms, qmp_error *err);
+
 /* Pure parsers behind the wrappers, for async users and tests. */
+int qmp_parse_blockstats_read(json_object *ret, uint64_t *rd_bytes, qmp_error *err);
 int qmp_parse_guest_stats(json_object *ret, qmp_guest_stats *out, qmp_error *err);
 int qmp_parse_query_balloon(json_object *ret, uint64_t *actual_bytes, qmp_error *err);
 int qmp_parse_memory_size_summary(json_object *ret, uint64_t *base_bytes,

@@ -154,3 +154,33 @@ int qmp_query_memory_size_summary(qmp_conn *conn, uint64_t *base, uint64_t *plug
     json_object_put(ret);
     return rc;
 }
+
+int qmp_parse_blockstats_read(json_object *ret, uint64_t *rd_bytes, qmp_error *err)
+{
+    if (!json_object_is_type(ret, json_type_array))
+        return fail(err, QMP_ERR_PROTOCOL, "query-blockstats reply is not an array");
+    uint64_t sum = 0;
+    size_t n = json_object_array_length(ret);
+    for (size_t i = 0; i < n; i++) {
+        json_object *dev = json_object_array_get_idx(ret, i), *stats;
+        uint64_t rd;
+        if (!json_object_is_type(dev, json_type_object) ||
+            !json_object_object_get_ex(dev, "stats", &stats))
+            continue; /* an empty drive: nothing read */
+        if (get_u64(stats, "rd_bytes", &rd, err) < 0)
+            return -1;
+        sum += rd;
+    }
+    *rd_bytes = sum;
+    return 0;
+}
+
+int qmp_query_blockstats_read(qmp_conn *conn, uint64_t *rd_bytes, int timeout_ms, qmp_error *err)
+{
+    json_object *ret;
+    if (qmp_execute(conn, "query-blockstats", NULL, &ret, timeout_ms, err) < 0)
+        return -1;
+    int rc = qmp_parse_blockstats_read(ret, rd_bytes, err);
+    json_object_put(ret);
+    return rc;
+}

@@ -21,6 +21,7 @@ static void on_reply(qmp_conn *c, json_object *ret, const qmp_error *err, void *
     qmp_parse_guest_stats(ret, &st, NULL);
     qmp_parse_query_balloon(ret, &a, NULL);
     qmp_parse_memory_size_summary(ret, &a, &b, NULL);
+    qmp_parse_blockstats_read(ret, &a, NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

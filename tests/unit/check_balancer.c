@@ -372,7 +372,7 @@ static guest_sample sample(int64_t t, int64_t swap_in, int64_t majflt)
         .free_bytes = (int64_t)(512 * MIB), .available_bytes = (int64_t)(1 * GIB),
         .cache_bytes = (int64_t)(400 * MIB), .total_bytes = (int64_t)(2 * GIB),
         .swap_in_bytes = swap_in, .swap_out_bytes = 0, .major_faults = majflt,
-        .minor_faults = 0, .rss_bytes = -1,
+        .minor_faults = 0, .rss_bytes = -1, .disk_read_bytes = -1,
     };
     return s;
 }
@@ -436,6 +436,38 @@ START_TEST(lying_guest_is_clamped)
 }
 END_TEST
 
+START_TEST(swap_in_claims_need_disk_reads)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    /* a liar: claims 10 MiB/s of swap-in while its disks read nothing */
+    guest g;
+    guest_init(&g, "liar", "u3");
+    guest_sample s = sample(1000, 0, 0);
+    s.disk_read_bytes = 5000;
+    guest_ingest(&g, &s, 1000, 10.0, &lim, &cp);
+    s = sample(1002, (int64_t)(20 * MIB), 10);
+    s.disk_read_bytes = 5000;
+    guest_ingest(&g, &s, 1002, 12.0, &lim, &cp);
+    ck_assert(g.disk_read_bps == 0);
+    ck_assert(g.view.swap_in_bps <= 64.0 * 1024);
+    ck_assert(!g.view.thrashing);
+    ck_assert_uint_ge(g.unbacked_claims, 1);
+    /* a real thrasher: its swap disk reads what it swaps in */
+    guest h;
+    guest_init(&h, "thrasher", "u4");
+    s = sample(1000, 0, 0);
+    s.disk_read_bytes = 0;
+    guest_ingest(&h, &s, 1000, 10.0, &lim, &cp);
+    s = sample(1002, (int64_t)(20 * MIB), 10);
+    s.disk_read_bytes = (int64_t)(21 * MIB);
+    guest_ingest(&h, &s, 1002, 12.0, &lim, &cp);
+    ck_assert(h.view.swap_in_bps == 10.0 * MIB);
+    ck_assert(h.view.thrashing);
+    ck_assert_uint_eq(h.unbacked_claims, 0);
+}
+END_TEST
+
 START_TEST(bounds_from_policy)
 {
     vm_policy p;
@@ -470,6 +502,7 @@ int main(void)
     tcase_add_test(tc, cgroup_v1_and_v2_as_host);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, lying_guest_is_clamped);
+    tcase_add_test(tc, swap_in_claims_need_disk_reads);
     tcase_add_test(tc, bounds_from_policy);
     suite_add_tcase(s, tc);
     int rc = check_run_suite(s, CK_NOFORK); /* tests share tmpdir */

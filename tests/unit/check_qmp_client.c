@@ -474,6 +474,26 @@ START_TEST(memory_size_summary_parse)
 }
 END_TEST
 
+START_TEST(blockstats_parse)
+{
+    /* as QEMU 7.2 answers for a guest with one virtio disk and an empty cdrom */
+    json_object *ret = json_tokener_parse(
+        "[{\"device\": \"virtio0\", \"node-name\": \"#block123\", \"stats\": "
+        "{\"rd_bytes\": 12800, \"rd_operations\": 4, \"wr_bytes\": 0}}, "
+        "{\"device\": \"virtio1\", \"stats\": {\"rd_bytes\": 1000}}, {\"device\": \"ide1-cd0\"}]");
+    uint64_t rd = 0;
+    ck_assert_int_eq(qmp_parse_blockstats_read(ret, &rd, NULL), 0);
+    ck_assert_uint_eq(rd, 13800);
+    json_object_put(ret);
+    ret = json_tokener_parse("[{\"stats\": {\"rd_bytes\": -3}}]");
+    ck_assert_int_eq(qmp_parse_blockstats_read(ret, &rd, NULL), -1);
+    json_object_put(ret);
+    ret = json_tokener_parse("{\"stats\": 1}");
+    ck_assert_int_eq(qmp_parse_blockstats_read(ret, &rd, NULL), -1);
+    json_object_put(ret);
+}
+END_TEST
+
 START_TEST(connect_unix_socket)
 {
     char dir[] = "/tmp/membal-qmp-XXXXXX";
@@ -612,6 +632,7 @@ int main(void)
     tcase_add_test(tc, async_pending_fail_when_broken);
     tcase_add_test(tc, guest_stats_parse);
     tcase_add_test(tc, memory_size_summary_parse);
+    tcase_add_test(tc, blockstats_parse);
     tcase_add_test(tc, connect_unix_socket);
     tcase_add_test(tc, glib_main_loop_integration);
     tcase_add_test(tc, bad_arguments);
