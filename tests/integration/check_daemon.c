@@ -718,6 +718,40 @@ START_TEST(agent_reports_refaults_in_a_squeeze)
 }
 END_TEST
 
+/* ---- balancerd killed and restarted: nothing is lost, nobody below floor ---- */
+
+START_TEST(daemon_killed_and_restarted)
+{
+    guest_vm vm;
+    start_qmp_guest_and_daemon(&vm, "default_floor_min = 320MiB\ndefault_floor_percent = 0", "");
+    ck_assert_msg(wait_log("balloon 512 MiB ->", 30), "no balloon change");
+    kill(daemon_pid, SIGKILL);
+    int status;
+    waitpid(daemon_pid, &status, 0);
+    daemon_pid = 0;
+    /* a new daemon takes over from whatever state the balloon is in */
+    char conf[512], extra[512];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    snprintf(extra, sizeof(extra), "--qmp '%s'", vm.qmp_path);
+    start_daemon(conf, extra);
+    double actual = -1, lowest = 1e30;
+    for (int i = 0; i < 60 && actual != 320.0 * MIB; i++) {
+        sleep(1);
+        char *m = try_metrics();
+        actual = metric_value(m, "balancer_guest_actual_bytes{");
+        if (actual > 0 && actual < lowest)
+            lowest = actual;
+        g_free(m);
+    }
+    if (actual != 320.0 * MIB)
+        dump_log();
+    ck_assert_msg(actual == 320.0 * MIB, "after the restart the balloon is at %.0f", actual);
+    ck_assert_msg(lowest >= 320.0 * MIB, "the guest went below its floor: %.0f", lowest);
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&vm);
+}
+END_TEST
+
 int main(void)
 {
     if (!guest_vm_qemu_available()) {
@@ -731,6 +765,7 @@ int main(void)
     tcase_add_test(tc, qmp_mode_reclaims_to_floor);
     tcase_add_test(tc, operate_metrics_ctl_reload);
     tcase_add_test(tc, agent_reports_refaults_in_a_squeeze);
+    tcase_add_test(tc, daemon_killed_and_restarted);
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     suite_add_tcase(s, tc);
     cleanup_init();
