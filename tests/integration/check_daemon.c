@@ -656,11 +656,18 @@ static double metric_value(const char *text, const char *prefix)
 {
     if (!text)
         return -1;
+    /* "name{" matches a labelled series, "\nname " an unlabelled one */
     const char *p = strstr(text, prefix);
     if (!p)
         return -1;
-    p = strchr(p, '}');
-    return p ? g_ascii_strtod(p + 2, NULL) : -1;
+    p += strlen(prefix);
+    if (p[-1] == '{') {
+        p = strchr(p, '}');
+        if (!p)
+            return -1;
+        p += 2;
+    }
+    return g_ascii_strtod(p, NULL);
 }
 
 START_TEST(agent_reports_refaults_in_a_squeeze)
@@ -752,6 +759,30 @@ START_TEST(daemon_killed_and_restarted)
 }
 END_TEST
 
+/* ---- QEMU killed under the daemon: it stays up, drops the guest, exits cleanly ---- */
+
+START_TEST(qemu_killed_under_the_daemon)
+{
+    guest_vm vm;
+    start_qmp_guest_and_daemon(&vm, "default_floor_min = 320MiB\ndefault_floor_percent = 0", "");
+    ck_assert_msg(wait_log("balloon 512 MiB ->", 30), "no balloon change");
+    kill(vm.pid, SIGKILL);
+    ck_assert_msg(wait_log("QMP peer closed the connection", 15), "the lost QEMU was not noticed");
+    double guests = -1;
+    for (int i = 0; i < 15 && guests != 0; i++) {
+        sleep(1);
+        char *m = try_metrics();
+        guests = metric_value(m, "\nbalancer_guests ");
+        g_free(m);
+    }
+    ck_assert(kill(daemon_pid, 0) == 0); /* still running */
+    ck_assert_msg(guests == 0, "the dead guest is still managed (balancer_guests %.0f)", guests);
+    ck_assert_int_eq(stop_daemon(), 0);
+    vm.pid = 0;
+    guest_vm_stop(&vm);
+}
+END_TEST
+
 int main(void)
 {
     if (!guest_vm_qemu_available()) {
@@ -766,6 +797,7 @@ int main(void)
     tcase_add_test(tc, operate_metrics_ctl_reload);
     tcase_add_test(tc, agent_reports_refaults_in_a_squeeze);
     tcase_add_test(tc, daemon_killed_and_restarted);
+    tcase_add_test(tc, qemu_killed_under_the_daemon);
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     suite_add_tcase(s, tc);
     cleanup_init();
