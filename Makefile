@@ -49,7 +49,7 @@ UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client 
                 $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer \
                 $(BUILD)/tests/check_agent
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
-                $(BUILD)/tests/replay_metadata_xml
+                $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config
 INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
 
 .PHONY: all deps check unit integration valgrind asan fuzz guest clean install bench bench-smoke sim
@@ -112,9 +112,13 @@ $(BUILD)/tests/replay_metadata_xml: $(BUILD)/tests/fuzz/fuzz_metadata_xml.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/metadata_xml.o \
 		$(BUILD)/balancer/size_parse.o $(BUILD)/policies/vm_policy.o
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libxml-2.0) -lm
+$(BUILD)/tests/replay_config: $(BUILD)/tests/fuzz/fuzz_config.o \
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/config.o \
+		$(BUILD)/balancer/size_parse.o $(LIBPOLICY)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,glib-2.0) -lm
 $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 -Wall -Wextra -Werror $(CFLAGS) $(SAN) $(CPPFLAGS) $(call pc_cflags,json-c libxml-2.0) -c $< -o $@
+	$(CC) -std=gnu11 -Wall -Wextra -Werror $(CFLAGS) $(SAN) $(CPPFLAGS) $(call pc_cflags,json-c libxml-2.0 glib-2.0) -c $< -o $@
 
 $(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o \
 		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o $(LIBQMP)
@@ -142,6 +146,7 @@ unit: $(UNIT_TESTS) $(REPLAYS)
 	$(RUN) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
 	$(RUN) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
 	$(RUN) $(BUILD)/tests/replay_metadata_xml $(call replay_inputs,metadata_xml)
+	$(RUN) $(BUILD)/tests/replay_config $(call replay_inputs,config)
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
@@ -149,6 +154,7 @@ valgrind: $(UNIT_TESTS) $(REPLAYS)
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_metadata_xml $(call replay_inputs,metadata_xml)
+	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_config $(call replay_inputs,config)
 
 # balancerd runs under valgrind in the end-to-end tests (not under ASan)
 DAEMON_WRAPPER ?= $(if $(SAN),,$(VALGRIND))
@@ -187,7 +193,7 @@ asan:
 # ---- fuzzing (clang + libFuzzer) ----
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader $(BUILD)/fuzz/fuzz_agent_line \
-                $(BUILD)/fuzz/fuzz_metadata_xml
+                $(BUILD)/fuzz/fuzz_metadata_xml $(BUILD)/fuzz/fuzz_config
 $(BUILD)/fuzz/fuzz_qmp_reader: tests/fuzz/fuzz_qmp_reader.c $(QMP_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
@@ -203,6 +209,11 @@ $(BUILD)/fuzz/fuzz_metadata_xml: tests/fuzz/fuzz_metadata_xml.c balancer/metadat
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
 	  $(call pc_cflags,libxml-2.0) -o $@ $^ $(call pc_libs,libxml-2.0) -lm
+
+$(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c balancer/config.c balancer/size_parse.c $(POLICY_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
+	  $(call pc_cflags,glib-2.0) -o $@ $^ $(call pc_libs,glib-2.0) -lm
 
 fuzz: $(FUZZ_TARGETS)
 	@set -e; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); \

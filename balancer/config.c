@@ -234,9 +234,10 @@ static int check_unknown(loader *l)
 int config_load(balancer_config *c, const char *path, bool must_exist, char **err)
 {
     char *text = NULL;
+    gsize len = 0;
     GError *gerr = NULL;
     *err = NULL;
-    if (!g_file_get_contents(path, &text, NULL, &gerr)) {
+    if (!g_file_get_contents(path, &text, &len, &gerr)) {
         bool missing = g_error_matches(gerr, G_FILE_ERROR, G_FILE_ERROR_NOENT);
         if (missing && !must_exist) {
             g_error_free(gerr);
@@ -246,6 +247,20 @@ int config_load(balancer_config *c, const char *path, bool must_exist, char **er
         g_error_free(gerr);
         return -1;
     }
+    int rc = config_load_text(c, text, len, path, err);
+    g_free(text);
+    return rc;
+}
+
+int config_load_text(balancer_config *c, const char *data, size_t len, const char *path, char **err)
+{
+    *err = NULL;
+    if (memchr(data, '\0', len)) {
+        *err = g_strdup_printf("%s: contains a NUL byte", path);
+        return -1;
+    }
+    char *text = g_strndup(data, len); /* key_line() wants a C string */
+    GError *gerr = NULL;
     GKeyFile *kf = g_key_file_new();
     if (!g_key_file_load_from_data(kf, text, (gsize)-1, G_KEY_FILE_NONE, &gerr)) {
         *err = g_strdup_printf("%s: %s", path, gerr->message);

@@ -34,6 +34,8 @@ void config_clear(balancer_config *c);
 /* Load path over the defaults.  A missing file is an error only if
  * must_exist.  Returns 0, or -1 with a malloc'ed message in *err. */
 int config_load(balancer_config *c, const char *path, bool must_exist, char **err);
+/* The same from text already in memory (path names it in errors). */
+int config_load_text(balancer_config *c, const char *data, size_t len, const char *path, char **err);
 /* Resolve the watermarks against host MemTotal; checks min < low < high. */
 int config_watermarks(const balancer_config *c, uint64_t host_total, watermarks *wm, char **err);
 
