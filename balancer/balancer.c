@@ -29,6 +29,14 @@ static void limits_from_config(balancer *b)
     b->lim.stale_seconds = 3 * b->cfg.stats_period + b->cfg.tick_seconds;
 }
 
+void balancer_replace_config(balancer *b, balancer_config *cfg)
+{
+    config_clear(&b->cfg);
+    b->cfg = *cfg;
+    memset(cfg, 0, sizeof(*cfg));
+    limits_from_config(b);
+}
+
 int balancer_set_policy(balancer *b, const char *name, char **err)
 {
     const policy_ops *p = policy_lookup(name);

@@ -51,6 +51,9 @@ struct balancer {
 /* cfg is moved into b (and cleared in the caller's copy). */
 int balancer_init(balancer *b, balancer_config *cfg, const backend_ops *be, char **err);
 void balancer_free(balancer *b);
+/* Install a reloaded configuration (moved, like in init) and the limits
+ * derived from it.  The policy is switched separately. */
+void balancer_replace_config(balancer *b, balancer_config *cfg);
 /* Switch policy (config reload); the new policy starts with fresh state. */
 int balancer_set_policy(balancer *b, const char *name, char **err);
 

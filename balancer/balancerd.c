@@ -119,15 +119,11 @@ static gboolean reload(daemon_ctx *d)
     g_free(c.connect_uri);
     c.connect_uri = g_strdup(d->b.cfg.connect_uri);
     bool retick = c.tick_seconds != d->b.cfg.tick_seconds;
-    config_clear(&d->b.cfg);
-    d->b.cfg = c;
-    d->b.lim.default_floor_percent = c.default_floor_percent;
-    d->b.lim.default_floor_min = c.default_floor_min;
-    d->b.lim.stale_seconds = 3 * c.stats_period + c.tick_seconds;
+    balancer_replace_config(&d->b, &c);
     if (retick)
         schedule_ticks(d);
     log_info("configuration reloaded from %s (policy %s, tick %u s)", d->config_path,
-             c.policy, c.tick_seconds);
+             d->b.cfg.policy, d->b.cfg.tick_seconds);
     return G_SOURCE_CONTINUE;
 }
 

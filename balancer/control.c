@@ -89,7 +89,7 @@ static json_object *guest_json(const guest *g, bool detail)
     json_object_object_add(o, "domain", json_object_new_string(g->name));
     json_object_object_add(o, "uuid", json_object_new_string(g->uuid));
     json_object_object_add(o, "actual_bytes", u64(v->actual_bytes));
-    json_object_object_add(o, "target_bytes", u64(g->decided_target ? g->decided_target : v->actual_bytes));
+    json_object_object_add(o, "target_bytes", u64(guest_shown_target(g)));
     json_object_object_add(o, "floor_bytes", u64(v->floor_bytes));
     json_object_object_add(o, "ceiling_bytes", u64(v->ceiling_bytes));
     json_object_object_add(o, "cache_bytes", u64(v->cache_bytes));

@@ -19,6 +19,11 @@ void guest_init(guest *g, const char *name, const char *uuid)
     g->view.uuid = g->uuid;
 }
 
+uint64_t guest_shown_target(const guest *g)
+{
+    return g->decided_target ? g->decided_target : g->view.actual_bytes;
+}
+
 void guest_bounds(const vm_policy *p, uint64_t max_bytes, const guest_limits *lim,
                   uint64_t *floor, uint64_t *ceiling)
 {

@@ -69,6 +69,9 @@ void guest_init(guest *g, const char *name, const char *uuid);
  * from guest counters over the host timestamps of two distinct reports. */
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp);
+/* The target to show operators: the policy's last choice, or the
+ * current size before it has chosen. */
+uint64_t guest_shown_target(const guest *g);
 /* Floor and ceiling from the policy, the defaults and the domain maximum. */
 void guest_bounds(const vm_policy *p, uint64_t max_bytes, const guest_limits *lim,
                   uint64_t *floor, uint64_t *ceiling);

@@ -61,7 +61,7 @@ static void guest_family(GString *s, const balancer *b, const char *name, const 
     static double fn(const guest *g) { return g->cur.field < 0 ? 0 : (double)g->cur.field; }
 
 static double gv_actual(const guest *g) { return (double)g->view.actual_bytes; }
-static double gv_target(const guest *g) { return (double)(g->decided_target ? g->decided_target : g->view.actual_bytes); }
+static double gv_target(const guest *g) { return (double)guest_shown_target(g); }
 static double gv_floor(const guest *g) { return (double)g->view.floor_bytes; }
 static double gv_ceiling(const guest *g) { return (double)g->view.ceiling_bytes; }
 static double gv_free(const guest *g) { return (double)g->view.free_bytes; }
