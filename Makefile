@@ -30,7 +30,7 @@ QMP_OBJ      := $(QMP_SRC:%.c=$(BUILD)/%.o)
 QMP_GLIB_OBJ := $(QMP_GLIB_SRC:%.c=$(BUILD)/%.o)
 LIBQMP       := $(BUILD)/libqmp.a
 POLICY_SRC   := policies/vm_policy.c policies/registry.c policies/none.c policies/mom.c \
-                policies/split_lru.c policies/classify.c
+                policies/split_lru.c policies/classify.c policies/cold_lru.c
 POLICY_OBJ   := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 LIBPOLICY    := $(BUILD)/libpolicy.a
 
@@ -47,7 +47,7 @@ BALANCERCTL  := $(BUILD)/balancerctl
 
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
                 $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer \
-                $(BUILD)/tests/check_agent
+                $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
                 $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config
 INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
@@ -82,6 +82,9 @@ $(LIBPOLICY): $(POLICY_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/tests/check_policies: $(BUILD)/tests/unit/check_policies.o $(LIBPOLICY)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
+
+$(BUILD)/tests/check_cold_lru: $(BUILD)/tests/unit/check_cold_lru.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
 
 $(BUILD)/tests/check_agent: $(BUILD)/tests/unit/check_agent.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
