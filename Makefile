@@ -38,7 +38,9 @@ LIBPOLICY    := $(BUILD)/libpolicy.a
 CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c \
                 balancer/host_meminfo.c balancer/host_cgroup.c balancer/guest.c balancer/log.c balancer/balancer.c \
                 balancer/backend_libvirt.c balancer/backend_qmp.c balancer/metrics.c \
-                balancer/control.c balancer/agent_proto.c balancer/agent_conn.c
+                balancer/control.c balancer/agent_proto.c balancer/agent_conn.c \
+                balancer/guest_ram.c balancer/node_map.c balancer/cold_probe.c balancer/cold_damon.c \
+                balancer/host_reclaim.c
 CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIBCORE      := $(BUILD)/libbalancer.a
 CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0 libsystemd libmicrohttpd) -lm
@@ -50,7 +52,7 @@ UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client 
                 $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
                 $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config
-INTEG_TESTS  := $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
+INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
 
 .PHONY: all deps check unit integration valgrind asan fuzz guest clean install bench bench-smoke sim
 
@@ -122,6 +124,10 @@ $(BUILD)/tests/replay_config: $(BUILD)/tests/fuzz/fuzz_config.o \
 $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -Wall -Wextra -Werror $(CFLAGS) $(SAN) $(CPPFLAGS) $(call pc_cflags,json-c libxml-2.0 glib-2.0) -c $< -o $@
+
+$(BUILD)/tests/check_host_reclaim: $(BUILD)/tests/integration/check_host_reclaim.o \
+		$(BUILD)/tests/integration/cleanup.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
 $(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o \
 		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o $(LIBQMP)

@@ -1,0 +1,437 @@
+/*
+ * DAMON as the cold-page source (see cold_source.h).  One kdamond with one
+ * "paddr" context watches the physical ranges that hold the guests' RAM
+ * (vaddr monitoring is often not built: it is not on this host's kernel).
+ * A "stat" scheme matching every region lets us read the regions with
+ * their access counts and ages through tried_regions.
+ *
+ * The ranges come from the guests' pagemap frame numbers, joined across
+ * small gaps so there are at most max_regions / 2 of them.  Pages move
+ * (swap-in, compaction), so when more than a tenth of the present guest
+ * pages lie outside the monitored ranges the kdamond is restarted with
+ * fresh ones ("commit" does not refresh tried_regions on 6.18, a restart
+ * does).  A page outside every range counts as referenced: new frames
+ * were just faulted in, which is an access.
+ */
+#include "cold_source.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    uint64_t start, end;      /* physical byte addresses */
+    uint32_t nr_accesses;
+    uint32_t age;             /* in aggregation intervals */
+} damon_region;
+
+typedef struct {
+    cold_source base;
+    char dir[256];            /* .../kdamonds/0 */
+    char admin[200];
+    damon_params p;
+    bool running;
+    uint64_t started_us, last_us;
+    uint64_t *ranges;         /* monitored [start,end) pairs, sorted, physical bytes */
+    size_t n_ranges;
+    damon_region *regions;
+    size_t n_regions;
+    int kdamond_pid;
+} damon_source;
+
+void damon_params_default(damon_params *p)
+{
+    p->sample_us = 10000;
+    p->aggr_us = 200000;
+    p->max_regions = 1000;
+}
+
+static int wr(const char *dir, const char *file, const char *fmt, ...)
+{
+    char path[512], val[64];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(val, sizeof(val), fmt, ap);
+    va_end(ap);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int rc = fputs(val, f) < 0 ? -1 : 0;
+    if (fclose(f) != 0)
+        rc = -1;
+    return rc;
+}
+
+static int rd_u64(const char *dir, const char *file, uint64_t *out)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    unsigned long long v;
+    int ok = fscanf(f, "%llu", &v) == 1;
+    fclose(f);
+    if (!ok)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int rd_text(const char *dir, const char *file, char *buf, size_t len)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, len - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return 0;
+}
+
+static void damon_stop(damon_source *d)
+{
+    if (d->running)
+        wr(d->dir, "state", "off");
+    d->running = false;
+    d->kdamond_pid = 0;
+}
+
+/* The context's monitoring attributes, target ranges and stat scheme. */
+static int damon_configure(damon_source *d, char *err, size_t errlen)
+{
+    char ctx[320], path[400];
+    snprintf(ctx, sizeof(ctx), "%s/contexts/0", d->dir);
+    const damon_params *p = &d->p;
+    uint32_t min_regions = d->n_ranges > 10 ? (uint32_t)d->n_ranges : 10;
+    snprintf(path, sizeof(path), "%s/targets/0/regions", ctx);
+    if (wr(ctx, "operations", "paddr") || wr(ctx, "monitoring_attrs/intervals/sample_us", "%u", p->sample_us) ||
+        wr(ctx, "monitoring_attrs/intervals/aggr_us", "%u", p->aggr_us) ||
+        wr(ctx, "monitoring_attrs/intervals/update_us", "%u", p->aggr_us * 10) ||
+        wr(ctx, "monitoring_attrs/nr_regions/min", "%u", min_regions) ||
+        wr(ctx, "monitoring_attrs/nr_regions/max", "%u", p->max_regions > min_regions ? p->max_regions : min_regions) ||
+        wr(ctx, "targets/nr_targets", "1") || wr(path, "nr_regions", "%zu", d->n_ranges)) {
+        snprintf(err, errlen, "DAMON: configuring %s: %s", ctx, strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < d->n_ranges; i++) {
+        char reg[450];
+        snprintf(reg, sizeof(reg), "%s/%zu", path, i);
+        /* end first when growing past the old end keeps start < end */
+        if (wr(reg, "start", "0") || wr(reg, "end", "%" PRIu64, d->ranges[2 * i + 1]) ||
+            wr(reg, "start", "%" PRIu64, d->ranges[2 * i])) {
+            snprintf(err, errlen, "DAMON: region %s: %s", reg, strerror(errno));
+            return -1;
+        }
+    }
+    char sch[400];
+    snprintf(sch, sizeof(sch), "%s/schemes/0", ctx);
+    if (wr(ctx, "schemes/nr_schemes", "1") || wr(sch, "action", "stat") ||
+        wr(sch, "access_pattern/sz/min", "0") || wr(sch, "access_pattern/sz/max", "%" PRIu64, UINT64_MAX) ||
+        wr(sch, "access_pattern/nr_accesses/min", "0") ||
+        wr(sch, "access_pattern/nr_accesses/max", "%u", UINT32_MAX) || wr(sch, "access_pattern/age/min", "0") ||
+        wr(sch, "access_pattern/age/max", "%u", UINT32_MAX)) {
+        snprintf(err, errlen, "DAMON: scheme %s: %s", sch, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorted frame numbers of every present guest page. */
+static uint64_t *present_pfns(const cold_target *t, size_t n, size_t *count)
+{
+    size_t total = 0;
+    for (size_t g = 0; g < n; g++)
+        for (size_t i = 0; i < t[g].ram->n_pages; i++)
+            total += (t[g].pagemap[i] & PM_PRESENT) && (t[g].pagemap[i] & PM_PFN_MASK);
+    uint64_t *pfn = malloc((total ? total : 1) * sizeof(*pfn));
+    size_t k = 0;
+    for (size_t g = 0; g < n; g++)
+        for (size_t i = 0; i < t[g].ram->n_pages; i++)
+            if ((t[g].pagemap[i] & PM_PRESENT) && (t[g].pagemap[i] & PM_PFN_MASK))
+                pfn[k++] = t[g].pagemap[i] & PM_PFN_MASK;
+    qsort(pfn, k, sizeof(*pfn), cmp_u64);
+    *count = k;
+    return pfn;
+}
+
+static bool covered(const damon_source *d, uint64_t addr)
+{
+    size_t lo = 0, hi = d->n_ranges;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (addr < d->ranges[2 * mid])
+            hi = mid;
+        else if (addr >= d->ranges[2 * mid + 1])
+            lo = mid + 1;
+        else
+            return true;
+    }
+    return false;
+}
+
+/* Runs of contiguous frames, joined across the smallest gaps until at
+ * most limit remain. */
+static void build_ranges(damon_source *d, const uint64_t *pfn, size_t n, uint64_t page, size_t limit)
+{
+    free(d->ranges);
+    d->ranges = malloc((n ? n : 1) * 2 * sizeof(uint64_t));
+    size_t r = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (r && d->ranges[2 * r - 1] == pfn[i] * page) {
+            d->ranges[2 * r - 1] += page;
+        } else if (r && d->ranges[2 * r - 1] > pfn[i] * page) {
+            continue; /* duplicate frame (shared page) */
+        } else {
+            d->ranges[2 * r] = pfn[i] * page;
+            d->ranges[2 * r + 1] = (pfn[i] + 1) * page;
+            r++;
+        }
+    }
+    while (r > limit) {
+        /* smallest gap as the join threshold, doubling until enough go */
+        uint64_t min_gap = UINT64_MAX;
+        for (size_t i = 1; i < r; i++)
+            if (d->ranges[2 * i] - d->ranges[2 * i - 1] < min_gap)
+                min_gap = d->ranges[2 * i] - d->ranges[2 * i - 1];
+        for (uint64_t thr = min_gap; r > limit; thr *= 2) {
+            size_t w = 0;
+            for (size_t i = 0; i < r; i++) {
+                if (w && d->ranges[2 * i] - d->ranges[2 * w - 1] <= thr) {
+                    d->ranges[2 * w - 1] = d->ranges[2 * i + 1];
+                } else {
+                    d->ranges[2 * w] = d->ranges[2 * i];
+                    d->ranges[2 * w + 1] = d->ranges[2 * i + 1];
+                    w++;
+                }
+            }
+            r = w;
+        }
+    }
+    d->n_ranges = r;
+}
+
+static int damon_start(damon_source *d, const uint64_t *pfn, size_t n, uint64_t page, uint64_t now_us,
+                       char *err, size_t errlen)
+{
+    damon_stop(d);
+    build_ranges(d, pfn, n, page, d->p.max_regions / 2 ? d->p.max_regions / 2 : 1);
+    if (!d->n_ranges) {
+        snprintf(err, errlen, "DAMON: no present guest pages to monitor");
+        return -1;
+    }
+    if (damon_configure(d, err, errlen) < 0)
+        return -1;
+    if (wr(d->dir, "state", "on")) {
+        snprintf(err, errlen, "DAMON: starting kdamond: %s", strerror(errno));
+        return -1;
+    }
+    d->running = true;
+    d->started_us = now_us;
+    uint64_t pid = 0;
+    d->kdamond_pid = rd_u64(d->dir, "pid", &pid) == 0 ? (int)pid : 0;
+    return 0;
+}
+
+static int cmp_region(const void *a, const void *b)
+{
+    const damon_region *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int read_regions(damon_source *d, char *err, size_t errlen)
+{
+    if (wr(d->dir, "state", "update_schemes_tried_regions")) {
+        snprintf(err, errlen, "DAMON: update_schemes_tried_regions: %s", strerror(errno));
+        return -1;
+    }
+    char tried[400];
+    snprintf(tried, sizeof(tried), "%s/contexts/0/schemes/0/tried_regions", d->dir);
+    DIR *dir = opendir(tried);
+    if (!dir) {
+        snprintf(err, errlen, "DAMON: %s: %s", tried, strerror(errno));
+        return -1;
+    }
+    d->n_regions = 0;
+    size_t cap = 0;
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+        char *end;
+        unsigned long idx = strtoul(de->d_name, &end, 10);
+        if (*end || end == de->d_name)
+            continue;
+        char reg[480];
+        snprintf(reg, sizeof(reg), "%s/%lu", tried, idx);
+        damon_region r;
+        uint64_t acc, age;
+        if (rd_u64(reg, "start", &r.start) || rd_u64(reg, "end", &r.end) || rd_u64(reg, "nr_accesses", &acc) ||
+            rd_u64(reg, "age", &age) || r.end <= r.start)
+            continue;
+        r.nr_accesses = acc > UINT32_MAX ? UINT32_MAX : (uint32_t)acc;
+        r.age = age > UINT32_MAX ? UINT32_MAX : (uint32_t)age;
+        if (d->n_regions == cap) {
+            cap = cap ? cap * 2 : 256;
+            d->regions = realloc(d->regions, cap * sizeof(*d->regions));
+        }
+        d->regions[d->n_regions++] = r;
+    }
+    closedir(dir);
+    qsort(d->regions, d->n_regions, sizeof(*d->regions), cmp_region);
+    return 0;
+}
+
+static const damon_region *region_of(const damon_source *d, uint64_t addr)
+{
+    size_t lo = 0, hi = d->n_regions;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (addr < d->regions[mid].start)
+            hi = mid;
+        else if (addr >= d->regions[mid].end)
+            lo = mid + 1;
+        else
+            return &d->regions[mid];
+    }
+    return NULL;
+}
+
+static int damon_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_us, char *err, size_t errlen)
+{
+    damon_source *d = (damon_source *)s;
+    if (!n)
+        return 0;
+    uint64_t page = t[0].ram->page_bytes;
+    size_t npfn = 0;
+    uint64_t *pfn = present_pfns(t, n, &npfn);
+    size_t outside = 0;
+    for (size_t i = 0; i < npfn; i++)
+        outside += d->running && !covered(d, pfn[i] * page);
+    int rc = 0;
+    if (!d->running || outside > npfn / 10) {
+        /* everything counts as referenced until DAMON has watched a while */
+        rc = damon_start(d, pfn, npfn, page, now_us, err, errlen);
+        for (size_t g = 0; g < n; g++)
+            for (size_t c = 0; c < t[g].n_chunks; c++)
+                t[g].obs[c].referenced = true;
+        free(pfn);
+        d->last_us = now_us;
+        return rc;
+    }
+    free(pfn);
+    if (read_regions(d, err, errlen) < 0) {
+        damon_stop(d);
+        return -1;
+    }
+    /* A region idle for the whole interval since the last scan (or since
+     * the start, less two aggregations of warm-up) was not referenced. */
+    uint64_t since_last = now_us - d->last_us, since_start = now_us - d->started_us;
+    uint64_t warm = 2ULL * d->p.aggr_us;
+    uint64_t need_us = since_last;
+    if (since_start < since_last + warm)
+        need_us = since_start > warm ? since_start - warm : 0;
+    for (size_t g = 0; g < n; g++) {
+        cold_target *tg = &t[g];
+        size_t per_chunk = (size_t)(tg->chunk_bytes / page);
+        for (size_t c = 0; c < tg->n_chunks; c++) {
+            if (tg->obs[c].referenced)
+                continue;
+            for (size_t i = c * per_chunk; i < (c + 1) * per_chunk && i < tg->ram->n_pages; i++) {
+                uint64_t e = tg->pagemap[i];
+                if (!(e & PM_PRESENT))
+                    continue;
+                const damon_region *r = region_of(d, (e & PM_PFN_MASK) * page);
+                if (!r || r->nr_accesses > 0 || (uint64_t)r->age * d->p.aggr_us < need_us) {
+                    tg->obs[c].referenced = true;
+                    break;
+                }
+            }
+        }
+    }
+    d->last_us = now_us;
+    return 0;
+}
+
+static uint64_t damon_settle(cold_source *s, cold_target *t, size_t n)
+{
+    (void)s, (void)t, (void)n;
+    return 0;
+}
+
+static double damon_cpu(const cold_source *s)
+{
+    const damon_source *d = (const damon_source *)s;
+    if (!d->kdamond_pid)
+        return 0;
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d", d->kdamond_pid);
+    if (rd_text(path, "stat", buf, sizeof(buf)) < 0)
+        return 0;
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void damon_destroy(cold_source *s)
+{
+    damon_source *d = (damon_source *)s;
+    damon_stop(d);
+    wr(d->admin, "kdamonds/nr_kdamonds", "0");
+    free(d->ranges);
+    free(d->regions);
+    free(d);
+}
+
+static const cold_source_ops damon_ops = {
+    .name = "damon",
+    .observe = damon_observe,
+    .settle = damon_settle,
+    .external_cpu_seconds = damon_cpu,
+    .destroy = damon_destroy,
+};
+
+cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, char *err, size_t errlen)
+{
+    uint64_t nr = 0;
+    if (rd_u64(admin_dir, "kdamonds/nr_kdamonds", &nr) < 0) {
+        snprintf(err, errlen, "DAMON sysfs not available at %s", admin_dir);
+        return NULL;
+    }
+    if (nr != 0) {
+        snprintf(err, errlen, "DAMON is in use (%" PRIu64 " kdamond(s) configured by someone else)", nr);
+        return NULL;
+    }
+    damon_source *d = calloc(1, sizeof(*d));
+    d->base.ops = &damon_ops;
+    d->p = *p;
+    snprintf(d->admin, sizeof(d->admin), "%s", admin_dir);
+    snprintf(d->dir, sizeof(d->dir), "%s/kdamonds/0", admin_dir);
+    char ops[256] = "";
+    if (wr(admin_dir, "kdamonds/nr_kdamonds", "1") || wr(d->dir, "contexts/nr_contexts", "1") ||
+        rd_text(d->dir, "contexts/0/avail_operations", ops, sizeof(ops)) < 0) {
+        snprintf(err, errlen, "DAMON: setting up a kdamond under %s: %s", admin_dir, strerror(errno));
+        damon_destroy(&d->base);
+        return NULL;
+    }
+    if (!strstr(ops, "paddr")) {
+        snprintf(err, errlen, "DAMON here has no physical-address monitoring (operations: %s)", ops);
+        damon_destroy(&d->base);
+        return NULL;
+    }
+    return &d->base;
+}

@@ -1,0 +1,99 @@
+/*
+ * The probe scanner: our own cold-page detection for kernels without
+ * DAMON (and without idle page tracking or soft-dirty, like this one).
+ * Each resident chunk keeps probes_per_chunk of its pages paged out; the
+ * guest touching one faults it back in, which host_reclaim.c sees in
+ * pagemap at the next scan as a reference.  Cold chunks keep their probes
+ * out at no further cost; hot chunks pay one swap-in per probe per scan.
+ */
+#include "cold_source.h"
+
+#include <stdlib.h>
+#include <sys/mman.h>
+
+typedef struct {
+    cold_source base;
+    unsigned probes;
+    uint32_t seed;
+} probe_source;
+
+/* References were already found in pagemap by host_reclaim.c. */
+static int probe_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_us, char *err,
+                         size_t errlen)
+{
+    (void)s, (void)t, (void)n, (void)now_us, (void)err, (void)errlen;
+    return 0;
+}
+
+static uint32_t next_rand(probe_source *p)
+{
+    p->seed = p->seed * 1103515245u + 12345u;
+    return p->seed >> 8;
+}
+
+static uint64_t probe_settle(cold_source *s, cold_target *t, size_t n)
+{
+    probe_source *p = (probe_source *)s;
+    uint64_t total = 0;
+    for (size_t g = 0; g < n; g++) {
+        cold_target *tg = &t[g];
+        uint64_t page = tg->ram->page_bytes;
+        size_t per_chunk = (size_t)(tg->chunk_bytes / page);
+        ram_range *rr = malloc(tg->n_chunks * p->probes * sizeof(*rr));
+        size_t nr = 0;
+        for (size_t c = 0; c < tg->n_chunks; c++) {
+            if (tg->lru->chunks[c].list == CHUNK_EVICTED)
+                continue;
+            const uint64_t *pm = tg->pagemap + c * per_chunk;
+            size_t out = 0, present = 0;
+            for (size_t i = 0; i < per_chunk && c * per_chunk + i < tg->ram->n_pages; i++) {
+                out += (pm[i] & PM_SWAPPED) != 0;
+                present += (pm[i] & PM_PRESENT) != 0;
+            }
+            /* pages still out from earlier probes keep watching */
+            for (size_t k = out; k < p->probes && present; k++) {
+                size_t start = next_rand(p) % per_chunk;
+                for (size_t j = 0; j < per_chunk; j++) {
+                    size_t i = (start + j) % per_chunk;
+                    if (c * per_chunk + i < tg->ram->n_pages && (pm[i] & PM_PRESENT)) {
+                        rr[nr++] = (ram_range){ (c * per_chunk + i) * page, page };
+                        present--;
+                        break;
+                    }
+                }
+            }
+        }
+        int64_t done = nr ? guest_ram_advise(tg->ram, rr, nr, MADV_PAGEOUT) : 0;
+        if (done > 0)
+            total += (uint64_t)done;
+        free(rr);
+    }
+    return total;
+}
+
+static double probe_cpu(const cold_source *s)
+{
+    (void)s;
+    return 0; /* all of it is in this process */
+}
+
+static void probe_destroy(cold_source *s) { free(s); }
+
+static const cold_source_ops probe_ops = {
+    .name = "probe",
+    .observe = probe_observe,
+    .settle = probe_settle,
+    .external_cpu_seconds = probe_cpu,
+    .destroy = probe_destroy,
+};
+
+cold_source *cold_source_probe_new(unsigned probes_per_chunk)
+{
+    probe_source *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->base.ops = &probe_ops;
+    p->probes = probes_per_chunk ? probes_per_chunk : 1;
+    p->seed = 2463534242u;
+    return &p->base;
+}

@@ -1,0 +1,70 @@
+/*
+ * Where host-side reclaim learns which chunks of guest RAM were accessed:
+ * one small interface, two sources.
+ *
+ *   damon  DAMON's physical-address monitor through sysfs
+ *          (/sys/kernel/mm/damon/admin): the kernel samples the accessed
+ *          bits of the guests' page frames; we read its regions
+ *          (tried_regions of a "stat" scheme) and map each chunk's frames
+ *          into them.  Costs the kdamond thread's CPU, nothing in guests.
+ *   probe  our own scanner, for kernels without DAMON: a few pages per
+ *          chunk are paged out as probes; a probe faulted back in means
+ *          the chunk was accessed.  A chunk whose probes stay out is cold.
+ *          Costs one swap-in per probe of a hot chunk per scan (by
+ *          default 2 pages of 512) and splits transparent huge pages.
+ *
+ * Both feed the same aging lists (policies/cold_lru.c).  Pages that we
+ * paged out and that are present again are a reference for every source
+ * (host_reclaim.c sees that in pagemap before calling the source).
+ */
+#ifndef MEMBAL_COLD_SOURCE_H
+#define MEMBAL_COLD_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cold_lru.h"
+#include "guest_ram.h"
+
+/* One guest's RAM during a scan. */
+typedef struct {
+    const guest_ram *ram;
+    const uint64_t *pagemap;   /* entries read at the start of this scan */
+    const cold_lru *lru;       /* chunk lists (evicted chunks need no probes) */
+    uint64_t chunk_bytes;
+    size_t n_chunks;
+    chunk_obs *obs;            /* the source sets referenced where it saw accesses */
+} cold_target;
+
+typedef struct cold_source cold_source;
+
+typedef struct {
+    const char *name;
+    /* Mark chunks accessed since the previous scan.  now_us is a
+     * monotonic timestamp of this scan.  0, or -1 with err. */
+    int (*observe)(cold_source *s, cold_target *t, size_t n, uint64_t now_us, char *err, size_t errlen);
+    /* After this scan's pageouts: arm detection of the next accesses.
+     * Returns the bytes the source paged out itself (probes). */
+    uint64_t (*settle)(cold_source *s, cold_target *t, size_t n);
+    /* CPU seconds the source spent outside this process (kdamond). */
+    double (*external_cpu_seconds)(const cold_source *s);
+    void (*destroy)(cold_source *s);
+} cold_source_ops;
+
+struct cold_source {
+    const cold_source_ops *ops;
+};
+
+typedef struct {
+    uint32_t sample_us, aggr_us;   /* DAMON sampling and aggregation intervals */
+    uint32_t max_regions;          /* DAMON region cap (its cost is per region) */
+} damon_params;
+
+void damon_params_default(damon_params *p);
+
+/* NULL with err if DAMON's sysfs is absent, has no "paddr" operations, or
+ * another kdamond is running (we never take over someone else's). */
+cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, char *err, size_t errlen);
+cold_source *cold_source_probe_new(unsigned probes_per_chunk);
+
+#endif

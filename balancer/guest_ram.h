@@ -1,0 +1,57 @@
+/*
+ * A guest's RAM as the host sees it: the anonymous mapping in the QEMU
+ * process that backs the guest's memory, its pages through
+ * /proc/PID/pagemap, and process_madvise() on it.  This is what host-side
+ * reclaim (host_reclaim.c) scans and pages out.
+ *
+ * Needs root (CAP_SYS_ADMIN for pagemap frame numbers, CAP_SYS_NICE and
+ * ptrace access for process_madvise on another process).
+ */
+#ifndef MEMBAL_GUEST_RAM_H
+#define MEMBAL_GUEST_RAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* /proc/PID/pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst) */
+#define PM_PRESENT  (1ULL << 63)
+#define PM_SWAPPED  (1ULL << 62)
+#define PM_PFN_MASK ((1ULL << 55) - 1)
+
+typedef struct {
+    pid_t pid;
+    int pidfd;           /* pidfd_open(): process_madvise() and no pid reuse */
+    int pagemap_fd;
+    uintptr_t start;     /* the mapping in QEMU's address space */
+    uint64_t bytes;
+    uint64_t page_bytes;
+    size_t n_pages;
+} guest_ram;
+
+/*
+ * Find the guest RAM mapping in /proc/PID/maps text: adjacent anonymous
+ * private read-write entries are joined (madvise can split one mapping),
+ * and the smallest run at least ram_bytes long wins; a run more than
+ * 1/8 larger is refused as ambiguous.  Returns 0, or -1 with err.
+ */
+int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, uint64_t *len,
+                   char *err, size_t errlen);
+
+/* Open pid's RAM of ram_bytes.  Returns 0, or -1 with err. */
+int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_t errlen);
+void guest_ram_close(guest_ram *r);
+
+/* Read the pagemap entries of all n_pages pages into entries.
+ * Returns 0, or -1 (the process went away, or no permission). */
+int guest_ram_pagemap(const guest_ram *r, uint64_t *entries);
+
+/* process_madvise(advice) on the given page-aligned ranges (offsets into
+ * the RAM mapping).  Returns the bytes advised, or -1 with errno. */
+typedef struct {
+    uint64_t offset, len;
+} ram_range;
+int64_t guest_ram_advise(const guest_ram *r, const ram_range *ranges, size_t n, int advice);
+
+#endif

@@ -1,0 +1,171 @@
+/* Host-side reclaim rounds; see host_reclaim.h. */
+#include "host_reclaim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const cold_tunables *t, char *err,
+                       size_t errlen)
+{
+    memset(g, 0, sizeof(*g));
+    if (guest_ram_open(&g->ram, pid, ram_bytes, err, errlen) < 0)
+        return -1;
+    g->chunk_bytes = RECLAIM_CHUNK_BYTES;
+    g->n_chunks = (size_t)((g->ram.bytes + g->chunk_bytes - 1) / g->chunk_bytes);
+    if (cold_lru_init(&g->lru, g->n_chunks, g->chunk_bytes, g->ram.page_bytes, t) < 0) {
+        snprintf(err, errlen, "guest RAM of %llu bytes cannot be split into chunks",
+                 (unsigned long long)g->ram.bytes);
+        guest_ram_close(&g->ram);
+        return -1;
+    }
+    g->pm = calloc(g->ram.n_pages, sizeof(*g->pm));
+    g->pm_prev = calloc(g->ram.n_pages, sizeof(*g->pm_prev));
+    g->obs = calloc(g->n_chunks, sizeof(*g->obs));
+    g->chunk_node = calloc(g->n_chunks, sizeof(*g->chunk_node));
+    if (!g->pm || !g->pm_prev || !g->obs || !g->chunk_node) {
+        snprintf(err, errlen, "out of memory");
+        reclaim_guest_close(g);
+        return -1;
+    }
+    return 0;
+}
+
+void reclaim_guest_close(reclaim_guest *g)
+{
+    guest_ram_close(&g->ram);
+    cold_lru_free(&g->lru);
+    free(g->pm);
+    free(g->pm_prev);
+    free(g->obs);
+    free(g->chunk_node);
+    g->pm = g->pm_prev = NULL;
+    g->obs = NULL;
+    g->chunk_node = NULL;
+}
+
+static size_t pages_per_chunk(const reclaim_guest *g) { return (size_t)(g->chunk_bytes / g->ram.page_bytes); }
+
+/* Resident counts, refaults against the previous baseline, chunk nodes. */
+static void summarise(reclaim_guest *g, const node_map *nodes)
+{
+    size_t per = pages_per_chunk(g);
+    g->resident_bytes = g->swapped_bytes = 0;
+    for (size_t c = 0; c < g->n_chunks; c++) {
+        chunk_obs *o = &g->obs[c];
+        o->referenced = false;
+        o->resident_pages = 0;
+        g->chunk_node[c] = -1;
+        for (size_t i = c * per; i < (c + 1) * per && i < g->ram.n_pages; i++) {
+            uint64_t e = g->pm[i];
+            if (e & PM_PRESENT) {
+                o->resident_pages++;
+                if (g->chunk_node[c] < 0 && nodes)
+                    g->chunk_node[c] = (int16_t)node_map_node_of(nodes, e & PM_PFN_MASK);
+                if (g->have_prev && (g->pm_prev[i] & PM_SWAPPED))
+                    o->referenced = true; /* faulted back in: accessed */
+            } else if (e & PM_SWAPPED) {
+                g->swapped_bytes += g->ram.page_bytes;
+            }
+        }
+        g->resident_bytes += (uint64_t)o->resident_pages * g->ram.page_bytes;
+    }
+}
+
+static void fill_target(cold_target *t, reclaim_guest *g)
+{
+    t->ram = &g->ram;
+    t->pagemap = g->pm;
+    t->lru = &g->lru;
+    t->chunk_bytes = g->chunk_bytes;
+    t->n_chunks = g->n_chunks;
+    t->obs = g->obs;
+}
+
+int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_map *nodes, uint64_t now_us,
+                      bool *failed, char *err, size_t errlen)
+{
+    cold_target *t = calloc(n ? n : 1, sizeof(*t));
+    reclaim_guest **ok = calloc(n ? n : 1, sizeof(*ok));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool bad = guest_ram_pagemap(&g[i]->ram, g[i]->pm) < 0;
+        if (failed)
+            failed[i] = bad;
+        if (bad)
+            continue;
+        summarise(g[i], nodes);
+        ok[k] = g[i];
+        fill_target(&t[k++], g[i]);
+    }
+    int rc = src ? src->ops->observe(src, t, k, now_us, err, errlen) : 0;
+    for (size_t i = 0; i < k; i++) {
+        cold_lru_age(&ok[i]->lru, ok[i]->obs);
+        ok[i]->cold_bytes = cold_lru_cold_bytes(&ok[i]->lru, ok[i]->obs);
+    }
+    free(t);
+    free(ok);
+    return rc;
+}
+
+uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
+{
+    chunk_obs *obs = g->obs;
+    chunk_obs *masked = NULL;
+    if (node >= 0) {
+        masked = malloc(g->n_chunks * sizeof(*masked));
+        for (size_t c = 0; c < g->n_chunks; c++) {
+            masked[c] = g->obs[c];
+            if (g->chunk_node[c] != node)
+                masked[c].resident_pages = 0;
+        }
+        obs = masked;
+    }
+    size_t *pick = malloc(g->n_chunks * sizeof(*pick));
+    uint64_t bytes = 0;
+    size_t k = cold_lru_pick(&g->lru, obs, budget, pick, g->n_chunks, &bytes);
+    uint64_t done = 0;
+    if (k) {
+        ram_range *rr = malloc(k * sizeof(*rr));
+        for (size_t j = 0; j < k; j++)
+            rr[j] = (ram_range){ pick[j] * g->chunk_bytes, g->chunk_bytes };
+        int64_t got = guest_ram_advise(&g->ram, rr, k, MADV_PAGEOUT);
+        if (got < 0) {
+            g->pageout_errors++;
+        } else {
+            for (size_t j = 0; j < k; j++)
+                cold_lru_mark_evicted(&g->lru, pick[j],
+                                      (uint64_t)obs[pick[j]].resident_pages * g->ram.page_bytes);
+            done = bytes;
+            g->paged_out_bytes += bytes;
+            g->cold_bytes = g->cold_bytes > bytes ? g->cold_bytes - bytes : 0;
+        }
+        free(rr);
+    }
+    free(pick);
+    free(masked);
+    return done;
+}
+
+void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (src) {
+            cold_target t;
+            fill_target(&t, g[i]);
+            g[i]->probe_bytes += src->ops->settle(src, &t, 1);
+        }
+        /* the new baseline: what is out now must come back to count */
+        g[i]->have_prev = guest_ram_pagemap(&g[i]->ram, g[i]->pm_prev) == 0;
+    }
+}
+
+uint64_t reclaim_guest_node_bytes(const reclaim_guest *g, int node)
+{
+    uint64_t b = 0;
+    for (size_t c = 0; c < g->n_chunks; c++)
+        if (g->chunk_node[c] == node)
+            b += (uint64_t)g->obs[c].resident_pages * g->ram.page_bytes;
+    return b;
+}

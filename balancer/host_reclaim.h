@@ -1,0 +1,69 @@
+/*
+ * Host-side reclaim of cold guest memory, the last resort after
+ * ballooning: scan each guest's RAM in chunks, age the chunks
+ * (policies/cold_lru.c) from what a cold-page source saw (cold_source.h),
+ * and page the coldest out with process_madvise(MADV_PAGEOUT) within a
+ * byte budget.  A guest whose paged-out chunks come back (refaults) gets a
+ * longer cold age and a smaller budget automatically.
+ *
+ * One round: host_reclaim_scan() -> reclaim_guest_pageout() for whoever
+ * should give -> host_reclaim_settle().
+ */
+#ifndef MEMBAL_HOST_RECLAIM_H
+#define MEMBAL_HOST_RECLAIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cold_lru.h"
+#include "cold_source.h"
+#include "guest_ram.h"
+#include "node_map.h"
+
+#define RECLAIM_CHUNK_BYTES (2ULL * 1024 * 1024)
+
+typedef struct {
+    guest_ram ram;
+    cold_lru lru;
+    size_t n_chunks;
+    uint64_t chunk_bytes;
+    uint64_t *pm;          /* pagemap at the start of this scan */
+    uint64_t *pm_prev;     /* pagemap after the previous scan's pageouts */
+    bool have_prev;
+    chunk_obs *obs;
+    int16_t *chunk_node;   /* NUMA node of each chunk's memory, -1 unknown */
+    /* what the last scan found */
+    uint64_t resident_bytes, swapped_bytes, cold_bytes;
+    /* totals */
+    uint64_t paged_out_bytes;   /* by reclaim, not counting probes */
+    uint64_t probe_bytes;       /* paged out as probes (probe source) */
+    uint64_t pageout_errors;
+} reclaim_guest;
+
+/* Open pid's guest RAM (ram_bytes) for reclaim.  0, or -1 with err. */
+int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const cold_tunables *t, char *err,
+                       size_t errlen);
+void reclaim_guest_close(reclaim_guest *g);
+
+/* Read every guest's pagemap, find refaults (pages we paged out that are
+ * present again), let the source mark references, age the lists.
+ * now_us: a monotonic clock.  Guests whose process is gone are reported
+ * through failed[i] (may be NULL).  0, or -1 with err if the source
+ * failed (the lists still aged on what pagemap showed). */
+int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_map *nodes, uint64_t now_us,
+                      bool *failed, char *err, size_t errlen);
+
+/* Page out up to budget bytes of g's coldest chunks; only chunks on node
+ * when node >= 0.  Returns the bytes paged out. */
+uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node);
+
+/* After the round's pageouts: the source arms its next observation and
+ * the pagemap is re-read as the baseline for the next refault check. */
+void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n);
+
+/* Resident bytes of g on node (from the last scan). */
+uint64_t reclaim_guest_node_bytes(const reclaim_guest *g, int node);
+
+#endif

@@ -1,0 +1,399 @@
+/*
+ * Host-side reclaim against a real process on a host with real swap: a
+ * stand-in for a QEMU process holds 256 MiB of "guest RAM" (anonymous,
+ * MADV_HUGEPAGE like QEMU's), of which every fourth 2 MiB chunk (64 MiB)
+ * is hot (touched continuously) and the rest (192 MiB) was touched once.
+ * The detector and the actuator run for a number of 1-second scans with
+ * each cold-page source (our probe scanner, then DAMON when the kernel has
+ * it); then pagemap says how much of the cold set went to swap, how much
+ * of the hot set did, and the process's own getrusage() says how many
+ * major faults its hot loop took.  A swapfile is created (and removed)
+ * when the machine has no swap.
+ *
+ * The numbers go to stdout and to $MEMBAL_RESULTS (if set) for the bench
+ * report.
+ */
+#include <check.h>
+
+#include "check_run.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "host_reclaim.h"
+
+#define MIB ((uint64_t)1024 * 1024)
+#define RAM (256 * MIB)
+#define CHUNK RECLAIM_CHUNK_BYTES
+#define N_CHUNKS (RAM / CHUNK)
+#define HOT_EVERY 4
+#define HOT_BYTES (RAM / HOT_EVERY)
+#define COLD_BYTES (RAM - HOT_BYTES)
+#define SCANS 14
+#define DAMON_ADMIN "/sys/kernel/mm/damon/admin"
+
+static bool is_hot(size_t chunk) { return chunk % HOT_EVERY == 0; }
+
+typedef struct {
+    uint64_t passes;
+    long majflt;
+} child_report;
+
+/* The "guest": touch everything once, then the hot chunks forever,
+ * reporting progress and major faults through the pipe. */
+static void __attribute__((noreturn)) run_guest(int wfd)
+{
+    char *ram = mmap(NULL, RAM, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ram == MAP_FAILED)
+        _exit(2);
+    madvise(ram, RAM, MADV_HUGEPAGE);
+    /* non-zero data: the kernel maps all-zero pages of an underused huge
+     * page to the shared zero page, and those are nothing to reclaim */
+    for (size_t i = 0; i < RAM; i += 4096)
+        ram[i] = (char)(1 + (i >> 12) % 127);
+    child_report r = { 0, 0 };
+    if (write(wfd, &r, sizeof(r)) != sizeof(r))
+        _exit(3);
+    for (;;) {
+        for (size_t c = 0; c < N_CHUNKS; c++)
+            if (is_hot(c))
+                for (size_t i = c * CHUNK; i < (c + 1) * CHUNK; i += 4096)
+                    ram[i]++;
+        r.passes++;
+        if (r.passes % 4 == 0) {
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            r.majflt = ru.ru_majflt;
+            if (write(wfd, &r, sizeof(r)) != sizeof(r))
+                _exit(0);
+        }
+        usleep(20000);
+    }
+}
+
+static child_report latest(int rfd, child_report last)
+{
+    child_report r;
+    while (read(rfd, &r, sizeof(r)) == sizeof(r))
+        last = r;
+    return last;
+}
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static bool have_swap(void)
+{
+    FILE *f = fopen("/proc/swaps", "r");
+    if (!f)
+        return false;
+    char line[256];
+    int lines = 0;
+    while (fgets(line, sizeof(line), f))
+        lines++;
+    fclose(f);
+    return lines > 1;
+}
+
+static char swapfile[128];
+
+static void ensure_swap(void)
+{
+    if (have_swap())
+        return;
+    snprintf(swapfile, sizeof(swapfile), "/var/tmp/membal-reclaim-test-%d.swap", (int)getpid());
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "fallocate -l 1G %s && chmod 600 %s && mkswap -q %s >/dev/null && swapon %s", swapfile,
+             swapfile, swapfile, swapfile);
+    cleanup_register("swapoff %s 2>/dev/null; rm -f %s", swapfile, swapfile);
+    ck_assert_msg(system(cmd) == 0, "cannot create a swapfile: %s", cmd);
+}
+
+static void drop_swap(void)
+{
+    if (!swapfile[0])
+        return;
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "swapoff %s; rm -f %s", swapfile, swapfile);
+    ck_assert_int_eq(system(cmd), 0);
+    swapfile[0] = '\0';
+}
+
+typedef struct {
+    uint64_t cold_swapped, hot_swapped;
+    long majflt_hot_phase;   /* major faults of the hot loop in the last 5 scans */
+    uint64_t probe_bytes, paged_out;
+    double our_cpu, ext_cpu, wall;
+    uint32_t cold_age;
+    uint64_t refaults;
+} outcome;
+
+static void count_swapped(const reclaim_guest *g, outcome *o)
+{
+    uint64_t *pm = calloc(g->ram.n_pages, sizeof(*pm));
+    ck_assert_int_eq(guest_ram_pagemap(&g->ram, pm), 0);
+    size_t per = CHUNK / g->ram.page_bytes;
+    o->cold_swapped = o->hot_swapped = 0;
+    for (size_t i = 0; i < g->ram.n_pages; i++)
+        if (pm[i] & PM_SWAPPED) {
+            if (is_hot(i / per))
+                o->hot_swapped += g->ram.page_bytes;
+            else
+                o->cold_swapped += g->ram.page_bytes;
+        }
+    free(pm);
+}
+
+static void run_reclaim(cold_source *src, const char *label, outcome *o)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(p[0]);
+        run_guest(p[1]);
+    }
+    cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
+    close(p[1]);
+    child_report r = { 0, 0 };
+    ck_assert_int_eq(read(p[0], &r, sizeof(r)), sizeof(r)); /* all touched */
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+
+    cold_tunables t;
+    cold_tunables_default(&t);
+    reclaim_guest g;
+    char err[256];
+    ck_assert_msg(reclaim_guest_open(&g, pid, RAM, &t, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(g.ram.bytes, RAM);
+    node_map nodes;
+    ck_assert_int_eq(node_map_load(&nodes, "/sys/devices/system", g.ram.page_bytes), 0);
+    reclaim_guest *gs[1] = { &g };
+
+    double cpu0 = cpu_seconds(), ext0 = src->ops->external_cpu_seconds(src);
+    uint64_t t0 = mono_us();
+    long majflt_mark = 0;
+    for (int s = 0; s < SCANS; s++) {
+        bool failed = false;
+        int rc = host_reclaim_scan(src, gs, 1, &nodes, mono_us(), &failed, err, sizeof(err));
+        ck_assert_msg(rc == 0, "%s scan %d: %s", label, s, err);
+        ck_assert(!failed);
+        uint64_t out = reclaim_guest_pageout(&g, UINT64_MAX, -1);
+        if (getenv("MEMBAL_DEBUG"))
+            printf("%s scan %d: resident %llu swapped %llu cold %llu paged out %llu cold_age %u budget %llu\n", label, s,
+                   (unsigned long long)g.resident_bytes >> 20, (unsigned long long)g.swapped_bytes >> 20,
+                   (unsigned long long)g.cold_bytes >> 20, (unsigned long long)out >> 20, g.lru.cold_age,
+                   (unsigned long long)g.lru.budget_bytes >> 20);
+        host_reclaim_settle(src, gs, 1);
+        if (s == SCANS - 6) {
+            r = latest(p[0], r);
+            majflt_mark = r.majflt;
+        }
+        usleep(1000000);
+    }
+    o->wall = (double)(mono_us() - t0) / 1e6;
+    /* the source's own CPU only (the sleeps cost nothing) */
+    o->our_cpu = cpu_seconds() - cpu0;
+    o->ext_cpu = src->ops->external_cpu_seconds(src) - ext0;
+    r = latest(p[0], r);
+    o->majflt_hot_phase = r.majflt - majflt_mark;
+    ck_assert_uint_gt(r.passes, 100); /* the hot loop kept running */
+    count_swapped(&g, o);
+    o->probe_bytes = g.probe_bytes;
+    o->paged_out = g.paged_out_bytes;
+    o->cold_age = g.lru.cold_age;
+    o->refaults = g.lru.refaults_total;
+
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(p[0]);
+    node_map_free(&nodes);
+    reclaim_guest_close(&g);
+
+    char line[512];
+    snprintf(line, sizeof(line),
+             "%-6s cold swapped %6.1f of %3llu MiB (%5.1f%%)  hot wrongly swapped %5.2f of %llu MiB  "
+             "hot-loop major faults (last 5 s) %ld  refaults %" PRIu64 "  cold age %u  "
+             "CPU: membal %.3f s + kernel %.3f s over %.0f s (%.2f%%)\n",
+             label, o->cold_swapped / (double)MIB, (unsigned long long)(COLD_BYTES / MIB),
+             100.0 * (double)o->cold_swapped / (double)COLD_BYTES, o->hot_swapped / (double)MIB,
+             (unsigned long long)(HOT_BYTES / MIB), o->majflt_hot_phase, o->refaults, o->cold_age, o->our_cpu,
+             o->ext_cpu, o->wall, 100.0 * (o->our_cpu + o->ext_cpu) / o->wall);
+    fputs(line, stdout);
+    fflush(stdout);
+    const char *res = getenv("MEMBAL_RESULTS");
+    if (res && *res) {
+        FILE *f = fopen(res, "a");
+        if (f) {
+            fputs(line, f);
+            fclose(f);
+        }
+    }
+}
+
+static void check_outcome(const outcome *o)
+{
+    /* the cold set went out ... */
+    ck_assert_msg(o->cold_swapped >= COLD_BYTES * 9 / 10, "only %" PRIu64 " MiB of the cold set swapped",
+                  (uint64_t)(o->cold_swapped / MIB));
+    /* ... the hot set stayed: at most 2% of it is out (probe pages) */
+    ck_assert_msg(o->hot_swapped <= HOT_BYTES / 50, "%" PRIu64 " KiB of the hot set swapped",
+                  o->hot_swapped / 1024);
+    ck_assert_uint_eq(o->refaults, 0);
+}
+
+START_TEST(probe_scanner_swaps_cold_keeps_hot)
+{
+    ensure_swap();
+    cold_source *src = cold_source_probe_new(2);
+    outcome o;
+    run_reclaim(src, "probe", &o);
+    src->ops->destroy(src);
+    drop_swap();
+    check_outcome(&o);
+    /* each hot chunk costs at most its 2 probes per scan */
+    ck_assert_int_le(o.majflt_hot_phase, (long)(2 * (HOT_BYTES / CHUNK) * 6));
+    ck_assert_uint_gt(o.probe_bytes, 0);
+}
+END_TEST
+
+START_TEST(damon_swaps_cold_keeps_hot)
+{
+    if (access(DAMON_ADMIN, F_OK) != 0) {
+        printf("damon: SKIPPED, no %s on this kernel\n", DAMON_ADMIN);
+        return;
+    }
+    ensure_swap();
+    damon_params dp;
+    damon_params_default(&dp);
+    char err[256];
+    cold_source *src = cold_source_damon_new(DAMON_ADMIN, &dp, err, sizeof(err));
+    ck_assert_msg(src != NULL, "%s", err);
+    cleanup_register("(echo off > %s/kdamonds/0/state; echo 0 > %s/kdamonds/nr_kdamonds) 2>/dev/null", DAMON_ADMIN,
+                     DAMON_ADMIN);
+    outcome o;
+    run_reclaim(src, "damon", &o);
+    src->ops->destroy(src);
+    drop_swap();
+    check_outcome(&o);
+    /* DAMON pays nothing in the guest: no probe faults */
+    ck_assert_uint_eq(o.probe_bytes, 0);
+    ck_assert_int_le(o.majflt_hot_phase, 16);
+}
+END_TEST
+
+/* No swap: pageout quietly does nothing; the scanner stays correct and
+ * counts no refaults from pages that never left. */
+START_TEST(no_swap_is_harmless)
+{
+    if (have_swap()) {
+        printf("no-swap case SKIPPED: this machine has swap of its own\n");
+        return;
+    }
+    cold_source *src = cold_source_probe_new(2);
+    outcome o;
+    run_reclaim(src, "noswap", &o);
+    src->ops->destroy(src);
+    ck_assert_uint_eq(o.cold_swapped + o.hot_swapped, 0);
+    ck_assert_uint_eq(o.refaults, 0);
+}
+END_TEST
+
+START_TEST(maps_lookup)
+{
+    char err[200];
+    uintptr_t s;
+    uint64_t len;
+    const char *maps = "55d0c0000000-55d0c0100000 r-xp 00000000 fe:01 1234 /usr/bin/qemu-system-x86_64\n"
+                       "7f0000000000-7f0010000000 rw-p 00000000 00:00 0 \n"
+                       "7f0010000000-7f0020000000 rw-p 00000000 00:00 0\n"
+                       "7f0020000000-7f0020001000 ---p 00000000 00:00 0\n"
+                       "7f1000000000-7f1001000000 rw-p 00000000 00:00 0\n"
+                       "7ffd00000000-7ffd40000000 rw-p 00000000 00:00 0 [stack]\n";
+    /* two adjacent halves of a split 512 MiB mapping are joined */
+    ck_assert_int_eq(guest_ram_find(maps, 512 * MIB, &s, &len, err, sizeof(err)), 0);
+    ck_assert_uint_eq(s, 0x7f0000000000ULL);
+    ck_assert_uint_eq(len, 512 * MIB);
+    /* the smallest that fits: 16 MiB for a 16 MiB guest */
+    ck_assert_int_eq(guest_ram_find(maps, 16 * MIB, &s, &len, err, sizeof(err)), 0);
+    ck_assert_uint_eq(s, 0x7f1000000000ULL);
+    /* 100 MiB: only the 512 MiB run is large enough, and that is no match */
+    ck_assert_int_eq(guest_ram_find(maps, 100 * MIB, &s, &len, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "much larger"));
+    ck_assert_int_eq(guest_ram_find(maps, 2048 * MIB, &s, &len, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "no anonymous"));
+    ck_assert_int_eq(guest_ram_find("", 1, &s, &len, err, sizeof(err)), -1);
+    ck_assert_int_eq(guest_ram_find("garbage\n\n-\n", 1, &s, &len, err, sizeof(err)), -1);
+}
+END_TEST
+
+START_TEST(node_map_fake_tree)
+{
+    char dir[] = "/tmp/membal-nodemap-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && mkdir -p memory node/node0/memory0 node/node0/memory1 node/node1/memory3 "
+             "node/node1/memory3x && printf 8000000 > memory/block_size_bytes",
+             dir);
+    ck_assert_int_eq(system(cmd), 0);
+    node_map m;
+    ck_assert_int_eq(node_map_load(&m, dir, 4096), 0);
+    uint64_t bp = 0x8000000 / 4096;
+    ck_assert_int_eq(node_map_node_of(&m, 0), 0);
+    ck_assert_int_eq(node_map_node_of(&m, bp + 5), 0);
+    ck_assert_int_eq(node_map_node_of(&m, 2 * bp), -1);
+    ck_assert_int_eq(node_map_node_of(&m, 3 * bp), 1);
+    ck_assert_int_eq(node_map_node_of(&m, 100 * bp), -1);
+    node_map_free(&m);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    /* no sysfs at all: every page unknown */
+    ck_assert_int_eq(node_map_load(&m, "/nonexistent", 4096), 0);
+    ck_assert_int_eq(node_map_node_of(&m, 0), -1);
+    node_map_free(&m);
+}
+END_TEST
+
+int main(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "\n*** SKIPPED: host reclaim tests need root (swapon, pagemap) ***\n\n");
+        return 77;
+    }
+    Suite *s = suite_create("host_reclaim");
+    TCase *tc = tcase_create("real_process");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, maps_lookup);
+    tcase_add_test(tc, node_map_fake_tree);
+    tcase_add_test(tc, no_swap_is_harmless);
+    tcase_add_test(tc, probe_scanner_swaps_cold_keeps_hot);
+    tcase_add_test(tc, damon_swaps_cold_keeps_hot);
+    suite_add_tcase(s, tc);
+    cleanup_init();
+    int rc = check_run_suite(s, CK_FORK);
+    cleanup_run_all();
+    return rc;
+}
