@@ -40,7 +40,7 @@ CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c 
                 balancer/backend_libvirt.c balancer/backend_qmp.c balancer/metrics.c \
                 balancer/control.c balancer/agent_proto.c balancer/agent_conn.c \
                 balancer/guest_ram.c balancer/node_map.c balancer/cold_probe.c balancer/cold_damon.c \
-                balancer/host_reclaim.c
+                balancer/host_reclaim.c balancer/qemu_memcg.c balancer/host_swap.c
 CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIBCORE      := $(BUILD)/libbalancer.a
 CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0 libsystemd libmicrohttpd) -lm

@@ -22,6 +22,8 @@ typedef struct backend_ops {
     int (*sample)(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen);
     /* Set the balloon target (bytes). */
     int (*set_target)(balancer *b, guest *g, uint64_t bytes, char *err, size_t errlen);
+    /* The QEMU process's pid (host-side reclaim), or -1. */
+    int (*qemu_pid)(balancer *b, guest *g);
     /* Free what the backend attached to g (g->backend_data). */
     void (*guest_release)(balancer *b, guest *g);
     void (*shutdown)(balancer *b);

@@ -21,6 +21,8 @@
 #include "balancer.h"
 #include "log.h"
 
+#define LIBVIRT_QEMU_RUN_DIR "/run/libvirt/qemu"
+
 typedef struct {
     virConnectPtr conn;
     bool closed;            /* libvirt told us the connection died */
@@ -375,6 +377,23 @@ static int lv_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_
     return 0;
 }
 
+/* libvirt's QEMU driver keeps each running domain's pid in its run
+ * directory (qemu:///system: /run/libvirt/qemu/NAME.pid). */
+static int lv_qemu_pid(balancer *b, guest *g)
+{
+    (void)b;
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.pid", LIBVIRT_QEMU_RUN_DIR, g->name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int pid = -1;
+    if (fscanf(f, "%d", &pid) != 1 || pid <= 0)
+        pid = -1;
+    fclose(f);
+    return pid;
+}
+
 static void lv_guest_release(balancer *b, guest *g)
 {
     (void)b;
@@ -398,6 +417,7 @@ const backend_ops backend_libvirt = {
     .sync = lv_sync,
     .sample = lv_sample,
     .set_target = lv_set_target,
+    .qemu_pid = lv_qemu_pid,
     .guest_release = lv_guest_release,
     .shutdown = lv_shutdown,
 };

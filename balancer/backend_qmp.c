@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "agent_conn.h"
@@ -195,6 +196,20 @@ static int q_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_t
     return 0;
 }
 
+/* The QMP socket's peer is the QEMU process itself. */
+static int q_qemu_pid(balancer *b, guest *g)
+{
+    (void)b;
+    qmp_target *t = g->backend_data;
+    if (!t || !t->conn)
+        return -1;
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(qmp_fd(t->conn), SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.pid <= 0)
+        return -1;
+    return (int)cred.pid;
+}
+
 static void q_guest_release(balancer *b, guest *g)
 {
     (void)b;
@@ -226,6 +241,7 @@ const backend_ops backend_qmp = {
     .sync = q_sync,
     .sample = q_sample,
     .set_target = q_set_target,
+    .qemu_pid = q_qemu_pid,
     .guest_release = q_guest_release,
     .shutdown = q_shutdown,
 };

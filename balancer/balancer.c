@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "host_cgroup.h"
+#include "host_swap.h"
 #include "log.h"
 #include "metadata_xml.h"
 #include "size_parse.h"
@@ -29,12 +30,28 @@ static void limits_from_config(balancer *b)
     b->lim.stale_seconds = 3 * b->cfg.stats_period + b->cfg.tick_seconds;
 }
 
+static bool same_host_reclaim(const balancer_config *a, const balancer_config *c)
+{
+    return a->hr_enabled == c->hr_enabled && strcmp(a->hr_source, c->hr_source) == 0 &&
+           a->hr_scan_interval == c->hr_scan_interval && a->hr_min_cold_age == c->hr_min_cold_age &&
+           a->hr_max_cold_age == c->hr_max_cold_age && a->hr_max_per_scan == c->hr_max_per_scan &&
+           a->hr_min_per_scan == c->hr_min_per_scan && a->hr_probes == c->hr_probes &&
+           a->hr_protect == c->hr_protect;
+}
+
 void balancer_replace_config(balancer *b, balancer_config *cfg)
 {
+    bool same = same_host_reclaim(&b->cfg, cfg);
     config_clear(&b->cfg);
     b->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
     limits_from_config(b);
+    char *err = NULL;
+    /* a changed [host_reclaim] starts over (cold ages are relearned) */
+    if (!same && host_swap_setup(b, &err) < 0) {
+        log_err("%s; host reclaim stays off", err);
+        g_free(err);
+    }
 }
 
 int balancer_set_policy(balancer *b, const char *name, char **err)
@@ -67,12 +84,15 @@ int balancer_init(balancer *b, balancer_config *cfg, const backend_ops *be, char
     b->sys_node_dir = "/sys/devices/system/node";
     classify_params_default(&b->cp);
     limits_from_config(b);
-    return balancer_set_policy(b, b->cfg.policy, err);
+    if (balancer_set_policy(b, b->cfg.policy, err) < 0)
+        return -1;
+    return host_swap_setup(b, err);
 }
 
 void balancer_free(balancer *b)
 {
     b->shutting_down = true;
+    host_swap_teardown(b);
     while (b->guests && b->guests->len)
         balancer_guest_remove(b, g_ptr_array_index(b->guests, b->guests->len - 1));
     if (b->backend && b->backend->shutdown)
@@ -109,6 +129,7 @@ void balancer_guest_remove(balancer *b, guest *g)
 {
     if (!b->shutting_down)
         log_info("guest %s (%s): gone", g->name, g->uuid);
+    host_swap_guest_release(g);
     if (b->backend && b->backend->guest_release)
         b->backend->guest_release(b, g);
     g_ptr_array_remove(b->guests, g);
@@ -270,8 +291,14 @@ void balancer_tick(balancer *b)
                  out.summary);
     b->reclaiming = out.reclaiming;
     snprintf(b->summary, sizeof(b->summary), "%s", out.summary);
-    for (size_t i = 0; i < n; i++)
+    uint64_t balloon_reclaim = 0;
+    for (size_t i = 0; i < n; i++) {
         actuate(b, g_ptr_array_index(b->guests, i), &dec[i]);
+        if (dec[i].change && views[i].policy.mode != VM_MODE_OFF && dec[i].target_bytes < views[i].actual_bytes)
+            balloon_reclaim += views[i].actual_bytes - dec[i].target_bytes;
+    }
+    /* last resort after ballooning: host swap of cold guest memory */
+    host_swap_tick(b, balloon_reclaim);
     g_free(views);
     g_free(dec);
     b->last_tick_seconds = (double)(mono_ms() - t0) / 1000.0;

@@ -46,6 +46,8 @@ struct balancer {
     uint64_t policy_errors;         /* metadata documents rejected */
     uint64_t backend_reconnects;
     uint64_t backend_errors;
+
+    struct host_swap *hswap;        /* host-side reclaim stage, NULL when disabled */
 };
 
 /* cfg is moved into b (and cleared in the caller's copy). */

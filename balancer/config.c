@@ -25,6 +25,15 @@ void config_defaults(balancer_config *c)
     c->metrics_listen = g_strdup("127.0.0.1:9640");
     c->control_socket = g_strdup(CONTROL_DEFAULT_SOCKET);
     c->memory_cgroup = g_strdup("");
+    c->hr_enabled = false;
+    c->hr_source = g_strdup("auto");
+    c->hr_scan_interval = 10;
+    c->hr_min_cold_age = 3;
+    c->hr_max_cold_age = 60;
+    c->hr_max_per_scan = 256 * MIB;
+    c->hr_min_per_scan = 4 * MIB;
+    c->hr_probes = 2;
+    c->hr_protect = true;
 }
 
 void config_clear(balancer_config *c)
@@ -37,6 +46,7 @@ void config_clear(balancer_config *c)
     g_free(c->metrics_listen);
     g_free(c->control_socket);
     g_free(c->memory_cgroup);
+    g_free(c->hr_source);
     memset(c, 0, sizeof(*c));
 }
 
@@ -190,6 +200,22 @@ static int get_size_or_percent(loader *l, const char *group, const char *key, ch
     return 0;
 }
 
+static int get_bool(loader *l, const char *group, const char *key, bool *dst)
+{
+    char *v = get(l, group, key);
+    if (!v)
+        return 0;
+    int rc = 0;
+    if (!g_ascii_strcasecmp(v, "true") || !g_ascii_strcasecmp(v, "yes") || !strcmp(v, "1"))
+        *dst = true;
+    else if (!g_ascii_strcasecmp(v, "false") || !g_ascii_strcasecmp(v, "no") || !strcmp(v, "0"))
+        *dst = false;
+    else
+        rc = bad(l, group, key, "expected true or false", v);
+    g_free(v);
+    return rc;
+}
+
 static const char *const known_keys[][12] = {
     { "balancer", "connect", "policy", "tick", "stats_period", "control_socket", NULL },
     { "watermarks", "min", "low", "high", NULL },
@@ -198,6 +224,8 @@ static const char *const known_keys[][12] = {
       "min_change", NULL },
     { "metrics", "listen", NULL },
     { "host", "memory_cgroup", NULL },
+    { "host_reclaim", "enabled", "source", "scan_interval", "min_cold_age", "max_cold_age", "max_per_scan",
+      "min_per_scan", "probes_per_chunk", "protect_working_set", NULL },
 };
 
 static int check_unknown(loader *l)
@@ -279,6 +307,7 @@ int config_load_text(balancer_config *c, const char *data, size_t len, const cha
     n.metrics_listen = g_strdup(c->metrics_listen);
     n.control_socket = g_strdup(c->control_socket);
     n.memory_cgroup = g_strdup(c->memory_cgroup);
+    n.hr_source = g_strdup(c->hr_source);
     int rc = 0;
     rc = rc ? rc : check_unknown(&l);
     rc = rc ? rc : get_str(&l, "balancer", "connect", &n.connect_uri);
@@ -299,6 +328,21 @@ int config_load_text(balancer_config *c, const char *data, size_t len, const cha
     rc = rc ? rc : get_str(&l, "metrics", "listen", &n.metrics_listen);
     rc = rc ? rc : get_str(&l, "balancer", "control_socket", &n.control_socket);
     rc = rc ? rc : get_str(&l, "host", "memory_cgroup", &n.memory_cgroup);
+    rc = rc ? rc : get_bool(&l, "host_reclaim", "enabled", &n.hr_enabled);
+    rc = rc ? rc : get_str(&l, "host_reclaim", "source", &n.hr_source);
+    rc = rc ? rc : get_uint(&l, "host_reclaim", "scan_interval", 1, 3600, &n.hr_scan_interval);
+    rc = rc ? rc : get_uint(&l, "host_reclaim", "min_cold_age", 1, 10000, &n.hr_min_cold_age);
+    rc = rc ? rc : get_uint(&l, "host_reclaim", "max_cold_age", 1, 10000, &n.hr_max_cold_age);
+    rc = rc ? rc : get_size(&l, "host_reclaim", "max_per_scan", &n.hr_max_per_scan);
+    rc = rc ? rc : get_size(&l, "host_reclaim", "min_per_scan", &n.hr_min_per_scan);
+    rc = rc ? rc : get_uint(&l, "host_reclaim", "probes_per_chunk", 1, 64, &n.hr_probes);
+    rc = rc ? rc : get_bool(&l, "host_reclaim", "protect_working_set", &n.hr_protect);
+    if (rc == 0 && strcmp(n.hr_source, "auto") && strcmp(n.hr_source, "damon") && strcmp(n.hr_source, "probe"))
+        rc = bad(&l, "host_reclaim", "source", "expected auto, damon or probe", n.hr_source);
+    if (rc == 0 && n.hr_min_cold_age > n.hr_max_cold_age)
+        rc = bad(&l, "host_reclaim", "min_cold_age", "greater than max_cold_age", "");
+    if (rc == 0 && n.hr_min_per_scan > n.hr_max_per_scan)
+        rc = bad(&l, "host_reclaim", "min_per_scan", "greater than max_per_scan", "");
     if (rc == 0 && !policy_lookup(n.policy)) {
         char why[96];
         snprintf(why, sizeof(why), "unknown policy (known: %s)", policy_names());

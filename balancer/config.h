@@ -27,6 +27,16 @@ typedef struct {
     char *metrics_listen;       /* [metrics] listen (host:port, "" = off) */
     char *control_socket;       /* [balancer] control_socket ("" = off) */
     char *memory_cgroup;        /* [host] memory_cgroup: balance this cgroup's limit ("" = the machine) */
+    /* [host_reclaim]: paging cold guest memory out from the host */
+    bool hr_enabled;            /* enabled */
+    char *hr_source;            /* source: auto, damon, probe */
+    unsigned hr_scan_interval;  /* scan_interval (s) */
+    unsigned hr_min_cold_age;   /* min_cold_age (scans) */
+    unsigned hr_max_cold_age;   /* max_cold_age (scans) */
+    uint64_t hr_max_per_scan;   /* max_per_scan (bytes per guest per scan) */
+    uint64_t hr_min_per_scan;   /* min_per_scan */
+    unsigned hr_probes;         /* probes_per_chunk (probe source) */
+    bool hr_protect;            /* protect_working_set (cgroup memory.low / soft limit) */
 } balancer_config;
 
 void config_defaults(balancer_config *c);

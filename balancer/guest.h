@@ -27,7 +27,7 @@ typedef struct {
     int64_t disk_read_bytes;  /* host-measured: bytes the guest's disks read so far, -1 unknown */
 } guest_sample;
 
-typedef struct {
+typedef struct guest {
     char name[256];
     char uuid[40];
     vm_policy policy;
@@ -55,6 +55,7 @@ typedef struct {
     char last_reason[96];
     bool seen;                /* present in the latest domain list */
     void *backend_data;       /* virDomainPtr or qmp_conn*, owned by the backend */
+    struct hswap_guest *hswap; /* host-side reclaim state (host_swap.c), NULL if none */
 } guest;
 
 typedef struct {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "balancer.h"
+#include "host_swap.h"
 
 const double tick_bucket_bounds[TICK_BUCKETS] = { 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5 };
 
@@ -93,6 +94,54 @@ static double gv_agent_clamped(const guest *g) { return (double)g->agent.clamped
 static double gv_agent_psi(const guest *g) { return g->view.agent_fresh && g->agent.cur.psi_some_avg10 >= 0 ? g->agent.cur.psi_some_avg10 : 0; }
 static double gv_agent_up(const guest *g) { return g->view.agent_fresh; }
 
+/* Host-side reclaim, per guest (0 for a guest not being scanned). */
+#define HSWAP_VALUE(fn, field) \
+    static double fn(const guest *g) \
+    { \
+        host_swap_guest_stats st; \
+        host_swap_guest_stats_get(g, &st); \
+        return (double)st.field; \
+    }
+HSWAP_VALUE(hs_active, active)
+HSWAP_VALUE(hs_resident, resident_bytes)
+HSWAP_VALUE(hs_swapped, swapped_bytes)
+HSWAP_VALUE(hs_cold, cold_bytes)
+HSWAP_VALUE(hs_paged, paged_out_bytes)
+HSWAP_VALUE(hs_probe, probe_bytes)
+HSWAP_VALUE(hs_refaults, refaults)
+HSWAP_VALUE(hs_age, cold_age_scans)
+HSWAP_VALUE(hs_budget, budget_bytes)
+HSWAP_VALUE(hs_protected, protected_bytes)
+
+static void host_reclaim_metrics(GString *s, const balancer *b)
+{
+    host_swap_stats hs;
+    host_swap_stats_get(b, &hs);
+    header(s, "balancer_host_reclaim_enabled", "gauge", "1 when host-side reclaim of cold guest memory is on.");
+    g_string_append_printf(s, "balancer_host_reclaim_enabled{source=\"%s\"} %d\n", hs.enabled ? hs.source : "",
+                           hs.enabled ? 1 : 0);
+    if (!hs.enabled)
+        return;
+    header(s, "balancer_host_reclaim_scans_total", "counter", "Cold-page scans done.");
+    g_string_append_printf(s, "balancer_host_reclaim_scans_total %llu\n", (unsigned long long)hs.scans);
+    header(s, "balancer_host_reclaim_scan_errors_total", "counter", "Scans whose cold-page source failed.");
+    g_string_append_printf(s, "balancer_host_reclaim_scan_errors_total %llu\n", (unsigned long long)hs.scan_errors);
+    header(s, "balancer_host_reclaim_cpu_seconds_total", "counter", "CPU balancerd spent scanning and paging out.");
+    g_string_append_printf(s, "balancer_host_reclaim_cpu_seconds_total %.6f\n", hs.cpu_seconds);
+    header(s, "balancer_host_reclaim_source_cpu_seconds_total", "counter", "CPU of the kernel's DAMON thread since it started.");
+    g_string_append_printf(s, "balancer_host_reclaim_source_cpu_seconds_total %.6f\n", hs.source_cpu_seconds);
+    guest_family(s, b, "balancer_guest_host_reclaim_active", "gauge", "1 while the guest's RAM is scanned for cold pages.", hs_active);
+    guest_family(s, b, "balancer_guest_host_resident_bytes", "gauge", "Guest RAM resident on the host.", hs_resident);
+    guest_family(s, b, "balancer_guest_host_swapped_bytes", "gauge", "Guest RAM in host swap.", hs_swapped);
+    guest_family(s, b, "balancer_guest_host_cold_bytes", "gauge", "Resident guest RAM idle for at least the cold age.", hs_cold);
+    guest_family(s, b, "balancer_guest_host_paged_out_bytes_total", "counter", "Guest RAM paged out to host swap by host reclaim.", hs_paged);
+    guest_family(s, b, "balancer_guest_host_probe_bytes_total", "counter", "Guest RAM paged out as access probes (probe source).", hs_probe);
+    guest_family(s, b, "balancer_guest_host_refaults_total", "counter", "Paged-out chunks the guest touched again within the refault window.", hs_refaults);
+    guest_family(s, b, "balancer_guest_host_cold_age_scans", "gauge", "Scans without access before a chunk counts as cold (feedback-controlled).", hs_age);
+    guest_family(s, b, "balancer_guest_host_reclaim_budget_bytes", "gauge", "Most host reclaim may page out of the guest per scan (feedback-controlled).", hs_budget);
+    guest_family(s, b, "balancer_guest_host_protected_bytes", "gauge", "Working set protected in the guest's memory cgroup (memory.low or soft limit).", hs_protected);
+}
+
 GString *metrics_render(const balancer *b)
 {
     GString *s = g_string_sized_new(4096);
@@ -141,6 +190,8 @@ GString *metrics_render(const balancer *b)
                                    (unsigned long long)g->agent.rejected[r]);
         }
     }
+
+    host_reclaim_metrics(s, b);
 
     header(s, "balancer_host_memory_bytes", "gauge", "Host memory by kind, from /proc/meminfo.");
     g_string_append_printf(s, "balancer_host_memory_bytes{kind=\"total\"} %llu\n", (unsigned long long)b->host.host.total_bytes);

@@ -205,6 +205,10 @@ START_TEST(config_errors_name_key_and_line)
         { "[balancr]\ntick = 5\n", "bad.conf:1: unknown group [balancr]" },
         { "[policy]\ncomfort_percent = 150\n", "expected a percentage from 0 to 100" },
         { "tick = 5\n", "bad.conf" },
+        { "[host_reclaim]\nenabled = maybe\n", "bad.conf:2: [host_reclaim] enabled = \"maybe\": expected true or false" },
+        { "[host_reclaim]\nsource = guess\n", "bad.conf:2: [host_reclaim] source = \"guess\": expected auto, damon or probe" },
+        { "[host_reclaim]\nmin_cold_age = 9\nmax_cold_age = 5\n", "bad.conf:2: [host_reclaim] min_cold_age" },
+        { "[host_reclaim]\nmin_per_scan = 1GiB\n", "greater than max_per_scan" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         balancer_config c;
@@ -258,6 +262,15 @@ START_TEST(shipped_config_states_the_defaults)
     ck_assert_str_eq(c.metrics_listen, d.metrics_listen);
     ck_assert_str_eq(c.control_socket, d.control_socket);
     ck_assert_str_eq(c.memory_cgroup, d.memory_cgroup);
+    ck_assert(c.hr_enabled == d.hr_enabled);
+    ck_assert_str_eq(c.hr_source, d.hr_source);
+    ck_assert_uint_eq(c.hr_scan_interval, d.hr_scan_interval);
+    ck_assert_uint_eq(c.hr_min_cold_age, d.hr_min_cold_age);
+    ck_assert_uint_eq(c.hr_max_cold_age, d.hr_max_cold_age);
+    ck_assert_uint_eq(c.hr_max_per_scan, d.hr_max_per_scan);
+    ck_assert_uint_eq(c.hr_min_per_scan, d.hr_min_per_scan);
+    ck_assert_uint_eq(c.hr_probes, d.hr_probes);
+    ck_assert(c.hr_protect == d.hr_protect);
     config_clear(&c);
     config_clear(&d);
 }

@@ -1,0 +1,178 @@
+/* A QEMU's memory cgroup: find, protect, reclaim; see qemu_memcg.h. */
+#include "qemu_memcg.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void memcg_mounts(const char *mountinfo, char *v2, size_t v2len, char *v1mem, size_t v1len)
+{
+    v2[0] = v1mem[0] = '\0';
+    for (const char *p = mountinfo; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[1024];
+        if (len < sizeof(line)) {
+            memcpy(line, p, len);
+            line[len] = '\0';
+            /* "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPEROPTS" */
+            char mnt[512], fstype[32], super[512];
+            const char *dash = strstr(line, " - ");
+            if (dash && sscanf(line, "%*s %*s %*s %*s %511s", mnt) == 1 &&
+                sscanf(dash + 3, "%31s %*s %511s", fstype, super) == 2) {
+                if (strcmp(fstype, "cgroup2") == 0 && !v2[0])
+                    snprintf(v2, v2len, "%s", mnt);
+                else if (strcmp(fstype, "cgroup") == 0 && !v1mem[0]) {
+                    char *save = NULL;
+                    for (char *o = strtok_r(super, ",", &save); o; o = strtok_r(NULL, ",", &save))
+                        if (strcmp(o, "memory") == 0)
+                            snprintf(v1mem, v1len, "%s", mnt);
+                }
+            }
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+}
+
+static bool file_exists(const char *dir, const char *file)
+{
+    char path[700];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    return access(path, F_OK) == 0;
+}
+
+int memcg_resolve(const char *proc_cgroup, const char *v2_mount, const char *v1_mount, qemu_memcg *out)
+{
+    memset(out, 0, sizeof(*out));
+    char v1path[400] = "", v2path[400] = "";
+    bool have_v1 = false, have_v2 = false;
+    for (const char *p = proc_cgroup; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[600];
+        if (len < sizeof(line)) {
+            memcpy(line, p, len);
+            line[len] = '\0';
+            /* "hierarchy-ID:controller-list:path" */
+            char *c1 = strchr(line, ':');
+            char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            if (c2 && c2[1] == '/') {
+                *c2 = '\0';
+                const char *ctrls = c1 + 1, *path = c2 + 1;
+                if (strcmp(line, "0") == 0 && !*ctrls) {
+                    snprintf(v2path, sizeof(v2path), "%s", path);
+                    have_v2 = true;
+                } else {
+                    char list[200];
+                    snprintf(list, sizeof(list), ",%s,", ctrls);
+                    if (strstr(list, ",memory,")) {
+                        snprintf(v1path, sizeof(v1path), "%s", path);
+                        have_v1 = true;
+                    }
+                }
+            }
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+    if (have_v2 && v2_mount && *v2_mount) {
+        snprintf(out->dir, sizeof(out->dir), "%s%s", v2_mount, strcmp(v2path, "/") ? v2path : "");
+        if (file_exists(out->dir, "memory.current")) {
+            out->kind = MEMCG_V2;
+            return 0;
+        }
+    }
+    if (have_v1 && v1_mount && *v1_mount) {
+        snprintf(out->dir, sizeof(out->dir), "%s%s", v1_mount, strcmp(v1path, "/") ? v1path : "");
+        if (file_exists(out->dir, "memory.usage_in_bytes")) {
+            out->kind = MEMCG_V1;
+            return 0;
+        }
+    }
+    out->dir[0] = '\0';
+    return -1;
+}
+
+static char *slurp_small(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 16384;
+    char *buf = malloc(cap);
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+int qemu_memcg_find(pid_t pid, qemu_memcg *out)
+{
+    memset(out, 0, sizeof(*out));
+    char path[64], v2[512], v1[512];
+    char *mi = slurp_small("/proc/self/mountinfo");
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    char *cg = slurp_small(path);
+    int rc = -1;
+    if (mi && cg) {
+        memcg_mounts(mi, v2, sizeof(v2), v1, sizeof(v1));
+        rc = memcg_resolve(cg, v2, v1, out);
+    }
+    free(mi);
+    free(cg);
+    return rc;
+}
+
+int memcg_sole_owner(const qemu_memcg *m, pid_t pid)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/cgroup.procs", m->dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int others = 0, self = 0;
+    long v;
+    while (fscanf(f, "%ld", &v) == 1) {
+        if (v == pid)
+            self = 1;
+        else
+            others++;
+    }
+    fclose(f);
+    return self && !others;
+}
+
+static int write_u64(const char *dir, const char *file, uint64_t v)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int rc = fprintf(f, "%" PRIu64, v) < 0 ? -1 : 0;
+    if (fclose(f) != 0)
+        rc = -1;
+    return rc;
+}
+
+int memcg_protect(const qemu_memcg *m, uint64_t bytes)
+{
+    if (m->kind == MEMCG_V2)
+        return write_u64(m->dir, "memory.low", bytes);
+    if (m->kind == MEMCG_V1)
+        return write_u64(m->dir, "memory.soft_limit_in_bytes", bytes);
+    errno = ENOENT;
+    return -1;
+}
+
+int memcg_reclaim(const qemu_memcg *m, uint64_t bytes)
+{
+    if (m->kind != MEMCG_V2) {
+        errno = ENOTSUP;
+        return -1;
+    }
+    return write_u64(m->dir, "memory.reclaim", bytes);
+}

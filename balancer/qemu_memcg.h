@@ -1,0 +1,47 @@
+/*
+ * The memory cgroup a QEMU process runs in (libvirt puts each guest in its
+ * own: machine.slice/machine-qemu-N-NAME.scope on cgroup v2,
+ * /machine/qemu-N-NAME.libvirt-qemu on v1), and the two things host-side
+ * reclaim does with it:
+ *   protect  keep the guest's measured working set from the host kernel's
+ *            own reclaim: memory.low on v2, memory.soft_limit_in_bytes on
+ *            v1 (above its soft limit a v1 group is reclaimed first);
+ *   reclaim  ask the kernel to reclaim N bytes from the guest's group:
+ *            memory.reclaim, v2 only; used when process_madvise() is not
+ *            allowed.
+ * Only a cgroup that holds this QEMU alone is touched: a shared group
+ * (several guests in one cgroup) has no per-guest knob.
+ */
+#ifndef MEMBAL_QEMU_MEMCG_H
+#define MEMBAL_QEMU_MEMCG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef enum { MEMCG_NONE = 0, MEMCG_V1, MEMCG_V2 } memcg_kind;
+
+typedef struct {
+    memcg_kind kind;
+    char dir[512];
+} qemu_memcg;
+
+/* Mount points of the v2 hierarchy and the v1 memory controller from
+ * /proc/self/mountinfo text ("" when absent). */
+void memcg_mounts(const char *mountinfo, char *v2, size_t v2len, char *v1mem, size_t v1len);
+
+/* From /proc/PID/cgroup text and the mounts: the group with a memory
+ * controller (v2 when its memory files exist there, else v1).  0, or -1
+ * if there is none. */
+int memcg_resolve(const char *proc_cgroup, const char *v2_mount, const char *v1_mount, qemu_memcg *out);
+
+/* Everything above for a live pid.  0 or -1. */
+int qemu_memcg_find(pid_t pid, qemu_memcg *out);
+
+/* 1 if pid is the only process in the group, 0 if not, -1 unreadable. */
+int memcg_sole_owner(const qemu_memcg *m, pid_t pid);
+int memcg_protect(const qemu_memcg *m, uint64_t bytes);
+/* -1 with errno ENOTSUP on v1. */
+int memcg_reclaim(const qemu_memcg *m, uint64_t bytes);
+
+#endif
