@@ -391,7 +391,10 @@ static void damon_destroy(cold_source *s)
 {
     damon_source *d = (damon_source *)s;
     damon_stop(d);
-    wr(d->admin, "kdamonds/nr_kdamonds", "0");
+    /* the kdamond thread takes a moment to exit; until then the
+     * directory is busy (EBUSY) */
+    for (int i = 0; i < 100 && wr(d->admin, "kdamonds/nr_kdamonds", "0") < 0 && errno == EBUSY; i++)
+        usleep(20000);
     free(d->ranges);
     free(d->regions);
     free(d);
@@ -413,7 +416,10 @@ cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p,
         return NULL;
     }
     if (nr != 0) {
-        snprintf(err, errlen, "DAMON is in use (%" PRIu64 " kdamond(s) configured by someone else)", nr);
+        snprintf(err, errlen,
+                 "DAMON is in use (%" PRIu64 " kdamond(s) configured by someone else; if that is a leftover, "
+                 "echo 0 > %s/kdamonds/nr_kdamonds)",
+                 nr, admin_dir);
         return NULL;
     }
     damon_source *d = calloc(1, sizeof(*d));

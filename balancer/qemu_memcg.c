@@ -61,6 +61,7 @@ int memcg_resolve(const char *proc_cgroup, const char *v2_mount, const char *v1_
             char *c1 = strchr(line, ':');
             char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
             if (c2 && c2[1] == '/') {
+                *c1 = '\0';
                 *c2 = '\0';
                 const char *ctrls = c1 + 1, *path = c2 + 1;
                 if (strcmp(line, "0") == 0 && !*ctrls) {

@@ -17,6 +17,8 @@
 
 #include "check_run.h"
 #include <errno.h>
+#include <glib.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -31,6 +33,7 @@
 
 #include "cleanup.h"
 #include "host_reclaim.h"
+#include "qemu_memcg.h"
 
 #define MIB ((uint64_t)1024 * 1024)
 #define RAM (256 * MIB)
@@ -43,6 +46,10 @@
 #define DAMON_ADMIN "/sys/kernel/mm/damon/admin"
 
 static bool is_hot(size_t chunk) { return chunk % HOT_EVERY == 0; }
+/* in the refault test: touched every WARM_PERIOD seconds */
+static bool is_warm(size_t chunk) { return chunk % HOT_EVERY == 2; }
+#define WARM_PERIOD 5
+#define WARM_BYTES (RAM / HOT_EVERY)
 
 typedef struct {
     uint64_t passes;
@@ -51,7 +58,14 @@ typedef struct {
 
 /* The "guest": touch everything once, then the hot chunks forever,
  * reporting progress and major faults through the pipe. */
-static void __attribute__((noreturn)) run_guest(int wfd)
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void __attribute__((noreturn)) run_guest(int wfd, bool warm)
 {
     char *ram = mmap(NULL, RAM, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ram == MAP_FAILED)
@@ -64,7 +78,15 @@ static void __attribute__((noreturn)) run_guest(int wfd)
     child_report r = { 0, 0 };
     if (write(wfd, &r, sizeof(r)) != sizeof(r))
         _exit(3);
+    double warm_at = now_s();
     for (;;) {
+        if (warm && now_s() - warm_at >= WARM_PERIOD) {
+            warm_at = now_s();
+            for (size_t c = 0; c < N_CHUNKS; c++)
+                if (is_warm(c))
+                    for (size_t i = c * CHUNK; i < (c + 1) * CHUNK; i += 4096)
+                        ram[i]++;
+        }
         for (size_t c = 0; c < N_CHUNKS; c++)
             if (is_hot(c))
                 for (size_t i = c * CHUNK; i < (c + 1) * CHUNK; i += 4096)
@@ -101,6 +123,16 @@ static double cpu_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* cgroupfs files take plain writes (no temp file + rename) */
+static bool put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
 }
 
 static bool have_swap(void)
@@ -142,7 +174,7 @@ static void drop_swap(void)
 }
 
 typedef struct {
-    uint64_t cold_swapped, hot_swapped;
+    uint64_t cold_swapped, hot_swapped, warm_swapped;
     long majflt_hot_phase;   /* major faults of the hot loop in the last 5 scans */
     uint64_t probe_bytes, paged_out;
     double our_cpu, ext_cpu, wall;
@@ -150,23 +182,25 @@ typedef struct {
     uint64_t refaults;
 } outcome;
 
-static void count_swapped(const reclaim_guest *g, outcome *o)
+static void count_swapped(const reclaim_guest *g, bool warm, outcome *o)
 {
     uint64_t *pm = calloc(g->ram.n_pages, sizeof(*pm));
     ck_assert_int_eq(guest_ram_pagemap(&g->ram, pm), 0);
     size_t per = CHUNK / g->ram.page_bytes;
-    o->cold_swapped = o->hot_swapped = 0;
+    o->cold_swapped = o->hot_swapped = o->warm_swapped = 0;
     for (size_t i = 0; i < g->ram.n_pages; i++)
         if (pm[i] & PM_SWAPPED) {
             if (is_hot(i / per))
                 o->hot_swapped += g->ram.page_bytes;
+            else if (warm && is_warm(i / per))
+                o->warm_swapped += g->ram.page_bytes;
             else
                 o->cold_swapped += g->ram.page_bytes;
         }
     free(pm);
 }
 
-static void run_reclaim(cold_source *src, const char *label, outcome *o)
+static void run_reclaim(cold_source *src, const char *label, bool warm, int scans, outcome *o)
 {
     int p[2];
     ck_assert_int_eq(pipe(p), 0);
@@ -174,7 +208,7 @@ static void run_reclaim(cold_source *src, const char *label, outcome *o)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         close(p[0]);
-        run_guest(p[1]);
+        run_guest(p[1], warm);
     }
     cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
     close(p[1]);
@@ -195,7 +229,7 @@ static void run_reclaim(cold_source *src, const char *label, outcome *o)
     double cpu0 = cpu_seconds(), ext0 = src->ops->external_cpu_seconds(src);
     uint64_t t0 = mono_us();
     long majflt_mark = 0;
-    for (int s = 0; s < SCANS; s++) {
+    for (int s = 0; s < scans; s++) {
         bool failed = false;
         int rc = host_reclaim_scan(src, gs, 1, &nodes, mono_us(), &failed, err, sizeof(err));
         ck_assert_msg(rc == 0, "%s scan %d: %s", label, s, err);
@@ -207,7 +241,7 @@ static void run_reclaim(cold_source *src, const char *label, outcome *o)
                    (unsigned long long)g.cold_bytes >> 20, (unsigned long long)out >> 20, g.lru.cold_age,
                    (unsigned long long)g.lru.budget_bytes >> 20);
         host_reclaim_settle(src, gs, 1);
-        if (s == SCANS - 6) {
+        if (s == scans - 6) {
             r = latest(p[0], r);
             majflt_mark = r.majflt;
         }
@@ -220,7 +254,7 @@ static void run_reclaim(cold_source *src, const char *label, outcome *o)
     r = latest(p[0], r);
     o->majflt_hot_phase = r.majflt - majflt_mark;
     ck_assert_uint_gt(r.passes, 100); /* the hot loop kept running */
-    count_swapped(&g, o);
+    count_swapped(&g, warm, o);
     o->probe_bytes = g.probe_bytes;
     o->paged_out = g.paged_out_bytes;
     o->cold_age = g.lru.cold_age;
@@ -234,12 +268,12 @@ static void run_reclaim(cold_source *src, const char *label, outcome *o)
 
     char line[512];
     snprintf(line, sizeof(line),
-             "%-6s cold swapped %6.1f of %3llu MiB (%5.1f%%)  hot wrongly swapped %5.2f of %llu MiB  "
+             "%-6s cold swapped %6.1f of %3llu MiB (%5.1f%%)  hot wrongly swapped %5.2f of %llu MiB  warm out %5.1f MiB  "
              "hot-loop major faults (last 5 s) %ld  refaults %" PRIu64 "  cold age %u  "
              "CPU: membal %.3f s + kernel %.3f s over %.0f s (%.2f%%)\n",
              label, o->cold_swapped / (double)MIB, (unsigned long long)(COLD_BYTES / MIB),
              100.0 * (double)o->cold_swapped / (double)COLD_BYTES, o->hot_swapped / (double)MIB,
-             (unsigned long long)(HOT_BYTES / MIB), o->majflt_hot_phase, o->refaults, o->cold_age, o->our_cpu,
+             (unsigned long long)(HOT_BYTES / MIB), o->warm_swapped / (double)MIB, o->majflt_hot_phase, o->refaults, o->cold_age, o->our_cpu,
              o->ext_cpu, o->wall, 100.0 * (o->our_cpu + o->ext_cpu) / o->wall);
     fputs(line, stdout);
     fflush(stdout);
@@ -269,7 +303,7 @@ START_TEST(probe_scanner_swaps_cold_keeps_hot)
     ensure_swap();
     cold_source *src = cold_source_probe_new(2);
     outcome o;
-    run_reclaim(src, "probe", &o);
+    run_reclaim(src, "probe", false, SCANS, &o);
     src->ops->destroy(src);
     drop_swap();
     check_outcome(&o);
@@ -294,13 +328,44 @@ START_TEST(damon_swaps_cold_keeps_hot)
     cleanup_register("(echo off > %s/kdamonds/0/state; echo 0 > %s/kdamonds/nr_kdamonds) 2>/dev/null", DAMON_ADMIN,
                      DAMON_ADMIN);
     outcome o;
-    run_reclaim(src, "damon", &o);
+    run_reclaim(src, "damon", false, SCANS, &o);
     src->ops->destroy(src);
     drop_swap();
     check_outcome(&o);
     /* DAMON pays nothing in the guest: no probe faults */
     ck_assert_uint_eq(o.probe_bytes, 0);
     ck_assert_int_le(o.majflt_hot_phase, 16);
+}
+END_TEST
+
+/* A warm set, reused every 5 s, is paged out once at the starting
+ * threshold of 3 scans, refaults, and the feedback lifts the threshold
+ * past its reuse distance: no endless ping-pong. */
+START_TEST(refaults_lift_the_cold_age)
+{
+    ensure_swap();
+    damon_params dp;
+    damon_params_default(&dp);
+    char err[256];
+    cold_source *src = access(DAMON_ADMIN, F_OK) == 0 ? cold_source_damon_new(DAMON_ADMIN, &dp, err, sizeof(err)) : NULL;
+    if (src)
+        cleanup_register("(echo off > %s/kdamonds/0/state; echo 0 > %s/kdamonds/nr_kdamonds) 2>/dev/null",
+                         DAMON_ADMIN, DAMON_ADMIN);
+    else
+        src = cold_source_probe_new(2);
+    outcome o;
+    run_reclaim(src, "warm", true, 24, &o);
+    src->ops->destroy(src);
+    drop_swap();
+    size_t warm_chunks = WARM_BYTES / CHUNK;
+    ck_assert_msg(o.refaults >= warm_chunks / 2, "only %" PRIu64 " refaults", o.refaults);
+    /* one round, not one every reuse (24 s / 5 s = 4 rounds without feedback) */
+    ck_assert_msg(o.refaults <= warm_chunks * 3 / 2, "%" PRIu64 " refaults: the feedback did not hold",
+                  o.refaults);
+    ck_assert_uint_ge(o.cold_age, WARM_PERIOD);
+    /* the really cold set still went out, the hot set stayed */
+    ck_assert_uint_ge(o.cold_swapped, (COLD_BYTES - WARM_BYTES) * 9 / 10);
+    ck_assert_uint_le(o.hot_swapped, HOT_BYTES / 50);
 }
 END_TEST
 
@@ -314,10 +379,72 @@ START_TEST(no_swap_is_harmless)
     }
     cold_source *src = cold_source_probe_new(2);
     outcome o;
-    run_reclaim(src, "noswap", &o);
+    run_reclaim(src, "noswap", false, SCANS, &o);
     src->ops->destroy(src);
     ck_assert_uint_eq(o.cold_swapped + o.hot_swapped, 0);
     ck_assert_uint_eq(o.refaults, 0);
+}
+END_TEST
+
+/* A real memory cgroup (v2 when its memory controller is on, else v1):
+ * a process alone in it is found and protected; a second process makes
+ * the group shared and off limits. */
+START_TEST(real_memcg_protect)
+{
+    char *mi = NULL;
+    ck_assert(g_file_get_contents("/proc/self/mountinfo", &mi, NULL, NULL));
+    char v2[256], v1[256];
+    memcg_mounts(mi, v2, sizeof(v2), v1, sizeof(v1));
+    g_free(mi);
+    char probe[300];
+    snprintf(probe, sizeof(probe), "%s/cgroup.subtree_control", v2);
+    char *ctl = NULL;
+    bool v2mem = v2[0] && g_file_get_contents(probe, &ctl, NULL, NULL) && strstr(ctl, "memory");
+    g_free(ctl);
+    const char *root = v2mem ? v2 : v1;
+    if (!root[0]) {
+        printf("memcg: SKIPPED, no memory cgroup controller mounted\n");
+        return;
+    }
+    char dir[400];
+    snprintf(dir, sizeof(dir), "%s/membal-test-%d", root, (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    cleanup_register("rmdir '%s' 2>/dev/null", dir);
+    pid_t kid = fork();
+    if (kid == 0) {
+        pause();
+        _exit(0);
+    }
+    cleanup_register("kill -9 %d 2>/dev/null", (int)kid);
+    char procs[450], pidtxt[16];
+    snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+    snprintf(pidtxt, sizeof(pidtxt), "%d", (int)kid);
+    ck_assert(put(procs, pidtxt));
+    qemu_memcg m;
+    ck_assert_int_eq(qemu_memcg_find(kid, &m), 0);
+    ck_assert_str_eq(m.dir, dir);
+    ck_assert_int_eq(m.kind, v2mem ? MEMCG_V2 : MEMCG_V1);
+    ck_assert_int_eq(memcg_sole_owner(&m, kid), 1);
+    ck_assert_int_eq(memcg_protect(&m, 64 * MIB), 0);
+    char *got = NULL;
+    char file[500];
+    snprintf(file, sizeof(file), "%s/%s", dir, v2mem ? "memory.low" : "memory.soft_limit_in_bytes");
+    ck_assert(g_file_get_contents(file, &got, NULL, NULL));
+    ck_assert_uint_eq(strtoull(got, NULL, 10), 64 * MIB);
+    g_free(got);
+    if (v2mem)
+        ck_assert_int_eq(memcg_reclaim(&m, MIB), 0);
+    /* the test process joins too: shared, so not ours to tune */
+    snprintf(pidtxt, sizeof(pidtxt), "%d", (int)getpid());
+    ck_assert(put(procs, pidtxt));
+    ck_assert_int_eq(memcg_sole_owner(&m, kid), 0);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    /* back to the root group so the test group can go */
+    char rootprocs[300];
+    snprintf(rootprocs, sizeof(rootprocs), "%s/cgroup.procs", root);
+    ck_assert(put(rootprocs, pidtxt));
+    ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
@@ -388,9 +515,11 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, maps_lookup);
     tcase_add_test(tc, node_map_fake_tree);
+    tcase_add_test(tc, real_memcg_protect);
     tcase_add_test(tc, no_swap_is_harmless);
     tcase_add_test(tc, probe_scanner_swaps_cold_keeps_hot);
     tcase_add_test(tc, damon_swaps_cold_keeps_hot);
+    tcase_add_test(tc, refaults_lift_the_cold_age);
     suite_add_tcase(s, tc);
     cleanup_init();
     int rc = check_run_suite(s, CK_FORK);

@@ -6,6 +6,7 @@
 #include <check.h>
 
 #include "check_run.h"
+#include <errno.h>
 #include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "host_cgroup.h"
 #include "host_meminfo.h"
 #include "metadata_xml.h"
+#include "qemu_memcg.h"
 #include "size_parse.h"
 
 /* ---- sizes ---- */
@@ -276,6 +278,82 @@ START_TEST(shipped_config_states_the_defaults)
 }
 END_TEST
 
+
+/* ---- a QEMU's memory cgroup (host reclaim) ---- */
+
+static uint64_t read_num(const char *dir, const char *file)
+{
+    char path[300], *text = NULL;
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    if (!g_file_get_contents(path, &text, NULL, NULL))
+        return UINT64_MAX;
+    uint64_t v = strtoull(text, NULL, 10);
+    g_free(text);
+    return v;
+}
+
+START_TEST(qemu_memcg_find_and_write)
+{
+    const char *mountinfo =
+        "30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+        "31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+        "34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+        "40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+        "garbage line\n";
+    char v2[128], v1[128];
+    memcg_mounts(mountinfo, v2, sizeof(v2), v1, sizeof(v1));
+    ck_assert_str_eq(v2, "/sys/fs/cgroup/unified");
+    ck_assert_str_eq(v1, "/sys/fs/cgroup/memory");
+    memcg_mounts("", v2, sizeof(v2), v1, sizeof(v1));
+    ck_assert_str_eq(v2, "");
+    ck_assert_str_eq(v1, "");
+
+    /* fake hierarchies: a v2 group with memory files, a v1 memory group */
+    write_conf("dummy", "");
+    char v2root[128], v1root[128], dir[400];
+    snprintf(v2root, sizeof(v2root), "%s/v2", tmpdir);
+    snprintf(v1root, sizeof(v1root), "%s/v1", tmpdir);
+    snprintf(dir, sizeof(dir), "mkdir -p %s/machine.slice/vm1.scope %s/machine/vm1.libvirt-qemu", v2root, v1root);
+    ck_assert_int_eq(system(dir), 0);
+    write_conf("v1/machine/vm1.libvirt-qemu/memory.usage_in_bytes", "1000\n");
+    write_conf("v1/machine/vm1.libvirt-qemu/cgroup.procs", "4242\n");
+    const char *proc_cgroup = "12:pids:/machine/vm1.libvirt-qemu\n"
+                              "4:cpu,memory:/machine/vm1.libvirt-qemu\n"
+                              "0::/machine.slice/vm1.scope\n";
+    qemu_memcg m;
+    /* v2 has no memory controller here: v1 is used */
+    ck_assert_int_eq(memcg_resolve(proc_cgroup, v2root, v1root, &m), 0);
+    ck_assert_int_eq(m.kind, MEMCG_V1);
+    ck_assert_ptr_nonnull(strstr(m.dir, "v1/machine/vm1.libvirt-qemu"));
+    ck_assert_int_eq(memcg_sole_owner(&m, 4242), 1);
+    ck_assert_int_eq(memcg_sole_owner(&m, 1), 0);
+    ck_assert_int_eq(memcg_protect(&m, 64 * MIB), 0);
+    ck_assert_uint_eq(read_num(m.dir, "memory.soft_limit_in_bytes"), 64 * MIB);
+    errno = 0;
+    ck_assert_int_eq(memcg_reclaim(&m, MIB), -1);
+    ck_assert_int_eq(errno, ENOTSUP);
+    write_conf("v1/machine/vm1.libvirt-qemu/cgroup.procs", "4242\n4243\n");
+    ck_assert_int_eq(memcg_sole_owner(&m, 4242), 0);
+
+    /* with memory on v2 the v2 group wins */
+    write_conf("v2/machine.slice/vm1.scope/memory.current", "1000\n");
+    ck_assert_int_eq(memcg_resolve(proc_cgroup, v2root, v1root, &m), 0);
+    ck_assert_int_eq(m.kind, MEMCG_V2);
+    ck_assert_int_eq(memcg_protect(&m, 32 * MIB), 0);
+    ck_assert_uint_eq(read_num(m.dir, "memory.low"), 32 * MIB);
+    ck_assert_int_eq(memcg_reclaim(&m, 8 * MIB), 0);
+    ck_assert_uint_eq(read_num(m.dir, "memory.reclaim"), 8 * MIB);
+
+    /* no memory controller anywhere */
+    ck_assert_int_eq(memcg_resolve("3:cpu:/x\n0::/\n", "/nonexistent", "", &m), -1);
+    ck_assert_int_eq(m.kind, MEMCG_NONE);
+    ck_assert_int_eq(memcg_resolve("", v2root, v1root, &m), -1);
+    ck_assert_int_eq(memcg_protect(&m, 1), -1);
+    /* a live process: ourselves (whatever this machine has, no crash) */
+    qemu_memcg_find(getpid(), &m);
+}
+END_TEST
+
 /* ---- host meminfo ---- */
 
 START_TEST(meminfo_and_fake_numa_tree)
@@ -513,6 +591,7 @@ int main(void)
     tcase_add_test(tc, shipped_config_states_the_defaults);
     tcase_add_test(tc, meminfo_and_fake_numa_tree);
     tcase_add_test(tc, cgroup_v1_and_v2_as_host);
+    tcase_add_test(tc, qemu_memcg_find_and_write);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, lying_guest_is_clamped);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
