@@ -51,7 +51,8 @@ UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client 
                 $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer \
                 $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
-                $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config
+                $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config \
+                $(BUILD)/tests/replay_proc_text
 INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
 
 .PHONY: all deps check unit integration valgrind asan fuzz guest clean install bench bench-smoke sim
@@ -121,9 +122,12 @@ $(BUILD)/tests/replay_config: $(BUILD)/tests/fuzz/fuzz_config.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/config.o \
 		$(BUILD)/balancer/size_parse.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,glib-2.0) -lm
+$(BUILD)/tests/replay_proc_text: $(BUILD)/tests/fuzz/fuzz_proc_text.o \
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/guest_ram.o $(BUILD)/balancer/qemu_memcg.o
+	$(CC) $(SAN) -o $@ $^
 $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 -Wall -Wextra -Werror $(CFLAGS) $(SAN) $(CPPFLAGS) $(call pc_cflags,json-c libxml-2.0 glib-2.0) -c $< -o $@
+	$(CC) -std=gnu11 -Wall -Wextra -Werror $(CFLAGS) $(SAN) $(CPPFLAGS) $(call pc_cflags,json-c libxml-2.0 glib-2.0) -MMD -MP -c $< -o $@
 
 $(BUILD)/tests/check_host_reclaim: $(BUILD)/tests/integration/check_host_reclaim.o \
 		$(BUILD)/tests/integration/cleanup.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
@@ -156,6 +160,7 @@ unit: $(UNIT_TESTS) $(REPLAYS)
 	$(RUN) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
 	$(RUN) $(BUILD)/tests/replay_metadata_xml $(call replay_inputs,metadata_xml)
 	$(RUN) $(BUILD)/tests/replay_config $(call replay_inputs,config)
+	$(RUN) $(BUILD)/tests/replay_proc_text $(call replay_inputs,proc_text)
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@set -e; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
@@ -164,6 +169,7 @@ valgrind: $(UNIT_TESTS) $(REPLAYS)
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_metadata_xml $(call replay_inputs,metadata_xml)
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_config $(call replay_inputs,config)
+	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_proc_text $(call replay_inputs,proc_text)
 
 # balancerd runs under valgrind in the end-to-end tests (not under ASan)
 DAEMON_WRAPPER ?= $(if $(SAN),,$(VALGRIND))
@@ -202,27 +208,34 @@ asan:
 # ---- fuzzing (clang + libFuzzer) ----
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader $(BUILD)/fuzz/fuzz_agent_line \
-                $(BUILD)/fuzz/fuzz_metadata_xml $(BUILD)/fuzz/fuzz_config
+                $(BUILD)/fuzz/fuzz_metadata_xml $(BUILD)/fuzz/fuzz_config \
+                $(BUILD)/fuzz/fuzz_proc_text
+# the fuzzers build straight from sources: rebuild them when a header changes
+FUZZ_HDRS    := $(wildcard qmp/*.h balancer/*.h policies/*.h)
+$(FUZZ_TARGETS): $(FUZZ_HDRS)
+$(BUILD)/fuzz/fuzz_proc_text: tests/fuzz/fuzz_proc_text.c balancer/guest_ram.c balancer/qemu_memcg.c
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) -o $@ $(filter %.c,$^)
 $(BUILD)/fuzz/fuzz_qmp_reader: tests/fuzz/fuzz_qmp_reader.c $(QMP_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
-	  $(call pc_cflags,json-c) -o $@ $^ $(call pc_libs,json-c)
+	  $(call pc_cflags,json-c) -o $@ $(filter %.c,$^) $(call pc_libs,json-c)
 
 $(BUILD)/fuzz/fuzz_agent_line: tests/fuzz/fuzz_agent_line.c balancer/agent_proto.c qmp/qmp_framer.c
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
-	  $(call pc_cflags,json-c) -o $@ $^ $(call pc_libs,json-c) -lm
+	  $(call pc_cflags,json-c) -o $@ $(filter %.c,$^) $(call pc_libs,json-c) -lm
 
 $(BUILD)/fuzz/fuzz_metadata_xml: tests/fuzz/fuzz_metadata_xml.c balancer/metadata_xml.c \
 		balancer/size_parse.c policies/vm_policy.c
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
-	  $(call pc_cflags,libxml-2.0) -o $@ $^ $(call pc_libs,libxml-2.0) -lm
+	  $(call pc_cflags,libxml-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,libxml-2.0) -lm
 
 $(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c balancer/config.c balancer/size_parse.c $(POLICY_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
-	  $(call pc_cflags,glib-2.0) -o $@ $^ $(call pc_libs,glib-2.0) -lm
+	  $(call pc_cflags,glib-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,glib-2.0) -lm
 
 fuzz: $(FUZZ_TARGETS)
 	@set -e; for t in $(FUZZ_TARGETS); do n=$$(basename $$t); \

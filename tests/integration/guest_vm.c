@@ -57,12 +57,12 @@ int guest_vm_start(guest_vm *vm, const guest_vm_opts *opts)
         return -1;
     }
     char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "'%s/tests/guest/boot-guest.sh' --run-dir '%s' --mem %d%s%s%s%s%s%s%s",
+    snprintf(cmd, sizeof(cmd), "'%s/tests/guest/boot-guest.sh' --run-dir '%s' --mem %d%s%s%s%s%s%s%s %s",
              top_dir(), vm->run_dir, opts->mem_mib > 0 ? opts->mem_mib : 512,
              opts->agent ? " --agent" : "",
              opts->append ? " --append '" : "", opts->append ? opts->append : "",
              opts->append ? "'" : "", opts->disk ? " --disk '" : "",
-             opts->disk ? opts->disk : "", opts->disk ? "'" : "");
+             opts->disk ? opts->disk : "", opts->disk ? "'" : "", opts->extra ? opts->extra : "");
     FILE *p = popen(cmd, "r");
     if (!p) {
         perror("guest_vm: popen");

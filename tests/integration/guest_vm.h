@@ -21,6 +21,7 @@ typedef struct {
     const char *append; /* extra kernel command line, may be NULL */
     const char *disk;   /* raw image for virtio-blk, may be NULL */
     bool agent;         /* add the org.membal.agent.0 port (RUN_DIR/agent.sock) */
+    const char *extra;  /* more boot-guest.sh options ("--cgroup DIR --tb-size 32"), may be NULL */
 } guest_vm_opts;
 
 typedef struct {

@@ -1,0 +1,447 @@
+/*
+ * Faults against real processes (make check; tests/faults/README lists
+ * every fault and where it is tested):
+ *   - a sudden host pressure spike: a process in the "host" memory cgroup
+ *     allocates 640 MiB at once; balancerd reacts within a tick or two,
+ *     does not oscillate afterwards, and the guest sees no OOM killer;
+ *   - the host cgroup's files vanish under a running balancerd: it says
+ *     so, balloons nothing while blind, and resumes when they return;
+ *   - the guest kernel panics: its stats go stale, its balloon is left
+ *     where it is, and balancerd carries on;
+ *   - host reclaim on with no swap anywhere: one clear warning, nothing
+ *     paged out, no crash.
+ * balancerd runs under MEMBAL_DAEMON_WRAPPER (valgrind in make check).
+ */
+#include <check.h>
+
+#include "check_run.h"
+#include <errno.h>
+#include <glib.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "guest_vm.h"
+
+#define MIB (1024ULL * 1024ULL)
+
+static char workdir[200], daemon_log[300];
+static pid_t daemon_pid;
+
+static const char *top(void)
+{
+    const char *t = getenv("MEMBAL_TOP");
+    return t && *t ? t : ".";
+}
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static bool put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void make_workdir(const char *what)
+{
+    snprintf(workdir, sizeof(workdir), "/var/tmp/membal-fault-%s-%d", what, (int)getpid());
+    mkdir(workdir, 0700);
+    cleanup_register("rm -rf '%s'", workdir);
+}
+
+static void start_daemon(const char *conf_text, const char *extra)
+{
+    char conf[300];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    ck_assert(put(conf, conf_text));
+    snprintf(daemon_log, sizeof(daemon_log), "%s/balancerd.log", workdir);
+    daemon_pid = fork();
+    ck_assert_int_ge(daemon_pid, 0);
+    if (daemon_pid == 0) {
+        char cmd[3072];
+        const char *wrap = getenv("MEMBAL_DAEMON_WRAPPER");
+        snprintf(cmd, sizeof(cmd),
+                 "exec %s '%s/build/balancerd' --config '%s' --metrics-listen '' "
+                 "--control-socket '%s/ctl.sock' %s >'%s' 2>&1",
+                 wrap ? wrap : "", top(), conf, workdir, extra, daemon_log);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    cleanup_register("kill -9 %d 2>/dev/null", (int)daemon_pid);
+}
+
+static int stop_daemon(void)
+{
+    if (daemon_pid <= 0)
+        return -1;
+    kill(daemon_pid, SIGTERM);
+    int status = 0;
+    waitpid(daemon_pid, &status, 0);
+    daemon_pid = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static char *slurp(const char *path)
+{
+    char *t = NULL;
+    if (!g_file_get_contents(path, &t, NULL, NULL))
+        return g_strdup("");
+    return t;
+}
+
+static int count_in(const char *path, const char *needle)
+{
+    char *t = slurp(path);
+    int n = 0;
+    for (const char *p = t; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    g_free(t);
+    return n;
+}
+
+static bool wait_log(const char *needle, int seconds)
+{
+    for (int i = 0; i < seconds * 10; i++) {
+        if (count_in(daemon_log, needle) > 0)
+            return true;
+        usleep(100000);
+    }
+    return false;
+}
+
+static void dump(const char *path)
+{
+    run("echo '--- %s' >&2; tail -n 40 '%s' >&2", path, path);
+}
+
+/* Balloon moves in the log, in order: +1 for growth, -1 for reclaim. */
+static int direction_changes(const char *log, int *moves)
+{
+    char *t = slurp(log);
+    int last = 0, changes = 0;
+    *moves = 0;
+    for (char *p = t; (p = strstr(p, ": balloon ")); p++) {
+        unsigned long long from, to;
+        char fu[8], tu[8];
+        if (sscanf(p, ": balloon %llu %7s -> %llu %7s", &from, fu, &to, tu) != 4)
+            continue;
+        double f = (double)from * (fu[0] == 'G' ? 1024 : 1), g = (double)to * (tu[0] == 'G' ? 1024 : 1);
+        int dir = g > f ? 1 : -1;
+        if (last && dir != last)
+            changes++;
+        last = dir;
+        (*moves)++;
+    }
+    g_free(t);
+    return changes;
+}
+
+static bool console_has_oom(const guest_vm *vm)
+{
+    return count_in(vm->serial_path, "invoked oom-killer") + count_in(vm->serial_path, "Out of memory") > 0;
+}
+
+/* ---- the host memory cgroup for the spike ---- */
+
+static char cgdir[300];
+static bool cg_v2;
+
+static void make_host_cgroup(uint64_t limit)
+{
+    char *ctl = slurp("/sys/fs/cgroup/unified/cgroup.subtree_control");
+    char *ctl2 = slurp("/sys/fs/cgroup/cgroup.subtree_control");
+    const char *root = NULL;
+    if (strstr(ctl2, "memory")) {
+        root = "/sys/fs/cgroup";
+        cg_v2 = true;
+    } else if (strstr(ctl, "memory")) {
+        root = "/sys/fs/cgroup/unified";
+        cg_v2 = true;
+    } else if (access("/sys/fs/cgroup/memory/memory.limit_in_bytes", F_OK) == 0) {
+        root = "/sys/fs/cgroup/memory";
+        cg_v2 = false;
+    }
+    g_free(ctl);
+    g_free(ctl2);
+    ck_assert_msg(root != NULL, "no memory cgroup controller on this machine");
+    snprintf(cgdir, sizeof(cgdir), "%s/membal-spike-%d", root, (int)getpid());
+    ck_assert_int_eq(mkdir(cgdir, 0755), 0);
+    cleanup_register("for p in $(cat '%s/cgroup.procs' 2>/dev/null); do kill -9 $p; done; sleep 1; rmdir '%s' "
+                     "2>/dev/null",
+                     cgdir, cgdir);
+    char path[400], val[32];
+    snprintf(path, sizeof(path), "%s/%s", cgdir, cg_v2 ? "memory.max" : "memory.limit_in_bytes");
+    snprintf(val, sizeof(val), "%llu", (unsigned long long)limit);
+    ck_assert(put(path, val));
+}
+
+/* A host process that grabs bytes at once inside the cgroup and holds
+ * them.  Returns after the memory is touched. */
+static pid_t spike(uint64_t bytes)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char path[400], me[16];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", cgdir);
+        snprintf(me, sizeof(me), "%d", (int)getpid());
+        if (!put(path, me))
+            _exit(2);
+        char *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            _exit(3);
+        for (uint64_t i = 0; i < bytes; i += 4096)
+            m[i] = 1;
+        char c = 'x';
+        if (write(p[1], &c, 1) != 1)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
+    close(p[1]);
+    char c;
+    ck_assert_int_eq(read(p[0], &c, 1), 1);
+    close(p[0]);
+    return pid;
+}
+
+START_TEST(host_pressure_spike)
+{
+    make_workdir("spike");
+    make_host_cgroup(1280 * MIB);
+    guest_vm vm;
+    char extra[400];
+    snprintf(extra, sizeof(extra), "--cgroup '%s' --tb-size 32", cgdir);
+    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=wss:160:50", .extra = extra };
+    ck_assert(guest_vm_start(&vm, &o) == 0);
+    cleanup_register("kill -9 %d 2>/dev/null", (int)vm.pid);
+    ck_assert(guest_vm_wait_console(&vm, "WSS ready", 120000));
+    char conf[1024], qmp[400];
+    snprintf(conf, sizeof(conf),
+             "[balancer]\ntick = 1\nstats_period = 1\n"
+             "[watermarks]\nmin = 5%%\nlow = 20%%\nhigh = 30%%\n"
+             "[guests]\ndefault_floor_min = 256MiB\ndefault_floor_percent = 0\n"
+             "[host]\nmemory_cgroup = %s\n",
+             cgdir);
+    snprintf(qmp, sizeof(qmp), "--qmp '%s'", vm.qmp_path);
+    start_daemon(conf, qmp);
+    ck_assert(wait_log("starting:", 30));
+    sleep(8); /* steady state: the host has room */
+    int moves_before;
+    direction_changes(daemon_log, &moves_before);
+
+    double t0 = mono();
+    pid_t hog = spike(640 * MIB);
+    double t_alloc = mono() - t0;
+    /* react: the first reclaim decision after the spike */
+    double reacted = -1;
+    for (int i = 0; i < 200; i++) {
+        int moves;
+        direction_changes(daemon_log, &moves);
+        if (moves > moves_before && count_in(daemon_log, "below low watermark") > 0) {
+            reacted = mono() - t0 - t_alloc;
+            break;
+        }
+        usleep(100000);
+    }
+    sleep(30);
+    int moves, changes = direction_changes(daemon_log, &moves);
+    fprintf(stderr,
+            "pressure spike: 640 MiB allocated in %.2f s; first balloon reclaim %.2f s after; %d balloon moves, "
+            "%d direction changes in 30 s; guest OOM: %s\n",
+            t_alloc, reacted, moves - moves_before, changes, console_has_oom(&vm) ? "yes" : "no");
+    if (reacted < 0 || changes > 1)
+        dump(daemon_log);
+    /* within a tick or two (1 s ticks; the daemon may run under valgrind) */
+    ck_assert_msg(reacted >= 0 && reacted <= 3.0, "reacted after %.2f s", reacted);
+    ck_assert_int_le(changes, 1);
+    ck_assert_msg(!console_has_oom(&vm), "the guest's OOM killer ran");
+    ck_assert(guest_vm_alive(&vm));
+    ck_assert(guest_vm_wait_console(&vm, "WSS t=", 5000));
+    kill(hog, SIGKILL);
+    waitpid(hog, NULL, 0);
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&vm);
+    run("rmdir '%s' 2>/dev/null", cgdir);
+}
+END_TEST
+
+/* The "host" cgroup's files go away and come back. */
+START_TEST(host_cgroup_vanishes)
+{
+    make_workdir("cgone");
+    char fake[300];
+    snprintf(fake, sizeof(fake), "%s/fakecg", workdir);
+    mkdir(fake, 0700);
+    char cur[400], max[400];
+    snprintf(cur, sizeof(cur), "%s/memory.current", fake);
+    snprintf(max, sizeof(max), "%s/memory.max", fake);
+    /* 1 GiB limit, 950 MiB used: well below low */
+    ck_assert(put(max, "1073741824\n"));
+    ck_assert(put(cur, "996147200\n"));
+    guest_vm vm;
+    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1" };
+    ck_assert(guest_vm_start(&vm, &o) == 0);
+    cleanup_register("kill -9 %d 2>/dev/null", (int)vm.pid);
+    char conf[1024], qmp[400];
+    snprintf(conf, sizeof(conf),
+             "[balancer]\ntick = 1\nstats_period = 1\n"
+             "[watermarks]\nmin = 5%%\nlow = 20%%\nhigh = 30%%\n"
+             "[guests]\ndefault_floor_min = 300MiB\ndefault_floor_percent = 0\n"
+             "[policy]\nstep_percent = 5\nstep_min = 8MiB\n"
+             "[host]\nmemory_cgroup = %s\n",
+             fake);
+    snprintf(qmp, sizeof(qmp), "--qmp '%s'", vm.qmp_path);
+    start_daemon(conf, qmp);
+    ck_assert_msg(wait_log(": balloon ", 60), "no reclaim while the host is short");
+    /* blind: no memory.current */
+    ck_assert_int_eq(unlink(cur), 0);
+    ck_assert(wait_log("cannot read memory.current", 20));
+    sleep(1);
+    int before;
+    direction_changes(daemon_log, &before);
+    sleep(5);
+    int during;
+    direction_changes(daemon_log, &during);
+    ck_assert_msg(during == before, "ballooned %d times while blind", during - before);
+    ck_assert(count_in(daemon_log, "skipping this tick") >= 3);
+    /* back: balancing resumes */
+    ck_assert(put(cur, "996147200\n"));
+    bool resumed = false;
+    for (int i = 0; i < 100 && !resumed; i++) {
+        int now;
+        direction_changes(daemon_log, &now);
+        resumed = now > during;
+        usleep(200000);
+    }
+    if (!resumed)
+        dump(daemon_log);
+    ck_assert_msg(resumed, "no balloon move after the cgroup came back");
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&vm);
+}
+END_TEST
+
+/* The guest kernel panics: QEMU keeps running, the balloon driver stops
+ * reporting.  Nothing may be decided on stale numbers. */
+START_TEST(guest_kernel_panics)
+{
+    make_workdir("panic");
+    guest_vm vm;
+    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.panic_after=12" };
+    ck_assert(guest_vm_start(&vm, &o) == 0);
+    cleanup_register("kill -9 %d 2>/dev/null", (int)vm.pid);
+    char qmp[400];
+    snprintf(qmp, sizeof(qmp), "--qmp '%s'", vm.qmp_path);
+    /* host short on purpose: the guest is reclaimed from while it lives */
+    start_daemon("[balancer]\ntick = 1\nstats_period = 1\n"
+                 "[watermarks]\nmin = 1%\nlow = 99.5%\nhigh = 99.8%\n"
+                 "[guests]\ndefault_floor_min = 256MiB\ndefault_floor_percent = 0\n"
+                 "[policy]\nstep_percent = 2\nstep_min = 4MiB\n",
+                 qmp);
+    ck_assert(guest_vm_wait_console(&vm, "MEMBAL-GUEST-PANIC", 60000));
+    sleep(15); /* stats go stale after stale_seconds */
+    int moves_dead;
+    direction_changes(daemon_log, &moves_dead);
+    sleep(8);
+    int moves_later;
+    direction_changes(daemon_log, &moves_later);
+    fprintf(stderr, "guest panic: %d balloon moves before it went stale, %d after\n", moves_dead,
+            moves_later - moves_dead);
+    ck_assert_msg(moves_later == moves_dead, "ballooned a dead guest %d times", moves_later - moves_dead);
+    ck_assert(guest_vm_alive(&vm)); /* QEMU is fine, the guest is not */
+    ck_assert_int_eq(kill(daemon_pid, 0), 0);
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&vm);
+}
+END_TEST
+
+/* Host reclaim enabled, no swap anywhere: said once, nothing paged out. */
+START_TEST(host_reclaim_without_swap)
+{
+    char *swaps = slurp("/proc/swaps");
+    bool has = strchr(swaps, '\n') && strchr(strchr(swaps, '\n') + 1, '/');
+    g_free(swaps);
+    if (has) {
+        printf("no-swap case SKIPPED: this machine has swap\n");
+        return;
+    }
+    make_workdir("noswap");
+    guest_vm vm;
+    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=wss:200:20" };
+    ck_assert(guest_vm_start(&vm, &o) == 0);
+    cleanup_register("kill -9 %d 2>/dev/null", (int)vm.pid);
+    ck_assert(guest_vm_wait_console(&vm, "WSS ready", 120000));
+    char qmp[400];
+    snprintf(qmp, sizeof(qmp), "--qmp '%s'", vm.qmp_path);
+    /* valgrind does not know pidfd_open(): run this daemon bare */
+    const char *wrap = getenv("MEMBAL_DAEMON_WRAPPER");
+    char *saved = wrap ? g_strdup(wrap) : NULL;
+    unsetenv("MEMBAL_DAEMON_WRAPPER");
+    start_daemon("[balancer]\ntick = 1\nstats_period = 1\n"
+                 "[watermarks]\nmin = 99%\nlow = 99.5%\nhigh = 99.8%\n"
+                 "[guests]\ndefault_floor_percent = 100\n"
+                 "[host_reclaim]\nenabled = true\nscan_interval = 1\n",
+                 qmp);
+    if (saved)
+        setenv("MEMBAL_DAEMON_WRAPPER", saved, 1);
+    g_free(saved);
+    ck_assert_msg(wait_log("the host has no swap", 30), "no warning about missing swap");
+    sleep(6);
+    ck_assert_int_eq(count_in(daemon_log, "the host has no swap"), 1);
+    ck_assert_int_eq(count_in(daemon_log, "to host swap"), 0);
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&vm);
+}
+END_TEST
+
+int main(void)
+{
+    if (geteuid() != 0 || !guest_vm_qemu_available()) {
+        fprintf(stderr, "\n*** SKIPPED: fault tests need root and qemu-system-x86_64 ***\n\n");
+        return 77;
+    }
+    Suite *s = suite_create("faults");
+    TCase *tc = tcase_create("real_faults");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, host_pressure_spike);
+    tcase_add_test(tc, host_cgroup_vanishes);
+    tcase_add_test(tc, guest_kernel_panics);
+    tcase_add_test(tc, host_reclaim_without_swap);
+    suite_add_tcase(s, tc);
+    cleanup_init();
+    int rc = check_run_suite(s, CK_FORK);
+    cleanup_run_all();
+    return rc;
+}

@@ -1,0 +1,260 @@
+/*
+ * Many simulated guests in one process, each behind its own QMP socket,
+ * for load and soak tests of balancerd (tests/faults/soak.sh).  Speaks
+ * enough QMP for balancerd's QMP backend: greeting, qmp_capabilities,
+ * query-name, query-uuid, query-memory-size-summary, qom-set, qom-get
+ * guest-stats, query-balloon, balloon (with BALLOON_CHANGE), and
+ * query-blockstats.  Each guest's memory use swings slowly (a different
+ * phase per guest) so balancerd keeps deciding.
+ *
+ * Usage: fake_qemu DIR N [MEM_MIB=1024]
+ *   creates DIR/fake-00.sock ... and serves them until SIGTERM.
+ */
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIB (1024ULL * 1024ULL)
+#define MAX_GUESTS 512
+#define LINE_MAX_BYTES 65536
+
+typedef struct {
+    int listen_fd, fd;
+    char path[300];
+    char buf[LINE_MAX_BYTES];
+    size_t len;
+    uint64_t mem, actual;
+    double phase;
+    uint64_t majflt;
+} fake_guest;
+
+static volatile sig_atomic_t stop;
+static void on_term(int sig) { (void)sig; stop = 1; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void send_obj(fake_guest *g, json_object *o)
+{
+    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+    size_t n = strlen(s);
+    if (write(g->fd, s, n) != (ssize_t)n || write(g->fd, "\r\n", 2) != 2) {
+        close(g->fd);
+        g->fd = -1;
+    }
+}
+
+static void reply(fake_guest *g, json_object *id, json_object *ret)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "return", ret ? ret : json_object_new_object());
+    if (id)
+        json_object_object_add(o, "id", json_object_get(id));
+    send_obj(g, o);
+    json_object_put(o);
+}
+
+/* What the simulated guest uses: 30-70% of its balloon, slowly swinging. */
+static void guest_stats(fake_guest *g, json_object **out)
+{
+    double t = now_s();
+    double used_frac = 0.5 + 0.2 * sin(t / 60.0 + g->phase);
+    uint64_t used = (uint64_t)((double)g->actual * used_frac);
+    uint64_t cache = g->actual / 8;
+    uint64_t free_b = g->actual > used + cache ? g->actual - used - cache : 0;
+    g->majflt += 3;
+    json_object *stats = json_object_new_object();
+    json_object_object_add(stats, "stat-swap-in", json_object_new_int64(0));
+    json_object_object_add(stats, "stat-swap-out", json_object_new_int64(0));
+    json_object_object_add(stats, "stat-major-faults", json_object_new_int64((int64_t)g->majflt));
+    json_object_object_add(stats, "stat-minor-faults", json_object_new_int64((int64_t)g->majflt * 100));
+    json_object_object_add(stats, "stat-free-memory", json_object_new_int64((int64_t)free_b));
+    json_object_object_add(stats, "stat-total-memory", json_object_new_int64((int64_t)g->actual));
+    json_object_object_add(stats, "stat-available-memory", json_object_new_int64((int64_t)(free_b + cache)));
+    json_object_object_add(stats, "stat-disk-caches", json_object_new_int64((int64_t)cache));
+    json_object_object_add(stats, "stat-htlb-pgalloc", json_object_new_int64(0));
+    json_object_object_add(stats, "stat-htlb-pgfail", json_object_new_int64(0));
+    json_object *r = json_object_new_object();
+    json_object_object_add(r, "stats", stats);
+    json_object_object_add(r, "last-update", json_object_new_int64((int64_t)time(NULL)));
+    *out = r;
+}
+
+static void handle(fake_guest *g, size_t idx, const char *line)
+{
+    json_object *req = json_tokener_parse(line), *cmd, *id = NULL, *args = NULL;
+    if (!req || !json_object_object_get_ex(req, "execute", &cmd)) {
+        json_object_put(req);
+        return;
+    }
+    json_object_object_get_ex(req, "id", &id);
+    json_object_object_get_ex(req, "arguments", &args);
+    const char *c = json_object_get_string(cmd);
+    json_object *ret = NULL;
+    if (!strcmp(c, "qmp_capabilities") || !strcmp(c, "qom-set")) {
+        reply(g, id, NULL);
+    } else if (!strcmp(c, "query-name")) {
+        char name[32];
+        snprintf(name, sizeof(name), "fake-%02zu", idx);
+        ret = json_object_new_object();
+        json_object_object_add(ret, "name", json_object_new_string(name));
+        reply(g, id, ret);
+    } else if (!strcmp(c, "query-uuid")) {
+        char uuid[40];
+        snprintf(uuid, sizeof(uuid), "00000000-0000-4000-8000-%012zx", idx + 1);
+        ret = json_object_new_object();
+        json_object_object_add(ret, "UUID", json_object_new_string(uuid));
+        reply(g, id, ret);
+    } else if (!strcmp(c, "query-memory-size-summary")) {
+        ret = json_object_new_object();
+        json_object_object_add(ret, "base-memory", json_object_new_int64((int64_t)g->mem));
+        json_object_object_add(ret, "plugged-memory", json_object_new_int64(0));
+        reply(g, id, ret);
+    } else if (!strcmp(c, "qom-get")) {
+        guest_stats(g, &ret);
+        reply(g, id, ret);
+    } else if (!strcmp(c, "query-balloon")) {
+        ret = json_object_new_object();
+        json_object_object_add(ret, "actual", json_object_new_int64((int64_t)g->actual));
+        reply(g, id, ret);
+    } else if (!strcmp(c, "query-blockstats")) {
+        reply(g, id, json_object_new_array());
+    } else if (!strcmp(c, "balloon")) {
+        json_object *v;
+        int64_t want = args && json_object_object_get_ex(args, "value", &v) ? json_object_get_int64(v) : 0;
+        if (want < (int64_t)(64 * MIB))
+            want = (int64_t)(64 * MIB);
+        if ((uint64_t)want > g->mem)
+            want = (int64_t)g->mem;
+        g->actual = (uint64_t)want;
+        reply(g, id, NULL);
+        json_object *ev = json_object_new_object(), *data = json_object_new_object();
+        json_object_object_add(ev, "event", json_object_new_string("BALLOON_CHANGE"));
+        json_object_object_add(data, "actual", json_object_new_int64(want));
+        json_object_object_add(ev, "data", data);
+        if (g->fd >= 0)
+            send_obj(g, ev);
+        json_object_put(ev);
+    } else {
+        json_object *o = json_object_new_object(), *err = json_object_new_object();
+        json_object_object_add(err, "class", json_object_new_string("CommandNotFound"));
+        json_object_object_add(err, "desc", json_object_new_string("The command is not found"));
+        json_object_object_add(o, "error", err);
+        if (id)
+            json_object_object_add(o, "id", json_object_get(id));
+        send_obj(g, o);
+        json_object_put(o);
+    }
+    json_object_put(req);
+}
+
+static void greet(fake_guest *g)
+{
+    json_object *o = json_tokener_parse("{\"QMP\": {\"version\": {\"qemu\": {\"micro\": 0, \"minor\": 2, "
+                                        "\"major\": 7}, \"package\": \"fake\"}, \"capabilities\": []}}");
+    send_obj(g, o);
+    json_object_put(o);
+}
+
+static void read_client(fake_guest *g, size_t idx)
+{
+    ssize_t n = read(g->fd, g->buf + g->len, sizeof(g->buf) - g->len - 1);
+    if (n <= 0) {
+        close(g->fd);
+        g->fd = -1;
+        g->len = 0;
+        return;
+    }
+    g->len += (size_t)n;
+    g->buf[g->len] = '\0';
+    char *start = g->buf, *nl;
+    while (g->fd >= 0 && (nl = strchr(start, '\n'))) {
+        *nl = '\0';
+        handle(g, idx, start);
+        start = nl + 1;
+    }
+    g->len -= (size_t)(start - g->buf);
+    memmove(g->buf, start, g->len);
+    if (g->len >= sizeof(g->buf) - 1)
+        g->len = 0; /* an over-long line: drop it */
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: fake_qemu DIR N [MEM_MIB]\n");
+        return 2;
+    }
+    size_t n = (size_t)atoi(argv[2]);
+    uint64_t mem = (argc > 3 ? (uint64_t)atoi(argv[3]) : 1024) * MIB;
+    if (n == 0 || n > MAX_GUESTS || mem < 128 * MIB) {
+        fprintf(stderr, "fake_qemu: N must be 1..%d and MEM_MIB at least 128\n", MAX_GUESTS);
+        return 2;
+    }
+    signal(SIGTERM, on_term);
+    signal(SIGINT, on_term);
+    signal(SIGPIPE, SIG_IGN);
+    static fake_guest g[MAX_GUESTS];
+    for (size_t i = 0; i < n; i++) {
+        g[i].fd = -1;
+        g[i].mem = g[i].actual = mem;
+        g[i].phase = (double)i;
+        snprintf(g[i].path, sizeof(g[i].path), "%s/fake-%02zu.sock", argv[1], i);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g[i].path);
+        unlink(g[i].path);
+        g[i].listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (g[i].listen_fd < 0 || bind(g[i].listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+            listen(g[i].listen_fd, 4) < 0) {
+            fprintf(stderr, "fake_qemu: %s: %s\n", g[i].path, strerror(errno));
+            return 1;
+        }
+    }
+    printf("fake_qemu: %zu guests of %llu MiB ready\n", n, (unsigned long long)(mem / MIB));
+    fflush(stdout);
+    struct pollfd *pfd = calloc(2 * n, sizeof(*pfd));
+    while (!stop) {
+        for (size_t i = 0; i < n; i++) {
+            pfd[2 * i] = (struct pollfd){ .fd = g[i].listen_fd, .events = POLLIN };
+            pfd[2 * i + 1] = (struct pollfd){ .fd = g[i].fd, .events = POLLIN };
+        }
+        if (poll(pfd, 2 * n, 500) < 0 && errno != EINTR)
+            break;
+        for (size_t i = 0; i < n; i++) {
+            if (pfd[2 * i].revents & POLLIN) {
+                int fd = accept(g[i].listen_fd, NULL, NULL);
+                if (fd >= 0 && g[i].fd >= 0) {
+                    close(fd); /* one monitor client at a time, like QEMU */
+                } else if (fd >= 0) {
+                    g[i].fd = fd;
+                    g[i].len = 0;
+                    greet(&g[i]);
+                }
+            }
+            if (g[i].fd >= 0 && (pfd[2 * i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+                read_client(&g[i], i);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        close(g[i].listen_fd);
+        if (g[i].fd >= 0)
+            close(g[i].fd);
+        unlink(g[i].path);
+    }
+    free(pfd);
+    return 0;
+}
