@@ -53,11 +53,13 @@ UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client 
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
                 $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config \
                 $(BUILD)/tests/replay_proc_text
-INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon
+INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon \
+                $(BUILD)/tests/check_faults
+FAKE_QEMU    := $(BUILD)/tests/fake_qemu
 
-.PHONY: all deps check unit integration valgrind asan fuzz guest clean install bench bench-smoke sim
+.PHONY: all deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
 
-all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS)
+all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS) $(FAKE_QEMU)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -133,6 +135,15 @@ $(BUILD)/tests/check_host_reclaim: $(BUILD)/tests/integration/check_host_reclaim
 		$(BUILD)/tests/integration/cleanup.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
+$(BUILD)/tests/check_faults: $(BUILD)/tests/faults/check_faults.o \
+		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,glib-2.0 $(CHECKPKG))
+$(BUILD)/tests/faults/%.o: tests/faults/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/integration $(call pc_cflags,glib-2.0 json-c $(CHECKPKG)) -MMD -MP -c $< -o $@
+$(FAKE_QEMU): $(BUILD)/tests/faults/fake_qemu.o
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c) -lm
+
 $(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o \
 		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libvirt json-c glib-2.0 $(CHECKPKG))
@@ -184,8 +195,18 @@ check: all
 	$(MAKE) unit
 	$(MAKE) valgrind
 	$(MAKE) integration
+	$(MAKE) soak-smoke
 	$(MAKE) bench-smoke
+	$(MAKE) fuzz-smoke
 	@tests/summary.sh $(RESULTS)
+
+# Soak (tests/faults/soak.sh): 50 fake QMP guests + 1 real one at a 1 s
+# tick; RSS and fds must stay flat.  make soak: 10 minutes; make check: 60 s.
+SOAK_SECONDS ?= 600
+soak: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU) guest
+	tests/faults/soak.sh --seconds $(SOAK_SECONDS) --build $(BUILD)
+soak-smoke: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU) guest
+	$(RUN) tests/faults/soak.sh --seconds 60 --build $(BUILD)
 
 # The benchmark (bench/run-bench.sh): `make bench` is the full one
 # (3 runs of each policy, ~18 min under TCG); the smoke version runs one
@@ -206,6 +227,12 @@ asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT=-O1 unit integration
 
 # ---- fuzzing (clang + libFuzzer) ----
+# make check fuzzes every parser for FUZZ_SMOKE_SECONDS each (CI time box);
+# a crash fails the run and leaves its input in $(BUILD)/fuzz/ for
+# tests/fuzz/regressions/.
+FUZZ_SMOKE_SECONDS ?= 10
+fuzz-smoke:
+	$(RUN) $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader $(BUILD)/fuzz/fuzz_agent_line \
                 $(BUILD)/fuzz/fuzz_metadata_xml $(BUILD)/fuzz/fuzz_config \

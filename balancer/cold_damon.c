@@ -347,7 +347,9 @@ static int damon_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_
         cold_target *tg = &t[g];
         size_t per_chunk = (size_t)(tg->chunk_bytes / page);
         for (size_t c = 0; c < tg->n_chunks; c++) {
-            if (tg->obs[c].referenced)
+            /* a paged-out chunk is judged by what comes back (refaults),
+             * not by the pages that stayed behind */
+            if (tg->obs[c].referenced || tg->lru->chunks[c].list == CHUNK_EVICTED)
                 continue;
             for (size_t i = c * per_chunk; i < (c + 1) * per_chunk && i < tg->ram->n_pages; i++) {
                 uint64_t e = tg->pagemap[i];

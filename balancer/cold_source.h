@@ -15,7 +15,9 @@
  *
  * Both feed the same aging lists (policies/cold_lru.c).  Pages that we
  * paged out and that are present again are a reference for every source
- * (host_reclaim.c sees that in pagemap before calling the source).
+ * (host_reclaim.c sees that in pagemap before calling the source); for a
+ * paged-out chunk that is the only evidence (a refault needs 8 pages
+ * back).
  */
 #ifndef MEMBAL_COLD_SOURCE_H
 #define MEMBAL_COLD_SOURCE_H

@@ -47,14 +47,20 @@ void reclaim_guest_close(reclaim_guest *g)
 
 static size_t pages_per_chunk(const reclaim_guest *g) { return (size_t)(g->chunk_bytes / g->ram.page_bytes); }
 
-/* Resident counts, refaults against the previous baseline, chunk nodes. */
+/* Pages of a paged-out chunk that must come back before it counts as a
+ * refault: the guest kernel touching a stray page (a page-table walk, a
+ * free-page check) is not its working set coming back. */
+#define REFAULT_MIN_PAGES 8
+
+/* Resident counts, references against the previous baseline (pages we
+ * paged out that are present again), chunk nodes. */
 static void summarise(reclaim_guest *g, const node_map *nodes)
 {
     size_t per = pages_per_chunk(g);
     g->resident_bytes = g->swapped_bytes = 0;
     for (size_t c = 0; c < g->n_chunks; c++) {
         chunk_obs *o = &g->obs[c];
-        o->referenced = false;
+        size_t back = 0;
         o->resident_pages = 0;
         g->chunk_node[c] = -1;
         for (size_t i = c * per; i < (c + 1) * per && i < g->ram.n_pages; i++) {
@@ -63,12 +69,13 @@ static void summarise(reclaim_guest *g, const node_map *nodes)
                 o->resident_pages++;
                 if (g->chunk_node[c] < 0 && nodes)
                     g->chunk_node[c] = (int16_t)node_map_node_of(nodes, e & PM_PFN_MASK);
-                if (g->have_prev && (g->pm_prev[i] & PM_SWAPPED))
-                    o->referenced = true; /* faulted back in: accessed */
+                back += g->have_prev && (g->pm_prev[i] & PM_SWAPPED);
             } else if (e & PM_SWAPPED) {
                 g->swapped_bytes += g->ram.page_bytes;
             }
         }
+        bool evicted = g->lru.chunks[c].list == CHUNK_EVICTED;
+        o->referenced = back >= (evicted ? REFAULT_MIN_PAGES : 1);
         g->resident_bytes += (uint64_t)o->resident_pages * g->ram.page_bytes;
     }
 }

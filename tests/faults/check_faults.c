@@ -236,10 +236,29 @@ static pid_t spike(uint64_t bytes)
     return pid;
 }
 
+#define SPIKE_BYTES (560 * MIB)
+
+/* What balancerd sees as host available memory (its control socket). */
+static double host_available(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "'%s/build/balancerctl' --socket '%s/ctl.sock' --json status", top(), workdir);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+    pclose(p);
+    buf[n] = '\0';
+    const char *a = strstr(buf, "\"available_bytes\"");
+    a = a ? strchr(a, ':') : NULL;
+    return a ? strtod(a + 1, NULL) : -1;
+}
+
 START_TEST(host_pressure_spike)
 {
     make_workdir("spike");
-    make_host_cgroup(1280 * MIB);
+    make_host_cgroup(1024 * MIB);
     guest_vm vm;
     char extra[400];
     snprintf(extra, sizeof(extra), "--cgroup '%s' --tb-size 32", cgdir);
@@ -262,7 +281,8 @@ START_TEST(host_pressure_spike)
     direction_changes(daemon_log, &moves_before);
 
     double t0 = mono();
-    pid_t hog = spike(640 * MIB);
+    double avail_before = host_available();
+    pid_t hog = spike(SPIKE_BYTES);
     double t_alloc = mono() - t0;
     /* react: the first reclaim decision after the spike */
     double reacted = -1;
@@ -278,9 +298,10 @@ START_TEST(host_pressure_spike)
     sleep(30);
     int moves, changes = direction_changes(daemon_log, &moves);
     fprintf(stderr,
-            "pressure spike: 640 MiB allocated in %.2f s; first balloon reclaim %.2f s after; %d balloon moves, "
-            "%d direction changes in 30 s; guest OOM: %s\n",
-            t_alloc, reacted, moves - moves_before, changes, console_has_oom(&vm) ? "yes" : "no");
+            "pressure spike: host available %.0f MiB; %llu MiB allocated in %.2f s; first balloon reclaim %.2f s "
+            "after; %d balloon moves, %d direction changes in 30 s; host available now %.0f MiB; guest OOM: %s\n",
+            avail_before / MIB, (unsigned long long)(SPIKE_BYTES / MIB), t_alloc, reacted, moves - moves_before,
+            changes, host_available() / MIB, console_has_oom(&vm) ? "yes" : "no");
     if (reacted < 0 || changes > 1)
         dump(daemon_log);
     /* within a tick or two (1 s ticks; the daemon may run under valgrind) */
@@ -327,7 +348,7 @@ START_TEST(host_cgroup_vanishes)
     ck_assert_msg(wait_log(": balloon ", 60), "no reclaim while the host is short");
     /* blind: no memory.current */
     ck_assert_int_eq(unlink(cur), 0);
-    ck_assert(wait_log("cannot read memory.current", 20));
+    ck_assert(wait_log("not a memory cgroup", 20));
     sleep(1);
     int before;
     direction_changes(daemon_log, &before);
@@ -359,7 +380,9 @@ START_TEST(guest_kernel_panics)
 {
     make_workdir("panic");
     guest_vm vm;
-    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.panic_after=12" };
+    /* panic=0: the guest hangs after the panic instead of rebooting (and
+     * QEMU, run with -no-reboot, exiting) */
+    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.panic_after=12 panic=0" };
     ck_assert(guest_vm_start(&vm, &o) == 0);
     cleanup_register("kill -9 %d 2>/dev/null", (int)vm.pid);
     char qmp[400];
