@@ -322,11 +322,13 @@ static int damon_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_
         outside += d->running && !covered(d, pfn[i] * page);
     int rc = 0;
     if (!d->running || outside > npfn / 10) {
-        /* everything counts as referenced until DAMON has watched a while */
+        /* everything resident counts as referenced until DAMON has
+         * watched a while; paged-out chunks are judged by refaults only */
         rc = damon_start(d, pfn, npfn, page, now_us, err, errlen);
         for (size_t g = 0; g < n; g++)
             for (size_t c = 0; c < t[g].n_chunks; c++)
-                t[g].obs[c].referenced = true;
+                if (t[g].lru->chunks[c].list != CHUNK_EVICTED)
+                    t[g].obs[c].referenced = true;
         free(pfn);
         d->last_us = now_us;
         return rc;
