@@ -206,7 +206,7 @@ SOAK_SECONDS ?= 600
 soak: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU) guest
 	tests/faults/soak.sh --seconds $(SOAK_SECONDS) --build $(BUILD)
 soak-smoke: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU) guest
-	$(RUN) tests/faults/soak.sh --seconds 60 --build $(BUILD)
+	$(RUN) tests/faults/soak.sh --seconds 40 --build $(BUILD)
 
 # The benchmark (bench/run-bench.sh): `make bench` is the full one
 # (3 runs of each policy, ~18 min under TCG); the smoke version runs one
@@ -230,7 +230,7 @@ asan:
 # make check fuzzes every parser for FUZZ_SMOKE_SECONDS each (CI time box);
 # a crash fails the run and leaves its input in $(BUILD)/fuzz/ for
 # tests/fuzz/regressions/.
-FUZZ_SMOKE_SECONDS ?= 10
+FUZZ_SMOKE_SECONDS ?= 8
 fuzz-smoke:
 	$(RUN) $(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 FUZZ_SECONDS ?= 60

@@ -5,7 +5,10 @@
  * query-name, query-uuid, query-memory-size-summary, qom-set, qom-get
  * guest-stats, query-balloon, balloon (with BALLOON_CHANGE), and
  * query-blockstats.  Each guest's memory use swings slowly (a different
- * phase per guest) so balancerd keeps deciding.
+ * phase per guest) so balancerd keeps deciding.  Every fifth guest lies
+ * in its balloon stats: free memory four times its RAM, counters that jump
+ * backwards, values near 2^62, and now and then no stats at all; it must
+ * not gain from it nor fall below its floor (soak.sh checks).
  *
  * Usage: fake_qemu DIR N [MEM_MIB=1024]
  *   creates DIR/fake-00.sock ... and serves them until SIGTERM.
@@ -15,6 +18,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +40,8 @@ typedef struct {
     uint64_t mem, actual;
     double phase;
     uint64_t majflt;
+    bool liar;
+    unsigned calls;
 } fake_guest;
 
 static volatile sig_atomic_t stop;
@@ -88,6 +94,21 @@ static void guest_stats(fake_guest *g, json_object **out)
     json_object_object_add(stats, "stat-disk-caches", json_object_new_int64((int64_t)cache));
     json_object_object_add(stats, "stat-htlb-pgalloc", json_object_new_int64(0));
     json_object_object_add(stats, "stat-htlb-pgfail", json_object_new_int64(0));
+    if (g->liar) {
+        g->calls++;
+        int64_t huge = (int64_t)1 << 62;
+        json_object_object_add(stats, "stat-free-memory", json_object_new_int64((int64_t)g->actual * 4));
+        json_object_object_add(stats, "stat-available-memory",
+                               json_object_new_int64(g->calls % 3 ? huge : -5));
+        json_object_object_add(stats, "stat-swap-in",
+                               json_object_new_int64(g->calls % 2 ? huge : (int64_t)g->calls));
+        json_object_object_add(stats, "stat-major-faults",
+                               json_object_new_int64((int64_t)(g->calls % 4) * 1000000));
+        if (g->calls % 7 == 0) {
+            json_object_put(stats);
+            stats = json_object_new_object(); /* nothing reported at all */
+        }
+    }
     json_object *r = json_object_new_object();
     json_object_object_add(r, "stats", stats);
     json_object_object_add(r, "last-update", json_object_new_int64((int64_t)time(NULL)));
@@ -213,6 +234,7 @@ int main(int argc, char **argv)
         g[i].fd = -1;
         g[i].mem = g[i].actual = mem;
         g[i].phase = (double)i;
+        g[i].liar = i % 5 == 4;
         snprintf(g[i].path, sizeof(g[i].path), "%s/fake-%02zu.sock", argv[1], i);
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g[i].path);

@@ -7,7 +7,7 @@
 #
 # Usage: tests/faults/soak.sh [--seconds N (600)] [--guests N (50)]
 #                             [--build DIR (build)] [--no-real-guest]
-# make soak runs the full 10 minutes; make check runs a 60 s version.
+# make soak runs the full 10 minutes; make check runs a 40 s version.
 set -eu
 
 seconds=600 guests=50 build=build real=1
@@ -83,7 +83,12 @@ while :; do
     [ "$r" -gt "$max_rss" ] && max_rss=$r
     [ "$t" -ge "$seconds" ] && break
 done
-guests_seen=$("$top/$build/balancerctl" --socket "$work/ctl.sock" --json status | grep -o '"domain"' | wc -l)
+"$top/$build/balancerctl" --socket "$work/ctl.sock" --json status > "$work/status.json"
+guests_seen=$(grep -o '"domain"' "$work/status.json" | wc -l)
+# nobody below its floor, liars (every fifth fake guest) included
+grep -o '"actual_bytes": *[0-9]*' "$work/status.json" | grep -o '[0-9]*$' > "$work/actual"
+grep -o '"floor_bytes": *[0-9]*' "$work/status.json" | grep -o '[0-9]*$' > "$work/floor"
+below=$(paste "$work/actual" "$work/floor" | awk '$1 < $2' | wc -l)
 kill -TERM "$daemon_pid"
 rc=0; wait "$daemon_pid" || rc=$?
 daemon_pid=
@@ -98,4 +103,8 @@ allow=$((base_rss / 20)); [ "$allow" -lt 2048 ] && allow=2048
 want=$guests; [ "$real" = 1 ] && want=$((guests + 1))
 [ "$guests_seen" -ge "$want" ] || { echo "soak: FAIL: only $guests_seen of $want guests managed" >&2; fail=1; }
 grep -q "balloon" "$work/daemon.log" || { echo "soak: FAIL: no balloon decisions at all" >&2; fail=1; }
+[ "$(wc -l < "$work/actual")" -eq "$guests_seen" ] && [ "$(wc -l < "$work/floor")" -eq "$guests_seen" ] ||
+    { echo "soak: FAIL: could not read every guest's size and floor" >&2; fail=1; }
+[ "$below" -eq 0 ] || { echo "soak: FAIL: $below guests below their floor" >&2; fail=1; }
+echo "soak: guests below floor: $below; lying guests: $((guests / 5)) (their values clamped, see balancer_guest_clamped_values_total)"
 exit $fail
