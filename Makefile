@@ -40,7 +40,7 @@ CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c 
                 balancer/backend_libvirt.c balancer/backend_qmp.c balancer/metrics.c \
                 balancer/control.c balancer/agent_proto.c balancer/agent_conn.c \
                 balancer/guest_ram.c balancer/node_map.c balancer/cold_probe.c balancer/cold_damon.c \
-                balancer/host_reclaim.c balancer/qemu_memcg.c balancer/host_swap.c
+                balancer/host_reclaim.c balancer/qemu_memcg.c balancer/host_swap.c balancer/small_file.c
 CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIBCORE      := $(BUILD)/libbalancer.a
 CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0 libsystemd libmicrohttpd) -lm
@@ -125,17 +125,18 @@ $(BUILD)/tests/replay_config: $(BUILD)/tests/fuzz/fuzz_config.o \
 		$(BUILD)/balancer/size_parse.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,glib-2.0) -lm
 $(BUILD)/tests/replay_proc_text: $(BUILD)/tests/fuzz/fuzz_proc_text.o \
-		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/guest_ram.o $(BUILD)/balancer/qemu_memcg.o
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/guest_ram.o $(BUILD)/balancer/qemu_memcg.o \
+		$(BUILD)/balancer/small_file.o
 	$(CC) $(SAN) -o $@ $^
 $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -Wall -Wextra -Werror $(CFLAGS) $(SAN) $(CPPFLAGS) $(call pc_cflags,json-c libxml-2.0 glib-2.0) -MMD -MP -c $< -o $@
 
 $(BUILD)/tests/check_host_reclaim: $(BUILD)/tests/integration/check_host_reclaim.o \
-		$(BUILD)/tests/integration/cleanup.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+		$(BUILD)/tests/integration/cleanup.o $(BUILD)/tests/integration/test_util.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
-$(BUILD)/tests/check_faults: $(BUILD)/tests/faults/check_faults.o \
+$(BUILD)/tests/check_faults: $(BUILD)/tests/faults/check_faults.o $(BUILD)/tests/integration/test_util.o \
 		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,glib-2.0 $(CHECKPKG))
 $(BUILD)/tests/faults/%.o: tests/faults/%.c
@@ -144,7 +145,7 @@ $(BUILD)/tests/faults/%.o: tests/faults/%.c
 $(FAKE_QEMU): $(BUILD)/tests/faults/fake_qemu.o
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c) -lm
 
-$(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o \
+$(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o $(BUILD)/tests/integration/test_util.o \
 		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libvirt json-c glib-2.0 $(CHECKPKG))
 
@@ -201,7 +202,7 @@ check: all
 	@tests/summary.sh $(RESULTS)
 
 # Soak (tests/faults/soak.sh): 50 fake QMP guests + 1 real one at a 1 s
-# tick; RSS and fds must stay flat.  make soak: 10 minutes; make check: 60 s.
+# tick; RSS and fds must stay flat.  make soak: 10 minutes; make check: 40 s.
 SOAK_SECONDS ?= 600
 soak: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU) guest
 	tests/faults/soak.sh --seconds $(SOAK_SECONDS) --build $(BUILD)
@@ -240,7 +241,8 @@ FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader $(BUILD)/fuzz/fuzz_agent_line \
 # the fuzzers build straight from sources: rebuild them when a header changes
 FUZZ_HDRS    := $(wildcard qmp/*.h balancer/*.h policies/*.h)
 $(FUZZ_TARGETS): $(FUZZ_HDRS)
-$(BUILD)/fuzz/fuzz_proc_text: tests/fuzz/fuzz_proc_text.c balancer/guest_ram.c balancer/qemu_memcg.c
+$(BUILD)/fuzz/fuzz_proc_text: tests/fuzz/fuzz_proc_text.c balancer/guest_ram.c balancer/qemu_memcg.c \
+		balancer/small_file.c
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) -o $@ $(filter %.c,$^)
 $(BUILD)/fuzz/fuzz_qmp_reader: tests/fuzz/fuzz_qmp_reader.c $(QMP_SRC)

@@ -24,6 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "small_file.h"
+
 typedef struct {
     uint64_t start, end;      /* physical byte addresses */
     uint32_t nr_accesses;
@@ -53,49 +55,28 @@ void damon_params_default(damon_params *p)
 
 static int wr(const char *dir, const char *file, const char *fmt, ...)
 {
-    char path[512], val[64];
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    char val[64];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(val, sizeof(val), fmt, ap);
     va_end(ap);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    int rc = fputs(val, f) < 0 ? -1 : 0;
-    if (fclose(f) != 0)
-        rc = -1;
-    return rc;
+    return small_file_write_at(dir, file, val);
 }
 
 static int rd_u64(const char *dir, const char *file, uint64_t *out)
 {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    char buf[64];
+    if (small_file_read_at(dir, file, buf, sizeof(buf)) < 0)
         return -1;
-    unsigned long long v;
-    int ok = fscanf(f, "%llu", &v) == 1;
-    fclose(f);
-    if (!ok)
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (errno || end == buf)
         return -1;
     *out = v;
     return 0;
 }
 
-static int rd_text(const char *dir, const char *file, char *buf, size_t len)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, len - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return 0;
-}
 
 static void damon_stop(damon_source *d)
 {
@@ -382,7 +363,7 @@ static double damon_cpu(const cold_source *s)
         return 0;
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d", d->kdamond_pid);
-    if (rd_text(path, "stat", buf, sizeof(buf)) < 0)
+    if (small_file_read_at(path, "stat", buf, sizeof(buf)) < 0)
         return 0;
     const char *p = strrchr(buf, ')');
     unsigned long long ut = 0, st = 0;
@@ -433,7 +414,7 @@ cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p,
     snprintf(d->dir, sizeof(d->dir), "%s/kdamonds/0", admin_dir);
     char ops[256] = "";
     if (wr(admin_dir, "kdamonds/nr_kdamonds", "1") || wr(d->dir, "contexts/nr_contexts", "1") ||
-        rd_text(d->dir, "contexts/0/avail_operations", ops, sizeof(ops)) < 0) {
+        small_file_read_at(d->dir, "contexts/0/avail_operations", ops, sizeof(ops)) < 0) {
         snprintf(err, errlen, "DAMON: setting up a kdamond under %s: %s", admin_dir, strerror(errno));
         damon_destroy(&d->base);
         return NULL;

@@ -12,6 +12,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "small_file.h"
+
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT 21
 #endif
@@ -80,27 +82,6 @@ int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, 
     return 0;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (cap - n < 4096) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        if (!got)
-            break;
-        n += got;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
 
 int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_t errlen)
 {
@@ -117,7 +98,7 @@ int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_
     }
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-    char *maps = slurp(path);
+    char *maps = small_file_read(path, 64u << 20);
     if (!maps) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         guest_ram_close(r);

@@ -6,26 +6,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "small_file.h"
+
 /* v1 reports "no limit" as a page-rounded LONG_MAX */
 #define V1_UNLIMITED (1ULL << 62)
 
-static int read_text(const char *dir, const char *file, char *buf, size_t len)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, len - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return 0;
-}
 
 static int read_u64(const char *dir, const char *file, uint64_t *out, bool *is_max)
 {
     char buf[64];
-    if (read_text(dir, file, buf, sizeof(buf)) < 0)
+    if (small_file_read_at(dir, file, buf, sizeof(buf)) < 0)
         return -1;
     if (is_max)
         *is_max = strncmp(buf, "max", 3) == 0;
@@ -76,7 +66,7 @@ int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, ch
         }
         unlimited = limit >= V1_UNLIMITED;
     }
-    read_text(dir, "memory.stat", stat, sizeof(stat));
+    small_file_read_at(dir, "memory.stat", stat, sizeof(stat));
     uint64_t inactive_file = v2 ? stat_field(stat, "inactive_file") : stat_field(stat, "total_inactive_file");
     uint64_t file = v2 ? stat_field(stat, "file") : stat_field(stat, "total_cache");
     if (unlimited || limit > machine_total)

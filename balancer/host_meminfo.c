@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "small_file.h"
+
 /* Value in bytes of "Key:   N kB" in text; -1 if absent. */
 static int64_t field_kb(const char *text, const char *key)
 {
@@ -65,34 +67,6 @@ int node_meminfo_parse(const char *text, node_meminfo *out)
     return 0;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    size_t cap = 16384, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t n = fread(buf + len, 1, cap - len - 1, f);
-        len += n;
-        if (n == 0 || len + 1 < cap)
-            break;
-        if (cap >= (1u << 20))
-            break; /* meminfo is a few KiB; never hold more than 1 MiB */
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    if (buf)
-        buf[len] = '\0';
-    return buf;
-}
 
 static int cmp_node(const void *a, const void *b)
 {
@@ -102,7 +76,7 @@ static int cmp_node(const void *a, const void *b)
 int host_meminfo_read(const char *proc_meminfo, const char *sys_node_dir, host_meminfo *out)
 {
     memset(out, 0, sizeof(*out));
-    char *text = slurp(proc_meminfo);
+    char *text = small_file_read(proc_meminfo, 1 << 20);
     if (!text)
         return -1;
     int rc = meminfo_parse(text, &out->host, &out->swap_total_bytes, &out->swap_free_bytes);
@@ -120,7 +94,7 @@ int host_meminfo_read(const char *proc_meminfo, const char *sys_node_dir, host_m
             continue;
         char path[512];
         snprintf(path, sizeof(path), "%s/%s/meminfo", sys_node_dir, e->d_name);
-        char *nt = slurp(path);
+        char *nt = small_file_read(path, 1 << 20);
         node_meminfo nm = { .node = id };
         if (nt && node_meminfo_parse(nt, &nm) == 0)
             out->nodes[out->n_nodes++] = nm;

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "small_file.h"
+
 void memcg_mounts(const char *mountinfo, char *v2, size_t v2len, char *v1mem, size_t v1len)
 {
     v2[0] = v1mem[0] = '\0';
@@ -97,26 +99,14 @@ int memcg_resolve(const char *proc_cgroup, const char *v2_mount, const char *v1_
     return -1;
 }
 
-static char *slurp_small(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    size_t cap = 16384;
-    char *buf = malloc(cap);
-    size_t n = fread(buf, 1, cap - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
 
 int qemu_memcg_find(pid_t pid, qemu_memcg *out)
 {
     memset(out, 0, sizeof(*out));
     char path[64], v2[512], v1[512];
-    char *mi = slurp_small("/proc/self/mountinfo");
+    char *mi = small_file_read("/proc/self/mountinfo", 1 << 20);
     snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-    char *cg = slurp_small(path);
+    char *cg = small_file_read(path, 1 << 16);
     int rc = -1;
     if (mi && cg) {
         memcg_mounts(mi, v2, sizeof(v2), v1, sizeof(v1));
@@ -148,15 +138,9 @@ int memcg_sole_owner(const qemu_memcg *m, pid_t pid)
 
 static int write_u64(const char *dir, const char *file, uint64_t v)
 {
-    char path[600];
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    int rc = fprintf(f, "%" PRIu64, v) < 0 ? -1 : 0;
-    if (fclose(f) != 0)
-        rc = -1;
-    return rc;
+    char text[32];
+    snprintf(text, sizeof(text), "%" PRIu64, v);
+    return small_file_write_at(dir, file, text);
 }
 
 int memcg_protect(const qemu_memcg *m, uint64_t bytes)

@@ -30,38 +30,15 @@
 
 #include "cleanup.h"
 #include "guest_vm.h"
+#include "test_util.h"
 
 #define MIB (1024ULL * 1024ULL)
 
 static char workdir[200], daemon_log[300];
 static pid_t daemon_pid;
 
-static const char *top(void)
-{
-    const char *t = getenv("MEMBAL_TOP");
-    return t && *t ? t : ".";
-}
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
-static bool put(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    bool ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok;
-}
 
 static double mono(void)
 {
@@ -77,36 +54,25 @@ static void make_workdir(const char *what)
     cleanup_register("rm -rf '%s'", workdir);
 }
 
-static void start_daemon(const char *conf_text, const char *extra)
+/* bare: without MEMBAL_DAEMON_WRAPPER (valgrind does not know pidfd_open) */
+static void start_daemon_ex(const char *conf_text, const char *extra, bool bare)
 {
-    char conf[300];
+    char conf[300], args[1024];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    ck_assert(put(conf, conf_text));
+    ck_assert(test_put(conf, conf_text));
     snprintf(daemon_log, sizeof(daemon_log), "%s/balancerd.log", workdir);
-    daemon_pid = fork();
-    ck_assert_int_ge(daemon_pid, 0);
-    if (daemon_pid == 0) {
-        char cmd[3072];
-        const char *wrap = getenv("MEMBAL_DAEMON_WRAPPER");
-        snprintf(cmd, sizeof(cmd),
-                 "exec %s '%s/build/balancerd' --config '%s' --metrics-listen '' "
-                 "--control-socket '%s/ctl.sock' %s >'%s' 2>&1",
-                 wrap ? wrap : "", top(), conf, workdir, extra, daemon_log);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    cleanup_register("kill -9 %d 2>/dev/null", (int)daemon_pid);
+    snprintf(args, sizeof(args), "--metrics-listen '' --control-socket '%s/ctl.sock' %s", workdir, extra);
+    daemon_pid = test_start_daemon(conf, args, daemon_log, bare);
+    ck_assert_int_gt(daemon_pid, 0);
 }
+
+static void start_daemon(const char *conf_text, const char *extra) { start_daemon_ex(conf_text, extra, false); }
 
 static int stop_daemon(void)
 {
-    if (daemon_pid <= 0)
-        return -1;
-    kill(daemon_pid, SIGTERM);
-    int status = 0;
-    waitpid(daemon_pid, &status, 0);
+    int rc = test_stop_daemon(daemon_pid);
     daemon_pid = 0;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return rc;
 }
 
 static char *slurp(const char *path)
@@ -117,29 +83,12 @@ static char *slurp(const char *path)
     return t;
 }
 
-static int count_in(const char *path, const char *needle)
-{
-    char *t = slurp(path);
-    int n = 0;
-    for (const char *p = t; (p = strstr(p, needle)); p += strlen(needle))
-        n++;
-    g_free(t);
-    return n;
-}
 
-static bool wait_log(const char *needle, int seconds)
-{
-    for (int i = 0; i < seconds * 10; i++) {
-        if (count_in(daemon_log, needle) > 0)
-            return true;
-        usleep(100000);
-    }
-    return false;
-}
+static bool wait_log(const char *needle, int seconds) { return test_wait_line(daemon_log, needle, seconds); }
 
 static void dump(const char *path)
 {
-    run("echo '--- %s' >&2; tail -n 40 '%s' >&2", path, path);
+    test_run("echo '--- %s' >&2; tail -n 40 '%s' >&2", path, path);
 }
 
 /* Balloon moves in the log, in order: +1 for growth, -1 for reclaim. */
@@ -166,7 +115,7 @@ static int direction_changes(const char *log, int *moves)
 
 static bool console_has_oom(const guest_vm *vm)
 {
-    return count_in(vm->serial_path, "invoked oom-killer") + count_in(vm->serial_path, "Out of memory") > 0;
+    return test_count_lines(vm->serial_path, "invoked oom-killer") + test_count_lines(vm->serial_path, "Out of memory") > 0;
 }
 
 /* ---- the host memory cgroup for the spike ---- */
@@ -200,7 +149,7 @@ static void make_host_cgroup(uint64_t limit)
     char path[400], val[32];
     snprintf(path, sizeof(path), "%s/%s", cgdir, cg_v2 ? "memory.max" : "memory.limit_in_bytes");
     snprintf(val, sizeof(val), "%llu", (unsigned long long)limit);
-    ck_assert(put(path, val));
+    ck_assert(test_put(path, val));
 }
 
 /* A host process that grabs bytes at once inside the cgroup and holds
@@ -215,7 +164,7 @@ static pid_t spike(uint64_t bytes)
         char path[400], me[16];
         snprintf(path, sizeof(path), "%s/cgroup.procs", cgdir);
         snprintf(me, sizeof(me), "%d", (int)getpid());
-        if (!put(path, me))
+        if (!test_put(path, me))
             _exit(2);
         char *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED)
@@ -242,7 +191,7 @@ static pid_t spike(uint64_t bytes)
 static double host_available(void)
 {
     char cmd[600];
-    snprintf(cmd, sizeof(cmd), "'%s/build/balancerctl' --socket '%s/ctl.sock' --json status", top(), workdir);
+    snprintf(cmd, sizeof(cmd), "'%s/build/balancerctl' --socket '%s/ctl.sock' --json status", test_top(), workdir);
     FILE *p = popen(cmd, "r");
     if (!p)
         return -1;
@@ -289,7 +238,7 @@ START_TEST(host_pressure_spike)
     for (int i = 0; i < 200; i++) {
         int moves;
         direction_changes(daemon_log, &moves);
-        if (moves > moves_before && count_in(daemon_log, "below low watermark") > 0) {
+        if (moves > moves_before && test_count_lines(daemon_log, "below low watermark") > 0) {
             reacted = mono() - t0 - t_alloc;
             break;
         }
@@ -314,7 +263,7 @@ START_TEST(host_pressure_spike)
     waitpid(hog, NULL, 0);
     ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
-    run("rmdir '%s' 2>/dev/null", cgdir);
+    test_run("rmdir '%s' 2>/dev/null", cgdir);
 }
 END_TEST
 
@@ -329,8 +278,8 @@ START_TEST(host_cgroup_vanishes)
     snprintf(cur, sizeof(cur), "%s/memory.current", fake);
     snprintf(max, sizeof(max), "%s/memory.max", fake);
     /* 1 GiB limit, 950 MiB used: well below low */
-    ck_assert(put(max, "1073741824\n"));
-    ck_assert(put(cur, "996147200\n"));
+    ck_assert(test_put(max, "1073741824\n"));
+    ck_assert(test_put(cur, "996147200\n"));
     guest_vm vm;
     guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1" };
     ck_assert(guest_vm_start(&vm, &o) == 0);
@@ -356,9 +305,9 @@ START_TEST(host_cgroup_vanishes)
     int during;
     direction_changes(daemon_log, &during);
     ck_assert_msg(during == before, "ballooned %d times while blind", during - before);
-    ck_assert(count_in(daemon_log, "skipping this tick") >= 3);
+    ck_assert(test_count_lines(daemon_log, "skipping this tick") >= 3);
     /* back: balancing resumes */
-    ck_assert(put(cur, "996147200\n"));
+    ck_assert(test_put(cur, "996147200\n"));
     bool resumed = false;
     for (int i = 0; i < 100 && !resumed; i++) {
         int now;
@@ -428,22 +377,15 @@ START_TEST(host_reclaim_without_swap)
     ck_assert(guest_vm_wait_console(&vm, "WSS ready", 120000));
     char qmp[400];
     snprintf(qmp, sizeof(qmp), "--qmp '%s'", vm.qmp_path);
-    /* valgrind does not know pidfd_open(): run this daemon bare */
-    const char *wrap = getenv("MEMBAL_DAEMON_WRAPPER");
-    char *saved = wrap ? g_strdup(wrap) : NULL;
-    unsetenv("MEMBAL_DAEMON_WRAPPER");
-    start_daemon("[balancer]\ntick = 1\nstats_period = 1\n"
+    start_daemon_ex("[balancer]\ntick = 1\nstats_period = 1\n"
                  "[watermarks]\nmin = 99%\nlow = 99.5%\nhigh = 99.8%\n"
                  "[guests]\ndefault_floor_percent = 100\n"
                  "[host_reclaim]\nenabled = true\nscan_interval = 1\n",
-                 qmp);
-    if (saved)
-        setenv("MEMBAL_DAEMON_WRAPPER", saved, 1);
-    g_free(saved);
+                 qmp, true);
     ck_assert_msg(wait_log("the host has no swap", 30), "no warning about missing swap");
     sleep(6);
-    ck_assert_int_eq(count_in(daemon_log, "the host has no swap"), 1);
-    ck_assert_int_eq(count_in(daemon_log, "to host swap"), 0);
+    ck_assert_int_eq(test_count_lines(daemon_log, "the host has no swap"), 1);
+    ck_assert_int_eq(test_count_lines(daemon_log, "to host swap"), 0);
     ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
 }

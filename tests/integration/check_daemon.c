@@ -23,6 +23,7 @@
 #include <libvirt/virterror.h>
 
 #include "cleanup.h"
+#include "test_util.h"
 #include "guest_vm.h"
 #include "qmp.h"
 
@@ -37,112 +38,44 @@ static char daemon_log[300];
 static int metrics_port;
 static pid_t daemon_pid;
 
-static const char *top(void)
-{
-    const char *t = getenv("MEMBAL_TOP");
-    return t && *t ? t : ".";
-}
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static void write_file(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-    fputs(text, f);
-    fclose(f);
+    ck_assert_msg(test_put(path, text), "%s: %s", path, strerror(errno));
 }
 
-static bool log_has(const char *needle)
-{
-    FILE *f = fopen(daemon_log, "r");
-    if (!f)
-        return false;
-    char line[2048];
-    bool hit = false;
-    while (!hit && fgets(line, sizeof(line), f))
-        hit = strstr(line, needle) != NULL;
-    fclose(f);
-    return hit;
-}
+static bool log_has(const char *needle) { return test_count_lines(daemon_log, needle) > 0; }
 
-static int count_log(const char *needle)
-{
-    FILE *f = fopen(daemon_log, "r");
-    if (!f)
-        return 0;
-    char line[2048];
-    int n = 0;
-    while (fgets(line, sizeof(line), f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
+static int count_log(const char *needle) { return test_count_lines(daemon_log, needle); }
 
-static bool wait_log(const char *needle, int seconds)
-{
-    for (int i = 0; i < seconds * 10; i++) {
-        if (log_has(needle))
-            return true;
-        usleep(100 * 1000);
-    }
-    return false;
-}
+static bool wait_log(const char *needle, int seconds) { return test_wait_line(daemon_log, needle, seconds); }
 
-static void start_daemon(const char *config, const char *extra)
+/* bare: without MEMBAL_DAEMON_WRAPPER (valgrind), for what it cannot run */
+static void start_daemon_ex(const char *config, const char *extra, bool bare)
 {
     snprintf(daemon_log, sizeof(daemon_log), "%s/balancerd.log", workdir);
     metrics_port = 20000 + (int)(getpid() % 20000);
-    daemon_pid = fork();
-    ck_assert_int_ge(daemon_pid, 0);
-    if (daemon_pid == 0) {
-        char cmd[3072];
-        /* MEMBAL_DAEMON_WRAPPER (make check sets valgrind) runs the daemon
-         * under a checker whose failure shows up as a non-zero exit */
-        const char *wrap = getenv("MEMBAL_DAEMON_WRAPPER");
-        snprintf(cmd, sizeof(cmd),
-                 "exec %s '%s/build/balancerd' --config '%s' --metrics-listen 127.0.0.1:%d "
-                 "--control-socket '%s/ctl.sock' %s >'%s' 2>&1",
-                 wrap ? wrap : "", top(), config, metrics_port, workdir, extra, daemon_log);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    cleanup_register("kill -9 %d 2>/dev/null", (int)daemon_pid);
+    char args[2048];
+    snprintf(args, sizeof(args), "--metrics-listen 127.0.0.1:%d --control-socket '%s/ctl.sock' %s", metrics_port,
+             workdir, extra);
+    daemon_pid = test_start_daemon(config, args, daemon_log, bare);
+    ck_assert_int_gt(daemon_pid, 0);
 }
+
+static void start_daemon(const char *config, const char *extra) { start_daemon_ex(config, extra, false); }
 
 static int stop_daemon(void)
 {
-    if (daemon_pid <= 0)
-        return -1;
-    kill(daemon_pid, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 100; i++) {
-        if (waitpid(daemon_pid, &status, WNOHANG) == daemon_pid) {
-            daemon_pid = 0;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        usleep(100 * 1000);
-    }
-    kill(daemon_pid, SIGKILL);
-    waitpid(daemon_pid, &status, 0);
+    int rc = test_stop_daemon(daemon_pid);
     daemon_pid = 0;
-    return -1;
+    return rc;
 }
 
 static void dump_log(void)
 {
     fprintf(stderr, "---- balancerd log ----\n");
-    run("cat '%s' >&2", daemon_log);
+    test_run("cat '%s' >&2", daemon_log);
     fprintf(stderr, "-----------------------\n");
 }
 
@@ -174,9 +107,9 @@ static void libvirt_teardown(void)
         conn = NULL;
     }
     if (strncmp(libvirtd_started, "started", 7) == 0)
-        run("'%s/tests/integration/libvirtd-down.sh' %s", top(), libvirtd_started + 7);
+        test_run("'%s/tests/integration/libvirtd-down.sh' %s", test_top(), libvirtd_started + 7);
     if (workdir[0] && !getenv("MEMBAL_KEEP_VM"))
-        run("rm -rf '%s'", workdir);
+        test_run("rm -rf '%s'", workdir);
     libvirtd_started[0] = '\0';
     workdir[0] = '\0';
 }
@@ -184,7 +117,7 @@ static void libvirt_teardown(void)
 static void libvirt_setup(void)
 {
     char cmd[512];
-    snprintf(cmd, sizeof(cmd), "'%s/tests/integration/libvirtd-up.sh'", top());
+    snprintf(cmd, sizeof(cmd), "'%s/tests/integration/libvirtd-up.sh'", test_top());
     atexit(libvirt_teardown); /* also after a failed assertion */
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
@@ -192,7 +125,7 @@ static void libvirt_setup(void)
     ck_assert_msg(pclose(p) == 0 && got, "libvirtd did not come up");
     libvirtd_started[strcspn(libvirtd_started, "\n")] = '\0';
     if (strncmp(libvirtd_started, "started", 7) == 0)
-        cleanup_register("'%s/tests/integration/libvirtd-down.sh' %s", top(), libvirtd_started + 7);
+        cleanup_register("'%s/tests/integration/libvirtd-down.sh' %s", test_top(), libvirtd_started + 7);
     virSetErrorFunc(NULL, quiet_libvirt);
     conn = virConnectOpen("qemu:///system");
     ck_assert_ptr_nonnull(conn);
@@ -217,7 +150,7 @@ static bool wait_actual(virDomainPtr d, uint64_t want, int seconds)
 
 static void set_policy(const char *xml)
 {
-    ck_assert_int_eq(run("virsh -q -c qemu:///system metadata %s --uri %s --key balancer "
+    ck_assert_int_eq(test_run("virsh -q -c qemu:///system metadata %s --uri %s --key balancer "
                          "--set '%s' --live >/dev/null", domname, URI, xml), 0);
 }
 
@@ -227,11 +160,11 @@ START_TEST(libvirt_metadata_drives_balloon)
     /* libvirt relabels and chowns what it boots: give it copies */
     snprintf(workdir, sizeof(workdir), "/var/lib/libvirt/images/membal-test-%d", (int)getpid());
     snprintf(domname, sizeof(domname), "membal-test-%d", (int)getpid());
-    ck_assert_int_eq(run("mkdir -p '%s' && cp '%s/build/guest/vmlinuz' '%s/build/guest/initramfs.gz' '%s/'",
-                         workdir, top(), top(), workdir), 0);
+    ck_assert_int_eq(test_run("mkdir -p '%s' && cp '%s/build/guest/vmlinuz' '%s/build/guest/initramfs.gz' '%s/'",
+                         workdir, test_top(), test_top(), workdir), 0);
     /* the boot helper's KVM probe decides the domain type */
     char accel[16] = "tcg", probe_path[512], xml[4096], path[280];
-    snprintf(probe_path, sizeof(probe_path), "%s/build/guest/accel-probe", top());
+    snprintf(probe_path, sizeof(probe_path), "%s/build/guest/accel-probe", test_top());
     FILE *pf = fopen(probe_path, "r");
     if (pf) {
         if (!fgets(accel, sizeof(accel), pf))
@@ -327,12 +260,12 @@ START_TEST(libvirt_metadata_drives_balloon)
         virDomainFree(d);
         virConnectClose(conn);
         conn = NULL;
-        ck_assert_int_eq(run("kill $(cat /run/membal-test-libvirtd.pid); "
+        ck_assert_int_eq(test_run("kill $(cat /run/membal-test-libvirtd.pid); "
                              "while [ -e /run/membal-test-libvirtd.pid ] && "
                              "kill -0 $(cat /run/membal-test-libvirtd.pid) 2>/dev/null; do sleep 0.1; done"), 0);
         ck_assert(wait_log("libvirt connection closed", 20));
         char cmd[512], line[256] = "";
-        snprintf(cmd, sizeof(cmd), "'%s/tests/integration/libvirtd-up.sh'", top());
+        snprintf(cmd, sizeof(cmd), "'%s/tests/integration/libvirtd-up.sh'", test_top());
         FILE *p = popen(cmd, "r");
         ck_assert(fgets(line, sizeof(line), p) != NULL);
         ck_assert_int_eq(pclose(p), 0);
@@ -402,7 +335,7 @@ START_TEST(qmp_mode_reclaims_to_floor)
     ck_assert_int_eq(guest_vm_last_meminfo(&vm, &m), 0);
     ck_assert_int_lt(m.total_kb, 320 * 1024);
     guest_vm_stop(&vm);
-    run("rm -rf '%s'", workdir);
+    test_run("rm -rf '%s'", workdir);
 }
 END_TEST
 
@@ -413,14 +346,14 @@ START_TEST(bad_config_is_refused_clearly)
     char conf[512], cmd[1024], out[1024] = "";
     snprintf(conf, sizeof(conf), "%s/bad.conf", workdir);
     write_file(conf, "[balancer]\ntick = 1\n\n[watermarks]\nlow = lots\n");
-    snprintf(cmd, sizeof(cmd), "'%s/build/balancerd' --config '%s' --once 2>&1", top(), conf);
+    snprintf(cmd, sizeof(cmd), "'%s/build/balancerd' --config '%s' --once 2>&1", test_top(), conf);
     FILE *p = popen(cmd, "r");
     size_t n = fread(out, 1, sizeof(out) - 1, p);
     out[n] = '\0';
     int rc = pclose(p);
     ck_assert_int_eq(WEXITSTATUS(rc), 1);
     ck_assert_msg(strstr(out, "bad.conf:5: [watermarks] low = \"lots\"") != NULL, "%s", out);
-    run("rm -rf '%s'", workdir);
+    test_run("rm -rf '%s'", workdir);
 }
 END_TEST
 
@@ -554,8 +487,8 @@ START_TEST(operate_metrics_ctl_reload)
     char mpath[300];
     snprintf(mpath, sizeof(mpath), "%s/metrics.txt", workdir);
     write_file(mpath, metrics);
-    if (run("command -v promtool >/dev/null") == 0)
-        ck_assert_msg(run("promtool check metrics < '%s' >&2", mpath) == 0, "promtool rejected /metrics");
+    if (test_run("command -v promtool >/dev/null") == 0)
+        ck_assert_msg(test_run("promtool check metrics < '%s' >&2", mpath) == 0, "promtool rejected /metrics");
     else
         fprintf(stderr, "promtool not installed: checked with the built-in parser only\n");
     ck_assert_ptr_nonnull(strstr(metrics, "balancer_info{version=\"0.1.0\",policy=\"split-lru\",backend=\"qmp\"} 1"));
@@ -566,17 +499,17 @@ START_TEST(operate_metrics_ctl_reload)
     ck_assert_ptr_nonnull(ops);
     ck_assert_int_ge(atoi(strchr(ops, '}') + 2), 1);
     g_free(metrics);
-    ck_assert_int_eq(run("curl -sf http://127.0.0.1:%d/other >/dev/null", metrics_port) == 0, 0);
+    ck_assert_int_eq(test_run("curl -sf http://127.0.0.1:%d/other >/dev/null", metrics_port) == 0, 0);
 
     /* balancerctl status, table and JSON */
-    char *status = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", top(), workdir);
+    char *status = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", test_top(), workdir);
     fprintf(stderr, "---- balancerctl status ----\n%s", status);
     ck_assert_ptr_nonnull(strstr(status, "GUEST"));
     ck_assert_ptr_nonnull(strstr(status, "LAST DECISION"));
     ck_assert_ptr_nonnull(strstr(status, "qmp.sock"));
     ck_assert_ptr_nonnull(strstr(status, "400 MiB")); /* the floor column */
     g_free(status);
-    char *js = capture("'%s/build/balancerctl' --json --socket '%s/ctl.sock' status", top(), workdir);
+    char *js = capture("'%s/build/balancerctl' --json --socket '%s/ctl.sock' status", test_top(), workdir);
     json_object *j = json_tokener_parse(js);
     ck_assert_ptr_nonnull(j);
     json_object *gs, *g0, *fl;
@@ -587,21 +520,21 @@ START_TEST(operate_metrics_ctl_reload)
     ck_assert_uint_eq(json_object_get_uint64(fl), 400 * MIB);
     json_object_put(j);
     g_free(js);
-    char *ex = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' explain qmp.sock", top(), workdir);
+    char *ex = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' explain qmp.sock", test_top(), workdir);
     fprintf(stderr, "---- balancerctl explain ----\n%s", ex);
     ck_assert_ptr_nonnull(strstr(ex, "reclaim"));
     g_free(ex);
-    ck_assert_int_eq(run("'%s/build/balancerctl' --socket '%s/ctl.sock' explain nosuch 2>/dev/null", top(), workdir), 1);
+    ck_assert_int_eq(test_run("'%s/build/balancerctl' --socket '%s/ctl.sock' explain nosuch 2>/dev/null", test_top(), workdir), 1);
 
     /* pause stops ballooning, shown in status and metrics; resume restarts */
-    char *pz = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' pause", top(), workdir);
+    char *pz = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' pause", test_top(), workdir);
     ck_assert_str_eq(pz, "balancing paused\n");
     g_free(pz);
     sleep(2);
     char *m2 = capture("curl -sf http://127.0.0.1:%d/metrics", metrics_port);
     ck_assert_ptr_nonnull(strstr(m2, "balancer_paused 1"));
     g_free(m2);
-    g_free(capture("'%s/build/balancerctl' --socket '%s/ctl.sock' resume", top(), workdir));
+    g_free(capture("'%s/build/balancerctl' --socket '%s/ctl.sock' resume", test_top(), workdir));
 
     /* SIGHUP: a bad file is refused with key and line; a good one applies */
     write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\npolicy = best\n");
@@ -620,12 +553,12 @@ START_TEST(operate_metrics_ctl_reload)
     guest_vm_stop(&vm);
 
     /* the unit file is valid */
-    if (run("command -v systemd-analyze >/dev/null") == 0) {
-        ck_assert_int_eq(run("sed 's|/usr/sbin/balancerd|%s/build/balancerd|' '%s/balancer.service' > '%s/balancer.service' && "
+    if (test_run("command -v systemd-analyze >/dev/null") == 0) {
+        ck_assert_int_eq(test_run("sed 's|/usr/sbin/balancerd|%s/build/balancerd|' '%s/balancer.service' > '%s/balancer.service' && "
                              "systemd-analyze verify --man=no '%s/balancer.service'",
-                             top(), top(), workdir, workdir), 0);
+                             test_top(), test_top(), workdir, workdir), 0);
     }
-    run("rm -rf '%s'", workdir);
+    test_run("rm -rf '%s'", workdir);
 }
 END_TEST
 
@@ -677,7 +610,7 @@ START_TEST(agent_reports_refaults_in_a_squeeze)
     cleanup_register("rm -rf '%s'", workdir);
     char swap[300];
     snprintf(swap, sizeof(swap), "%s/swap.img", workdir);
-    ck_assert_int_eq(run("truncate -s 512M '%s'", swap), 0);
+    ck_assert_int_eq(test_run("truncate -s 512M '%s'", swap), 0);
     /* a working set bigger than the floor the host will squeeze it to */
     guest_vm vm;
     guest_vm_opts o = { .mem_mib = 512, .agent = true, .disk = swap,
@@ -707,7 +640,7 @@ START_TEST(agent_reports_refaults_in_a_squeeze)
     fprintf(stderr, "agent: up %.0f, messages %.0f, anon refaults %.0f\n", up, msgs, refaults);
     if (refaults <= 0) {
         dump_log();
-        run("tail -n 20 '%s' >&2", vm.serial_path);
+        test_run("tail -n 20 '%s' >&2", vm.serial_path);
     }
     ck_assert(up == 1);
     ck_assert(msgs >= 3);
@@ -764,7 +697,7 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     if (!have || atoi(have) == 0) {
         snprintf(swapfile, sizeof(swapfile), "%s/host.swap", workdir);
         cleanup_register("swapoff '%s' 2>/dev/null", swapfile);
-        ck_assert_int_eq(run("fallocate -l 1G '%s' && chmod 600 '%s' && mkswap -q '%s' >/dev/null && swapon '%s'",
+        ck_assert_int_eq(test_run("fallocate -l 1G '%s' && chmod 600 '%s' && mkswap -q '%s' >/dev/null && swapon '%s'",
                              swapfile, swapfile, swapfile, swapfile), 0);
     }
     g_free(have);
@@ -784,14 +717,7 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     snprintf(extra, sizeof(extra), "--qmp '%s'", vm.qmp_path);
     /* valgrind 3.19 does not know pidfd_open() and process_madvise(), so
      * this daemon runs bare; make asan covers its leaks (LeakSanitizer) */
-    const char *wrap = getenv("MEMBAL_DAEMON_WRAPPER");
-    char *saved = wrap ? g_strdup(wrap) : NULL;
-    if (wrap && strstr(wrap, "valgrind"))
-        unsetenv("MEMBAL_DAEMON_WRAPPER");
-    start_daemon(conf, extra);
-    if (saved)
-        setenv("MEMBAL_DAEMON_WRAPPER", saved, 1);
-    g_free(saved);
+    start_daemon_ex(conf, extra, true);
 
     double paged = 0;
     char *m = NULL;
@@ -829,8 +755,8 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
     if (swapfile[0])
-        ck_assert_int_eq(run("swapoff '%s'", swapfile), 0);
-    run("rm -rf '%s'", workdir);
+        ck_assert_int_eq(test_run("swapoff '%s'", swapfile), 0);
+    test_run("rm -rf '%s'", workdir);
 }
 END_TEST
 

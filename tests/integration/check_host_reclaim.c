@@ -34,6 +34,7 @@
 #include "cleanup.h"
 #include "host_reclaim.h"
 #include "qemu_memcg.h"
+#include "test_util.h"
 
 #define MIB ((uint64_t)1024 * 1024)
 #define RAM (256 * MIB)
@@ -125,15 +126,6 @@ static double cpu_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* cgroupfs files take plain writes (no temp file + rename) */
-static bool put(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    bool ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok;
-}
 
 static bool have_swap(void)
 {
@@ -359,8 +351,9 @@ START_TEST(refaults_lift_the_cold_age)
     drop_swap();
     size_t warm_chunks = WARM_BYTES / CHUNK;
     ck_assert_msg(o.refaults >= warm_chunks / 2, "only %" PRIu64 " refaults", o.refaults);
-    /* one round, not one every reuse (24 s / 5 s = 4 rounds without feedback) */
-    ck_assert_msg(o.refaults <= warm_chunks * 3 / 2, "%" PRIu64 " refaults: the feedback did not hold",
+    /* a round or two, not one every reuse (24 s / 5 s = 4 rounds without
+     * feedback); a busy machine can stretch scans into a second round */
+    ck_assert_msg(o.refaults <= warm_chunks * 2, "%" PRIu64 " refaults: the feedback did not hold",
                   o.refaults);
     ck_assert_uint_ge(o.cold_age, WARM_PERIOD);
     /* the really cold set still went out, the hot set stayed */
@@ -419,7 +412,7 @@ START_TEST(real_memcg_protect)
     char procs[450], pidtxt[16];
     snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
     snprintf(pidtxt, sizeof(pidtxt), "%d", (int)kid);
-    ck_assert(put(procs, pidtxt));
+    ck_assert(test_put(procs, pidtxt));
     qemu_memcg m;
     ck_assert_int_eq(qemu_memcg_find(kid, &m), 0);
     ck_assert_str_eq(m.dir, dir);
@@ -436,14 +429,14 @@ START_TEST(real_memcg_protect)
         ck_assert_int_eq(memcg_reclaim(&m, MIB), 0);
     /* the test process joins too: shared, so not ours to tune */
     snprintf(pidtxt, sizeof(pidtxt), "%d", (int)getpid());
-    ck_assert(put(procs, pidtxt));
+    ck_assert(test_put(procs, pidtxt));
     ck_assert_int_eq(memcg_sole_owner(&m, kid), 0);
     kill(kid, SIGKILL);
     waitpid(kid, NULL, 0);
     /* back to the root group so the test group can go */
     char rootprocs[300];
     snprintf(rootprocs, sizeof(rootprocs), "%s/cgroup.procs", root);
-    ck_assert(put(rootprocs, pidtxt));
+    ck_assert(test_put(rootprocs, pidtxt));
     ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST

@@ -1,0 +1,71 @@
+/* Whole small files; see small_file.h. */
+#include "small_file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *small_file_read(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 16384, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t want = cap - len - 1;
+        size_t n = fread(buf + len, 1, want, f);
+        len += n;
+        if (n < want || cap >= max)
+            break; /* end of file, or as much as the caller allows */
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            errno = ENOMEM;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    fclose(f);
+    if (buf)
+        buf[len] = '\0';
+    return buf;
+}
+
+static void join(char *path, size_t len, const char *dir, const char *file)
+{
+    snprintf(path, len, "%s/%s", dir, file);
+}
+
+int small_file_read_at(const char *dir, const char *file, char *buf, size_t len)
+{
+    char path[1024];
+    join(path, sizeof(path), dir, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, len - 1, f);
+    int rc = ferror(f) ? -1 : 0;
+    fclose(f);
+    buf[n] = '\0';
+    return rc;
+}
+
+int small_file_write_at(const char *dir, const char *file, const char *text)
+{
+    char path[1024];
+    join(path, sizeof(path), dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int rc = fputs(text, f) < 0 ? -1 : 0;
+    int saved = errno;
+    if (fclose(f) != 0)
+        rc = -1; /* sysfs reports a refused value at the flush */
+    else
+        errno = saved;
+    return rc;
+}

@@ -1,0 +1,95 @@
+/* Helpers for tests against real processes; see test_util.h. */
+#include "test_util.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+
+const char *test_top(void)
+{
+    const char *t = getenv("MEMBAL_TOP");
+    return t && *t ? t : ".";
+}
+
+int test_run(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+bool test_put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+int test_count_lines(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+bool test_wait_line(const char *path, const char *needle, int seconds)
+{
+    for (int i = 0; i < seconds * 10; i++) {
+        if (test_count_lines(path, needle) > 0)
+            return true;
+        usleep(100 * 1000);
+    }
+    return false;
+}
+
+pid_t test_start_daemon(const char *conf, const char *args, const char *log, bool bare)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char cmd[4096];
+        /* a checker's failure (valgrind's leak report) shows up as a
+         * non-zero exit status */
+        const char *wrap = bare ? NULL : getenv("MEMBAL_DAEMON_WRAPPER");
+        snprintf(cmd, sizeof(cmd), "exec %s '%s/build/balancerd' --config '%s' %s >'%s' 2>&1", wrap ? wrap : "",
+                 test_top(), conf, args, log);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    if (pid > 0)
+        cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
+    return pid;
+}
+
+int test_stop_daemon(pid_t pid)
+{
+    if (pid <= 0)
+        return -1;
+    kill(pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        usleep(100 * 1000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}

@@ -1,0 +1,31 @@
+/*
+ * Helpers shared by the tests that drive real processes
+ * (tests/integration/, tests/faults/): shell commands, small files, the
+ * balancerd under test and its log.
+ */
+#ifndef MEMBAL_TEST_UTIL_H
+#define MEMBAL_TEST_UTIL_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* The source tree ($MEMBAL_TOP, else "."). */
+const char *test_top(void);
+/* system() of a formatted command; its exit status, -1 if it died. */
+int test_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One plain write (works on cgroupfs and sysfs too). */
+bool test_put(const char *path, const char *text);
+/* Lines of path that contain needle (0 if unreadable). */
+int test_count_lines(const char *path, const char *needle);
+/* Poll path until a line contains needle. */
+bool test_wait_line(const char *path, const char *needle, int seconds);
+
+/* Start build/balancerd --config conf ARGS with output to log, under
+ * $MEMBAL_DAEMON_WRAPPER (valgrind in make check) unless bare; a kill is
+ * registered with cleanup.h for a failed test.  Returns the pid. */
+pid_t test_start_daemon(const char *conf, const char *args, const char *log, bool bare);
+/* SIGTERM, then wait up to 10 s (SIGKILL after): the exit status, 128+N
+ * for a signal, -1 if it had to be killed. */
+int test_stop_daemon(pid_t pid);
+
+#endif
