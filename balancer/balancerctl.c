@@ -168,6 +168,15 @@ static void print_explain(json_object *r)
                dbl(g, "disk_read_bytes_per_second"), str(g, "unbacked_claims"));
     printf("  policy: mode %s, priority %s, shares %s, protect %s, source %s\n", str(p, "mode"),
            str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
+    json_object *h;
+    if (json_object_object_get_ex(g, "host_reclaim", &h)) {
+        char d[24], e[24];
+        printf("  host reclaim: resident %s, in host swap %s, cold %s; paged out %s in all, %s refaults; "
+               "cold after %s scans, up to %s per scan%s\n",
+               sz(num(h, "resident_bytes"), a), sz(num(h, "swapped_bytes"), b), sz(num(h, "cold_bytes"), c),
+               sz(num(h, "paged_out_bytes"), d), str(h, "refaults"), str(h, "cold_age_scans"),
+               sz(num(h, "budget_bytes"), e), num(h, "protected_bytes") > 0 ? ", working set protected in its cgroup" : "");
+    }
 }
 
 static int usage(FILE *to)

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "balancer.h"
+#include "host_swap.h"
 #include "log.h"
 
 #define CONTROL_MAX_REQUEST 4096
@@ -112,6 +113,19 @@ static json_object *guest_json(const guest *g, bool detail)
         json_object_object_add(o, "unbacked_claims", u64(g->unbacked_claims));
         json_object_object_add(o, "disk_read_bytes_per_second", json_object_new_double(g->disk_read_bps));
         json_object_object_add(o, "policy", policy_json(g));
+        host_swap_guest_stats hs;
+        if (host_swap_guest_stats_get(g, &hs)) {
+            json_object *h = json_object_new_object();
+            json_object_object_add(h, "resident_bytes", u64(hs.resident_bytes));
+            json_object_object_add(h, "swapped_bytes", u64(hs.swapped_bytes));
+            json_object_object_add(h, "cold_bytes", u64(hs.cold_bytes));
+            json_object_object_add(h, "paged_out_bytes", u64(hs.paged_out_bytes));
+            json_object_object_add(h, "refaults", u64(hs.refaults));
+            json_object_object_add(h, "cold_age_scans", u64(hs.cold_age_scans));
+            json_object_object_add(h, "budget_bytes", u64(hs.budget_bytes));
+            json_object_object_add(h, "protected_bytes", u64(hs.protected_bytes));
+            json_object_object_add(o, "host_reclaim", h);
+        }
     }
     return o;
 }

@@ -12,7 +12,7 @@ void cold_tunables_default(cold_tunables *t)
     t->max_cold_age = 60;
     t->min_budget_bytes = 4 * MIB;
     t->max_budget_bytes = 256 * MIB;
-    t->calm_scans = 10;
+    t->calm_scans = 30;
 }
 
 static bool pow2(uint64_t v) { return v && !(v & (v - 1)); }

@@ -21,7 +21,9 @@
  * eviction + scans since) is within max_cold_age means the threshold was
  * too short for this guest, so cold_age jumps past that distance and the
  * per-scan budget halves.  After calm_scans scans without a refault the
- * threshold steps back down one scan and the budget grows by a quarter.
+ * threshold steps back down one scan and the budget grows by a quarter
+ * (30 by default: slow, so a guest is not probed with refaults every few
+ * scans).
  * A refaulted chunk goes straight to ACTIVE (workingset activation).
  */
 #ifndef MEMBAL_COLD_LRU_H

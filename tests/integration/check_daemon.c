@@ -751,6 +751,11 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     ck_assert(guest_vm_alive(&vm));
     ck_assert(guest_vm_wait_console(&vm, "WSS t=", 5000));
     ck_assert(log_has("paged") && log_has("to host swap"));
+    /* what it decided is visible to the operator too */
+    char *ex = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' explain qmp.sock", test_top(), workdir);
+    ck_assert_msg(ex && strstr(ex, "host reclaim: resident") && strstr(ex, "cold after"), "%s", ex ? ex : "");
+    fprintf(stderr, "%s", strstr(ex, "  host reclaim"));
+    g_free(ex);
     g_free(m);
     ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
