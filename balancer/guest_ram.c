@@ -19,13 +19,16 @@
 #endif
 
 /* One maps line: "start-end perms offset dev inode [path]".  Anonymous
- * means no path at all (QEMU's RAM; [heap] and [stack] have names). */
-static bool parse_anon_rw(const char *line, uintptr_t *s, uintptr_t *e)
+ * means no path at all (QEMU's RAM; [heap] and [stack] have names).
+ * *header says whether the line is a mapping line at all (smaps has
+ * "Rss: ..." lines between them). */
+static bool parse_anon_rw(const char *line, uintptr_t *s, uintptr_t *e, bool *header)
 {
     unsigned long a, b, off, ino;
     char perms[8], dev[16];
     int used = 0;
-    if (sscanf(line, "%lx-%lx %7s %lx %15s %lu%n", &a, &b, perms, &off, dev, &ino, &used) != 6)
+    *header = sscanf(line, "%lx-%lx %7s", &a, &b, perms) == 3;
+    if (!*header || sscanf(line, "%lx-%lx %7s %lx %15s %lu%n", &a, &b, perms, &off, dev, &ino, &used) != 6)
         return false;
     const char *rest = line + used;
     while (*rest == ' ' || *rest == '\t')
@@ -39,26 +42,47 @@ static bool parse_anon_rw(const char *line, uintptr_t *s, uintptr_t *e)
     return true;
 }
 
+/* Rss of an smaps entry, in bytes ("Rss:   1234 kB"). */
+static uint64_t rss_line(const char *line)
+{
+    unsigned long long kb;
+    return sscanf(line, "Rss: %llu kB", &kb) == 1 ? (uint64_t)kb * 1024 : 0;
+}
+
 int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, uint64_t *len,
                    char *err, size_t errlen)
 {
     uintptr_t run_s = 0, run_e = 0, best_s = 0;
-    uint64_t best_len = 0;
+    uint64_t run_rss = 0, best_len = 0, best_rss = 0, closest = 0;
     bool in_run = false;
     const char *p = maps_text;
     for (;;) {
         uintptr_t s = 0, e = 0;
-        bool ok = p && *p && parse_anon_rw(p, &s, &e);
-        if (ok && in_run && s == run_e) {
+        bool header = false;
+        bool ok = p && *p && parse_anon_rw(p, &s, &e, &header);
+        if (p && *p && !header) {
+            if (in_run)
+                run_rss += rss_line(p); /* smaps detail of the current entry */
+        } else if (ok && in_run && s == run_e) {
             run_e = e;
         } else {
-            if (in_run && run_e - run_s >= ram_bytes && (!best_len || run_e - run_s < best_len)) {
-                best_s = run_s;
-                best_len = run_e - run_s;
+            uint64_t rl = run_e - run_s;
+            if (in_run && rl >= ram_bytes) {
+                if (!closest || rl < closest)
+                    closest = rl;
+                /* within 1/8 of the size: the most resident one wins (the
+                 * guest's RAM, not a reservation like ASan's shadow) */
+                if (rl - ram_bytes <= ram_bytes / 8 &&
+                    (!best_len || run_rss > best_rss || (run_rss == best_rss && rl < best_len))) {
+                    best_s = run_s;
+                    best_len = rl;
+                    best_rss = run_rss;
+                }
             }
             in_run = ok;
             run_s = s;
             run_e = e;
+            run_rss = 0;
         }
         if (!p || !*p)
             break;
@@ -66,15 +90,15 @@ int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, 
         if (p)
             p++;
     }
-    if (!best_len) {
+    if (!closest) {
         snprintf(err, errlen, "no anonymous read-write mapping of %" PRIu64 " MiB or more", ram_bytes >> 20);
         return -1;
     }
-    if (best_len - ram_bytes > ram_bytes / 8) {
+    if (!best_len) {
         snprintf(err, errlen,
                  "the closest anonymous mapping (%" PRIu64 " MiB) is much larger than the guest's %" PRIu64
                  " MiB; not guessing",
-                 best_len >> 20, ram_bytes >> 20);
+                 closest >> 20, ram_bytes >> 20);
         return -1;
     }
     *start = best_s;
@@ -97,8 +121,10 @@ int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_
         return -1;
     }
     char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-    char *maps = small_file_read(path, 64u << 20);
+    /* smaps: the maps lines plus each mapping's Rss, which tells the
+     * guest's RAM from same-sized reservations */
+    snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+    char *maps = small_file_read(path, 256u << 20);
     if (!maps) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         guest_ram_close(r);

@@ -31,10 +31,11 @@ typedef struct {
 } guest_ram;
 
 /*
- * Find the guest RAM mapping in /proc/PID/maps text: adjacent anonymous
- * private read-write entries are joined (madvise can split one mapping),
- * and the smallest run at least ram_bytes long wins; a run more than
- * 1/8 larger is refused as ambiguous.  Returns 0, or -1 with err.
+ * Find the guest RAM mapping in /proc/PID/maps or /proc/PID/smaps text:
+ * adjacent anonymous private read-write entries are joined (madvise can
+ * split one mapping); of the runs at least ram_bytes and at most 1/8
+ * longer, the most resident (smaps Rss) wins, then the shortest.  A
+ * larger run only is refused as ambiguous.  Returns 0, or -1 with err.
  */
 int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, uint64_t *len,
                    char *err, size_t errlen);

@@ -464,6 +464,16 @@ START_TEST(maps_lookup)
     ck_assert_ptr_nonnull(strstr(err, "much larger"));
     ck_assert_int_eq(guest_ram_find(maps, 2048 * MIB, &s, &len, err, sizeof(err)), -1);
     ck_assert_ptr_nonnull(strstr(err, "no anonymous"));
+    /* smaps: two 256 MiB runs, the resident one is the guest's RAM */
+    const char *smaps = "7e0000000000-7e0010000000 rw-p 00000000 00:00 0 \n"
+                        "Size:             262144 kB\nRss:                   0 kB\n"
+                        "7f0000000000-7f0010000000 rw-p 00000000 00:00 0 \n"
+                        "Size:             262144 kB\nRss:              200000 kB\n"
+                        "7f0010000000-7f0010001000 ---p 00000000 00:00 0 \n"
+                        "Size:                  4 kB\nRss:                   0 kB\n";
+    ck_assert_int_eq(guest_ram_find(smaps, 256 * MIB, &s, &len, err, sizeof(err)), 0);
+    ck_assert_uint_eq(s, 0x7f0000000000ULL);
+    ck_assert_uint_eq(len, 256 * MIB);
     ck_assert_int_eq(guest_ram_find("", 1, &s, &len, err, sizeof(err)), -1);
     ck_assert_int_eq(guest_ram_find("garbage\n\n-\n", 1, &s, &len, err, sizeof(err)), -1);
 }
