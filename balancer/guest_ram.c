@@ -49,48 +49,93 @@ static uint64_t rss_line(const char *line)
     return sscanf(line, "Rss: %llu kB", &kb) == 1 ? (uint64_t)kb * 1024 : 0;
 }
 
-int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, uint64_t *len,
-                   char *err, size_t errlen)
+typedef struct {
+    uintptr_t s, e;
+    bool anon_rw;
+    uint64_t rss;
+} map_entry;
+
+/* Every mapping line, with its Rss when the text is smaps. */
+static map_entry *parse_entries(const char *text, size_t *n)
 {
-    uintptr_t run_s = 0, run_e = 0, best_s = 0;
-    uint64_t run_rss = 0, best_len = 0, best_rss = 0, closest = 0;
-    bool in_run = false;
-    const char *p = maps_text;
-    for (;;) {
-        uintptr_t s = 0, e = 0;
+    size_t cap = 64, k = 0;
+    map_entry *v = malloc(cap * sizeof(*v));
+    for (const char *p = text; v && p && *p;) {
+        map_entry m = { 0, 0, false, 0 };
         bool header = false;
-        bool ok = p && *p && parse_anon_rw(p, &s, &e, &header);
-        if (p && *p && !header) {
-            if (in_run)
-                run_rss += rss_line(p); /* smaps detail of the current entry */
-        } else if (ok && in_run && s == run_e) {
-            run_e = e;
-        } else {
-            uint64_t rl = run_e - run_s;
-            if (in_run && rl >= ram_bytes) {
-                if (!closest || rl < closest)
-                    closest = rl;
-                /* within 1/8 of the size: the most resident one wins (the
-                 * guest's RAM, not a reservation like ASan's shadow) */
-                if (rl - ram_bytes <= ram_bytes / 8 &&
-                    (!best_len || run_rss > best_rss || (run_rss == best_rss && rl < best_len))) {
-                    best_s = run_s;
-                    best_len = rl;
-                    best_rss = run_rss;
+        m.anon_rw = parse_anon_rw(p, &m.s, &m.e, &header);
+        if (header) {
+            if (k == cap) {
+                map_entry *nv = realloc(v, (cap *= 2) * sizeof(*v));
+                if (!nv) {
+                    free(v);
+                    return NULL;
                 }
+                v = nv;
             }
-            in_run = ok;
-            run_s = s;
-            run_e = e;
-            run_rss = 0;
+            v[k++] = m;
+        } else if (k) {
+            v[k - 1].rss += rss_line(p);
         }
-        if (!p || !*p)
-            break;
         p = strchr(p, '\n');
         if (p)
             p++;
     }
-    if (!closest) {
+    *n = k;
+    return v;
+}
+
+/* Better candidate: more resident (the guest's RAM, not a same-sized
+ * reservation like ASan's shadow), then shorter. */
+static bool better(uint64_t rss, uint64_t len, uint64_t best_rss, uint64_t best_len)
+{
+    return !best_len || rss > best_rss || (rss == best_rss && len < best_len);
+}
+
+int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, uint64_t *len,
+                   char *err, size_t errlen)
+{
+    size_t n = 0;
+    map_entry *v = parse_entries(maps_text ? maps_text : "", &n);
+    if (!v) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    uintptr_t best_s = 0;
+    uint64_t best_len = 0, best_rss = 0, closest = 0;
+    /* an entry of exactly the guest's size first (QEMU maps RAM alone) */
+    for (size_t i = 0; i < n; i++)
+        if (v[i].anon_rw && v[i].e - v[i].s == ram_bytes && better(v[i].rss, ram_bytes, best_rss, best_len)) {
+            best_s = v[i].s;
+            best_len = ram_bytes;
+            best_rss = v[i].rss;
+        }
+    /* else adjacent entries joined (madvise splits one mapping in pieces),
+     * at most 1/8 longer than the guest */
+    for (size_t i = 0; !best_len && i < n;) {
+        if (!v[i].anon_rw) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        uint64_t rss = v[i].rss;
+        while (j + 1 < n && v[j + 1].anon_rw && v[j + 1].s == v[j].e)
+            rss += v[++j].rss;
+        uint64_t rl = v[j].e - v[i].s;
+        if (rl >= ram_bytes && (!closest || rl < closest))
+            closest = rl;
+        if (rl >= ram_bytes && rl - ram_bytes <= ram_bytes / 8 && better(rss, rl, best_rss, best_len)) {
+            best_s = v[i].s;
+            best_len = rl;
+            best_rss = rss;
+        }
+        i = j + 1;
+    }
+    for (size_t i = 0; !best_len && !closest && i < n; i++)
+        if (v[i].anon_rw && v[i].e - v[i].s >= ram_bytes)
+            closest = v[i].e - v[i].s;
+    free(v);
+    if (!best_len && !closest) {
         snprintf(err, errlen, "no anonymous read-write mapping of %" PRIu64 " MiB or more", ram_bytes >> 20);
         return -1;
     }

@@ -20,11 +20,12 @@ int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const co
         guest_ram_close(&g->ram);
         return -1;
     }
-    g->pm = calloc(g->ram.n_pages, sizeof(*g->pm));
-    g->pm_prev = calloc(g->ram.n_pages, sizeof(*g->pm_prev));
+    /* the pagemap snapshot (8 bytes a page) lives only during a scan;
+     * between scans one bit a page remembers what was out */
+    g->was_out = calloc((g->ram.n_pages + 7) / 8, 1);
     g->obs = calloc(g->n_chunks, sizeof(*g->obs));
     g->chunk_node = calloc(g->n_chunks, sizeof(*g->chunk_node));
-    if (!g->pm || !g->pm_prev || !g->obs || !g->chunk_node) {
+    if (!g->was_out || !g->obs || !g->chunk_node) {
         snprintf(err, errlen, "out of memory");
         reclaim_guest_close(g);
         return -1;
@@ -37,10 +38,11 @@ void reclaim_guest_close(reclaim_guest *g)
     guest_ram_close(&g->ram);
     cold_lru_free(&g->lru);
     free(g->pm);
-    free(g->pm_prev);
+    free(g->was_out);
     free(g->obs);
     free(g->chunk_node);
-    g->pm = g->pm_prev = NULL;
+    g->pm = NULL;
+    g->was_out = NULL;
     g->obs = NULL;
     g->chunk_node = NULL;
 }
@@ -69,7 +71,7 @@ static void summarise(reclaim_guest *g, const node_map *nodes)
                 o->resident_pages++;
                 if (g->chunk_node[c] < 0 && nodes)
                     g->chunk_node[c] = (int16_t)node_map_node_of(nodes, e & PM_PFN_MASK);
-                back += g->have_prev && (g->pm_prev[i] & PM_SWAPPED);
+                back += g->have_prev && (g->was_out[i / 8] >> (i % 8) & 1);
             } else if (e & PM_SWAPPED) {
                 g->swapped_bytes += g->ram.page_bytes;
             }
@@ -97,7 +99,9 @@ int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_
     reclaim_guest **ok = calloc(n ? n : 1, sizeof(*ok));
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        bool bad = guest_ram_pagemap(&g[i]->ram, g[i]->pm) < 0;
+        if (!g[i]->pm)
+            g[i]->pm = malloc(g[i]->ram.n_pages * sizeof(*g[i]->pm));
+        bool bad = !g[i]->pm || guest_ram_pagemap(&g[i]->ram, g[i]->pm) < 0;
         if (failed)
             failed[i] = bad;
         if (bad)
@@ -158,13 +162,21 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
 void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (src) {
+        if (src && g[i]->pm) {
             cold_target t;
             fill_target(&t, g[i]);
             g[i]->probe_bytes += src->ops->settle(src, &t, 1);
         }
         /* the new baseline: what is out now must come back to count */
-        g[i]->have_prev = guest_ram_pagemap(&g[i]->ram, g[i]->pm_prev) == 0;
+        g[i]->have_prev = g[i]->pm && guest_ram_pagemap(&g[i]->ram, g[i]->pm) == 0;
+        if (g[i]->have_prev) {
+            memset(g[i]->was_out, 0, (g[i]->ram.n_pages + 7) / 8);
+            for (size_t p = 0; p < g[i]->ram.n_pages; p++)
+                if (g[i]->pm[p] & PM_SWAPPED)
+                    g[i]->was_out[p / 8] |= (uint8_t)(1u << (p % 8));
+        }
+        free(g[i]->pm);
+        g[i]->pm = NULL;
     }
 }
 

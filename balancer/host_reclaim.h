@@ -29,8 +29,8 @@ typedef struct {
     cold_lru lru;
     size_t n_chunks;
     uint64_t chunk_bytes;
-    uint64_t *pm;          /* pagemap at the start of this scan */
-    uint64_t *pm_prev;     /* pagemap after the previous scan's pageouts */
+    uint64_t *pm;          /* pagemap during a scan (NULL between scans) */
+    uint8_t *was_out;      /* bitmap: page swapped after the previous scan's pageouts */
     bool have_prev;
     chunk_obs *obs;
     int16_t *chunk_node;   /* NUMA node of each chunk's memory, -1 unknown */

@@ -474,6 +474,13 @@ START_TEST(maps_lookup)
     ck_assert_int_eq(guest_ram_find(smaps, 256 * MIB, &s, &len, err, sizeof(err)), 0);
     ck_assert_uint_eq(s, 0x7f0000000000ULL);
     ck_assert_uint_eq(len, 256 * MIB);
+    /* an exact-size entry beats a joined run that contains it (ASan puts
+     * its own mappings right next to ours) */
+    const char *adjacent = "7f0000000000-7f0000100000 rw-p 00000000 00:00 0 \n"
+                           "7f0000100000-7f0010100000 rw-p 00000000 00:00 0 \n";
+    ck_assert_int_eq(guest_ram_find(adjacent, 256 * MIB, &s, &len, err, sizeof(err)), 0);
+    ck_assert_uint_eq(s, 0x7f0000100000ULL);
+    ck_assert_uint_eq(len, 256 * MIB);
     ck_assert_int_eq(guest_ram_find("", 1, &s, &len, err, sizeof(err)), -1);
     ck_assert_int_eq(guest_ram_find("garbage\n\n-\n", 1, &s, &len, err, sizeof(err)), -1);
 }
