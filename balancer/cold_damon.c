@@ -65,16 +65,7 @@ static int wr(const char *dir, const char *file, const char *fmt, ...)
 
 static int rd_u64(const char *dir, const char *file, uint64_t *out)
 {
-    char buf[64];
-    if (small_file_read_at(dir, file, buf, sizeof(buf)) < 0)
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(buf, &end, 10);
-    if (errno || end == buf)
-        return -1;
-    *out = v;
-    return 0;
+    return small_file_read_u64(dir, file, out, NULL);
 }
 
 

@@ -12,23 +12,6 @@
 #define V1_UNLIMITED (1ULL << 62)
 
 
-static int read_u64(const char *dir, const char *file, uint64_t *out, bool *is_max)
-{
-    char buf[64];
-    if (small_file_read_at(dir, file, buf, sizeof(buf)) < 0)
-        return -1;
-    if (is_max)
-        *is_max = strncmp(buf, "max", 3) == 0;
-    if (is_max && *is_max)
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(buf, &end, 10);
-    if (errno || end == buf)
-        return -1;
-    *out = v;
-    return 0;
-}
 
 /* "key value" from memory.stat; 0 if absent. */
 static uint64_t stat_field(const char *stat, const char *key)
@@ -53,14 +36,14 @@ int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, ch
     snprintf(path, sizeof(path), "%s/memory.current", dir);
     v2 = access(path, R_OK) == 0;
     if (v2) {
-        if (read_u64(dir, "memory.current", &usage, NULL) < 0 ||
-            read_u64(dir, "memory.max", &limit, &unlimited) < 0) {
+        if (small_file_read_u64(dir, "memory.current", &usage, NULL) < 0 ||
+            small_file_read_u64(dir, "memory.max", &limit, &unlimited) < 0) {
             snprintf(err, errlen, "%s: cannot read memory.current/memory.max: %s", dir, strerror(errno));
             return -1;
         }
     } else {
-        if (read_u64(dir, "memory.usage_in_bytes", &usage, NULL) < 0 ||
-            read_u64(dir, "memory.limit_in_bytes", &limit, NULL) < 0) {
+        if (small_file_read_u64(dir, "memory.usage_in_bytes", &usage, NULL) < 0 ||
+            small_file_read_u64(dir, "memory.limit_in_bytes", &limit, NULL) < 0) {
             snprintf(err, errlen, "%s: not a memory cgroup (no memory.current or memory.usage_in_bytes)", dir);
             return -1;
         }

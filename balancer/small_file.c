@@ -54,6 +54,24 @@ int small_file_read_at(const char *dir, const char *file, char *buf, size_t len)
     return rc;
 }
 
+int small_file_read_u64(const char *dir, const char *file, uint64_t *out, bool *is_max)
+{
+    char buf[64];
+    if (small_file_read_at(dir, file, buf, sizeof(buf)) < 0)
+        return -1;
+    if (is_max)
+        *is_max = strncmp(buf, "max", 3) == 0;
+    if (is_max && *is_max)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (errno || end == buf)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 int small_file_write_at(const char *dir, const char *file, const char *text)
 {
     char path[1024];
