@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mono_clock.h"
+
 void agent_conn_init(agent_conn *c, const char *path)
 {
     c->path = path ? g_strdup(path) : NULL;
@@ -23,13 +25,6 @@ void agent_conn_clear(agent_conn *c)
     g_free(c->path);
     c->path = NULL;
     c->fd = -1;
-}
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static int try_connect(agent_conn *c)
@@ -55,7 +50,7 @@ void agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes)
     if (!c->path || (c->fd < 0 && try_connect(c) < 0))
         return;
     char buf[4096];
-    double now = mono_now();
+    double now = mono_seconds();
     /* at most 64 KiB a tick: a flooding guest cannot make us spin */
     for (int i = 0; i < 16; i++) {
         ssize_t n = read(c->fd, buf, sizeof(buf));

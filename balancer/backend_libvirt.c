@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "balancer.h"
 #include "log.h"
+#include "mono_clock.h"
 
 #define LIBVIRT_QEMU_RUN_DIR "/run/libvirt/qemu"
 
@@ -37,13 +38,6 @@ typedef struct {
     virDomainPtr dom;
     agent_conn agent;
 } lv_guest;
-
-static int64_t mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec;
-}
 
 static const char *last_error(void)
 {

@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "balancer.h"
 #include "log.h"
+#include "mono_clock.h"
 #include "qmp.h"
 
 #define QMP_TIMEOUT_MS 2000
@@ -35,13 +36,6 @@ typedef struct {
 typedef struct {
     GPtrArray *targets; /* qmp_target* */
 } qmp_state;
-
-static int64_t mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec;
-}
 
 static qmp_state *state_of(balancer *b)
 {

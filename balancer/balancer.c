@@ -9,18 +9,12 @@
 #include "host_swap.h"
 #include "log.h"
 #include "metadata_xml.h"
+#include "mono_clock.h"
 #include "size_parse.h"
 
 /* A target we set is not repeated for this many ticks while the balloon
  * is still on its way there. */
 #define REISSUE_TICKS 3
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void limits_from_config(balancer *b)
 {

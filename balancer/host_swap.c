@@ -10,6 +10,7 @@
 #include "balancer.h"
 #include "host_reclaim.h"
 #include "log.h"
+#include "mono_clock.h"
 #include "qemu_memcg.h"
 #include "size_parse.h"
 
@@ -37,13 +38,6 @@ typedef struct host_swap {
     bool warned_no_swap;
     char last_error[256];
 } host_swap;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static double cpu_now(void)
 {
@@ -230,7 +224,7 @@ void host_swap_tick(balancer *b, uint64_t balloon_reclaim)
     host_swap *hs = b->hswap;
     if (!hs)
         return;
-    int64_t now = now_ms();
+    int64_t now = mono_ms();
     if (now < hs->next_scan_ms)
         return;
     hs->next_scan_ms = now + (int64_t)b->cfg.hr_scan_interval * 1000;
