@@ -298,7 +298,7 @@ static int damon_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_
          * watched a while; paged-out chunks are judged by refaults only */
         rc = damon_start(d, pfn, npfn, page, now_us, err, errlen);
         for (size_t g = 0; g < n; g++)
-            for (size_t c = 0; c < t[g].n_chunks; c++)
+            for (size_t c = 0; c < t[g].lru->n_chunks; c++)
                 if (t[g].lru->chunks[c].list != CHUNK_EVICTED)
                     t[g].obs[c].referenced = true;
         free(pfn);
@@ -319,8 +319,8 @@ static int damon_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_
         need_us = since_start > warm ? since_start - warm : 0;
     for (size_t g = 0; g < n; g++) {
         cold_target *tg = &t[g];
-        size_t per_chunk = (size_t)(tg->chunk_bytes / page);
-        for (size_t c = 0; c < tg->n_chunks; c++) {
+        size_t per_chunk = (size_t)(tg->lru->chunk_bytes / page);
+        for (size_t c = 0; c < tg->lru->n_chunks; c++) {
             /* a paged-out chunk is judged by what comes back (refaults),
              * not by the pages that stayed behind */
             if (tg->obs[c].referenced || tg->lru->chunks[c].list == CHUNK_EVICTED)

@@ -38,10 +38,10 @@ static uint64_t probe_settle(cold_source *s, cold_target *t, size_t n)
     for (size_t g = 0; g < n; g++) {
         cold_target *tg = &t[g];
         uint64_t page = tg->ram->page_bytes;
-        size_t per_chunk = (size_t)(tg->chunk_bytes / page);
-        ram_range *rr = malloc(tg->n_chunks * p->probes * sizeof(*rr));
+        size_t per_chunk = (size_t)(tg->lru->chunk_bytes / page);
+        ram_range *rr = malloc(tg->lru->n_chunks * p->probes * sizeof(*rr));
         size_t nr = 0;
-        for (size_t c = 0; c < tg->n_chunks; c++) {
+        for (size_t c = 0; c < tg->lru->n_chunks; c++) {
             if (tg->lru->chunks[c].list == CHUNK_EVICTED)
                 continue;
             const uint64_t *pm = tg->pagemap + c * per_chunk;

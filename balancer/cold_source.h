@@ -32,9 +32,7 @@
 typedef struct {
     const guest_ram *ram;
     const uint64_t *pagemap;   /* entries read at the start of this scan */
-    const cold_lru *lru;       /* chunk lists (evicted chunks need no probes) */
-    uint64_t chunk_bytes;
-    size_t n_chunks;
+    const cold_lru *lru;       /* chunk lists and sizes (evicted chunks need no probes) */
     chunk_obs *obs;            /* the source sets referenced where it saw accesses */
 } cold_target;
 

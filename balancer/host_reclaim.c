@@ -12,9 +12,8 @@ int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const co
     memset(g, 0, sizeof(*g));
     if (guest_ram_open(&g->ram, pid, ram_bytes, err, errlen) < 0)
         return -1;
-    g->chunk_bytes = RECLAIM_CHUNK_BYTES;
-    g->n_chunks = (size_t)((g->ram.bytes + g->chunk_bytes - 1) / g->chunk_bytes);
-    if (cold_lru_init(&g->lru, g->n_chunks, g->chunk_bytes, g->ram.page_bytes, t) < 0) {
+    size_t n_chunks = (size_t)((g->ram.bytes + RECLAIM_CHUNK_BYTES - 1) / RECLAIM_CHUNK_BYTES);
+    if (cold_lru_init(&g->lru, n_chunks, RECLAIM_CHUNK_BYTES, g->ram.page_bytes, t) < 0) {
         snprintf(err, errlen, "guest RAM of %llu bytes cannot be split into chunks",
                  (unsigned long long)g->ram.bytes);
         guest_ram_close(&g->ram);
@@ -23,8 +22,8 @@ int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const co
     /* the pagemap snapshot (8 bytes a page) lives only during a scan;
      * between scans one bit a page remembers what was out */
     g->was_out = calloc((g->ram.n_pages + 7) / 8, 1);
-    g->obs = calloc(g->n_chunks, sizeof(*g->obs));
-    g->chunk_node = calloc(g->n_chunks, sizeof(*g->chunk_node));
+    g->obs = calloc(g->lru.n_chunks, sizeof(*g->obs));
+    g->chunk_node = calloc(g->lru.n_chunks, sizeof(*g->chunk_node));
     if (!g->was_out || !g->obs || !g->chunk_node) {
         snprintf(err, errlen, "out of memory");
         reclaim_guest_close(g);
@@ -47,7 +46,7 @@ void reclaim_guest_close(reclaim_guest *g)
     g->chunk_node = NULL;
 }
 
-static size_t pages_per_chunk(const reclaim_guest *g) { return (size_t)(g->chunk_bytes / g->ram.page_bytes); }
+static size_t pages_per_chunk(const reclaim_guest *g) { return (size_t)(g->lru.chunk_bytes / g->ram.page_bytes); }
 
 /* Pages of a paged-out chunk that must come back before it counts as a
  * refault: the guest kernel touching a stray page (a page-table walk, a
@@ -60,7 +59,7 @@ static void summarise(reclaim_guest *g, const node_map *nodes)
 {
     size_t per = pages_per_chunk(g);
     g->resident_bytes = g->swapped_bytes = 0;
-    for (size_t c = 0; c < g->n_chunks; c++) {
+    for (size_t c = 0; c < g->lru.n_chunks; c++) {
         chunk_obs *o = &g->obs[c];
         size_t back = 0;
         o->resident_pages = 0;
@@ -87,8 +86,6 @@ static void fill_target(cold_target *t, reclaim_guest *g)
     t->ram = &g->ram;
     t->pagemap = g->pm;
     t->lru = &g->lru;
-    t->chunk_bytes = g->chunk_bytes;
-    t->n_chunks = g->n_chunks;
     t->obs = g->obs;
 }
 
@@ -125,22 +122,22 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
     chunk_obs *obs = g->obs;
     chunk_obs *masked = NULL;
     if (node >= 0) {
-        masked = malloc(g->n_chunks * sizeof(*masked));
-        for (size_t c = 0; c < g->n_chunks; c++) {
+        masked = malloc(g->lru.n_chunks * sizeof(*masked));
+        for (size_t c = 0; c < g->lru.n_chunks; c++) {
             masked[c] = g->obs[c];
             if (g->chunk_node[c] != node)
                 masked[c].resident_pages = 0;
         }
         obs = masked;
     }
-    size_t *pick = malloc(g->n_chunks * sizeof(*pick));
+    size_t *pick = malloc(g->lru.n_chunks * sizeof(*pick));
     uint64_t bytes = 0;
-    size_t k = cold_lru_pick(&g->lru, obs, budget, pick, g->n_chunks, &bytes);
+    size_t k = cold_lru_pick(&g->lru, obs, budget, pick, g->lru.n_chunks, &bytes);
     uint64_t done = 0;
     if (k) {
         ram_range *rr = malloc(k * sizeof(*rr));
         for (size_t j = 0; j < k; j++)
-            rr[j] = (ram_range){ pick[j] * g->chunk_bytes, g->chunk_bytes };
+            rr[j] = (ram_range){ pick[j] * g->lru.chunk_bytes, g->lru.chunk_bytes };
         int64_t got = guest_ram_advise(&g->ram, rr, k, MADV_PAGEOUT);
         if (got < 0) {
             g->pageout_errors++;
@@ -183,7 +180,7 @@ void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n)
 uint64_t reclaim_guest_node_bytes(const reclaim_guest *g, int node)
 {
     uint64_t b = 0;
-    for (size_t c = 0; c < g->n_chunks; c++)
+    for (size_t c = 0; c < g->lru.n_chunks; c++)
         if (g->chunk_node[c] == node)
             b += (uint64_t)g->obs[c].resident_pages * g->ram.page_bytes;
     return b;

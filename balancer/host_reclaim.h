@@ -26,9 +26,7 @@
 
 typedef struct {
     guest_ram ram;
-    cold_lru lru;
-    size_t n_chunks;
-    uint64_t chunk_bytes;
+    cold_lru lru;          /* its n_chunks and chunk_bytes describe the split */
     uint64_t *pm;          /* pagemap during a scan (NULL between scans) */
     uint8_t *was_out;      /* bitmap: page swapped after the previous scan's pageouts */
     bool have_prev;

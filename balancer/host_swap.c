@@ -171,7 +171,7 @@ static int giving_order(const void *a, const void *b)
     return cx > cy ? -1 : cx < cy;
 }
 
-static uint64_t page_out(balancer *b, guest **order, size_t n, uint64_t want, int node)
+static uint64_t page_out(guest **order, size_t n, uint64_t want, int node)
 {
     uint64_t done = 0;
     for (size_t i = 0; i < n && done < want; i++) {
@@ -186,7 +186,6 @@ static uint64_t page_out(balancer *b, guest **order, size_t n, uint64_t want, in
         log_info("guest %s: paged %s of cold memory out to host swap%s (idle >= %u scans)", g->name, sz,
                  node >= 0 ? " from a short node" : "", rg->lru.cold_age);
     }
-    (void)b;
     return done;
 }
 
@@ -284,14 +283,14 @@ void host_swap_tick(balancer *b, uint64_t balloon_reclaim)
                                           (uint64_t)(b->wm.high * share), (uint64_t)(balloon_reclaim * share));
                 if (want) {
                     per_node = true;
-                    hs->paged_out_bytes += page_out(b, givers, ng, want, nm->node);
+                    hs->paged_out_bytes += page_out(givers, ng, want, nm->node);
                 }
             }
         }
         if (!per_node) {
             uint64_t want = shortfall(hv->available_bytes, b->wm.low, b->wm.high, balloon_reclaim);
             if (want)
-                hs->paged_out_bytes += page_out(b, givers, ng, want, -1);
+                hs->paged_out_bytes += page_out(givers, ng, want, -1);
         }
     }
     protect_working_sets(b, open, k);
