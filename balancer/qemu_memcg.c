@@ -11,32 +11,42 @@
 
 #include "small_file.h"
 
+/* Copy the line at *p into line and move *p past it; false at the end.
+ * A line too long for line comes back empty (nothing we parse is that
+ * long). */
+static bool next_line(const char **p, char *line, size_t size)
+{
+    if (!*p || !**p)
+        return false;
+    const char *eol = strchr(*p, '\n');
+    size_t len = eol ? (size_t)(eol - *p) : strlen(*p);
+    if (len >= size)
+        len = 0;
+    memcpy(line, *p, len);
+    line[len] = '\0';
+    *p = eol ? eol + 1 : NULL;
+    return true;
+}
+
 void memcg_mounts(const char *mountinfo, char *v2, size_t v2len, char *v1mem, size_t v1len)
 {
     v2[0] = v1mem[0] = '\0';
-    for (const char *p = mountinfo; p && *p;) {
-        const char *eol = strchr(p, '\n');
-        size_t len = eol ? (size_t)(eol - p) : strlen(p);
-        char line[1024];
-        if (len < sizeof(line)) {
-            memcpy(line, p, len);
-            line[len] = '\0';
-            /* "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPEROPTS" */
-            char mnt[512], fstype[32], super[512];
-            const char *dash = strstr(line, " - ");
-            if (dash && sscanf(line, "%*s %*s %*s %*s %511s", mnt) == 1 &&
-                sscanf(dash + 3, "%31s %*s %511s", fstype, super) == 2) {
-                if (strcmp(fstype, "cgroup2") == 0 && !v2[0])
-                    snprintf(v2, v2len, "%s", mnt);
-                else if (strcmp(fstype, "cgroup") == 0 && !v1mem[0]) {
-                    char *save = NULL;
-                    for (char *o = strtok_r(super, ",", &save); o; o = strtok_r(NULL, ",", &save))
-                        if (strcmp(o, "memory") == 0)
-                            snprintf(v1mem, v1len, "%s", mnt);
-                }
-            }
+    char line[1024];
+    for (const char *p = mountinfo; next_line(&p, line, sizeof(line));) {
+        /* "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPEROPTS" */
+        char mnt[512], fstype[32], super[512];
+        const char *dash = strstr(line, " - ");
+        if (!dash || sscanf(line, "%*s %*s %*s %*s %511s", mnt) != 1 ||
+            sscanf(dash + 3, "%31s %*s %511s", fstype, super) != 2)
+            continue;
+        if (strcmp(fstype, "cgroup2") == 0 && !v2[0]) {
+            snprintf(v2, v2len, "%s", mnt);
+        } else if (strcmp(fstype, "cgroup") == 0 && !v1mem[0]) {
+            char *save = NULL;
+            for (char *o = strtok_r(super, ",", &save); o; o = strtok_r(NULL, ",", &save))
+                if (strcmp(o, "memory") == 0)
+                    snprintf(v1mem, v1len, "%s", mnt);
         }
-        p = eol ? eol + 1 : NULL;
     }
 }
 
@@ -52,34 +62,27 @@ int memcg_resolve(const char *proc_cgroup, const char *v2_mount, const char *v1_
     memset(out, 0, sizeof(*out));
     char v1path[400] = "", v2path[400] = "";
     bool have_v1 = false, have_v2 = false;
-    for (const char *p = proc_cgroup; p && *p;) {
-        const char *eol = strchr(p, '\n');
-        size_t len = eol ? (size_t)(eol - p) : strlen(p);
-        char line[600];
-        if (len < sizeof(line)) {
-            memcpy(line, p, len);
-            line[len] = '\0';
-            /* "hierarchy-ID:controller-list:path" */
-            char *c1 = strchr(line, ':');
-            char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-            if (c2 && c2[1] == '/') {
-                *c1 = '\0';
-                *c2 = '\0';
-                const char *ctrls = c1 + 1, *path = c2 + 1;
-                if (strcmp(line, "0") == 0 && !*ctrls) {
-                    snprintf(v2path, sizeof(v2path), "%s", path);
-                    have_v2 = true;
-                } else {
-                    char list[200];
-                    snprintf(list, sizeof(list), ",%s,", ctrls);
-                    if (strstr(list, ",memory,")) {
-                        snprintf(v1path, sizeof(v1path), "%s", path);
-                        have_v1 = true;
-                    }
-                }
+    char line[600];
+    for (const char *p = proc_cgroup; next_line(&p, line, sizeof(line));) {
+        /* "hierarchy-ID:controller-list:path" */
+        char *c1 = strchr(line, ':');
+        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2 || c2[1] != '/')
+            continue;
+        *c1 = '\0';
+        *c2 = '\0';
+        const char *ctrls = c1 + 1, *path = c2 + 1;
+        if (strcmp(line, "0") == 0 && !*ctrls) {
+            snprintf(v2path, sizeof(v2path), "%s", path);
+            have_v2 = true;
+        } else {
+            char list[200];
+            snprintf(list, sizeof(list), ",%s,", ctrls);
+            if (strstr(list, ",memory,")) {
+                snprintf(v1path, sizeof(v1path), "%s", path);
+                have_v1 = true;
             }
         }
-        p = eol ? eol + 1 : NULL;
     }
     if (have_v2 && v2_mount && *v2_mount) {
         snprintf(out->dir, sizeof(out->dir), "%s%s", v2_mount, strcmp(v2path, "/") ? v2path : "");
