@@ -692,15 +692,10 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     snprintf(workdir, sizeof(workdir), "/var/tmp/membal-hostswap-%d", (int)getpid());
     mkdir(workdir, 0700);
     cleanup_register("rm -rf '%s'", workdir);
-    char swapfile[400] = "";
-    char *have = capture("tail -n +2 /proc/swaps | wc -l");
-    if (!have || atoi(have) == 0) {
-        snprintf(swapfile, sizeof(swapfile), "%s/host.swap", workdir);
-        cleanup_register("swapoff '%s' 2>/dev/null", swapfile);
-        ck_assert_int_eq(test_run("fallocate -l 1G '%s' && chmod 600 '%s' && mkswap -q '%s' >/dev/null && swapon '%s'",
-                             swapfile, swapfile, swapfile, swapfile), 0);
-    }
-    g_free(have);
+    char swapfile[400];
+    snprintf(swapfile, sizeof(swapfile), "%s/host.swap", workdir);
+    int made_swap = test_swap_on(swapfile);
+    ck_assert_int_ge(made_swap, 0);
     /* 300 MiB written once, its first 20% (60 MiB) hot */
     guest_vm vm;
     guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=wss:300:20" };
@@ -759,8 +754,8 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     g_free(m);
     ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
-    if (swapfile[0])
-        ck_assert_int_eq(test_run("swapoff '%s'", swapfile), 0);
+    if (made_swap)
+        ck_assert_int_eq(test_swap_off(swapfile), 0);
     test_run("rm -rf '%s'", workdir);
 }
 END_TEST

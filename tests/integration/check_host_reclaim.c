@@ -127,41 +127,24 @@ static double cpu_seconds(void)
 }
 
 
-static bool have_swap(void)
-{
-    FILE *f = fopen("/proc/swaps", "r");
-    if (!f)
-        return false;
-    char line[256];
-    int lines = 0;
-    while (fgets(line, sizeof(line), f))
-        lines++;
-    fclose(f);
-    return lines > 1;
-}
 
-static char swapfile[128];
+static char swapfile[128]; /* the one we created, "" if the machine had swap */
 
 static void ensure_swap(void)
 {
-    if (have_swap())
-        return;
-    snprintf(swapfile, sizeof(swapfile), "/var/tmp/membal-reclaim-test-%d.swap", (int)getpid());
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd),
-             "fallocate -l 1G %s && chmod 600 %s && mkswap -q %s >/dev/null && swapon %s", swapfile,
-             swapfile, swapfile, swapfile);
-    cleanup_register("swapoff %s 2>/dev/null; rm -f %s", swapfile, swapfile);
-    ck_assert_msg(system(cmd) == 0, "cannot create a swapfile: %s", cmd);
+    char path[128];
+    snprintf(path, sizeof(path), "/var/tmp/membal-reclaim-test-%d.swap", (int)getpid());
+    int rc = test_swap_on(path);
+    ck_assert_msg(rc >= 0, "cannot create a swapfile at %s", path);
+    if (rc == 1)
+        snprintf(swapfile, sizeof(swapfile), "%s", path);
 }
 
 static void drop_swap(void)
 {
     if (!swapfile[0])
         return;
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "swapoff %s; rm -f %s", swapfile, swapfile);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(test_swap_off(swapfile), 0);
     swapfile[0] = '\0';
 }
 
@@ -366,7 +349,7 @@ END_TEST
  * counts no refaults from pages that never left. */
 START_TEST(no_swap_is_harmless)
 {
-    if (have_swap()) {
+    if (test_have_swap()) {
         printf("no-swap case SKIPPED: this machine has swap of its own\n");
         return;
     }

@@ -60,6 +60,32 @@ bool test_wait_line(const char *path, const char *needle, int seconds)
     return false;
 }
 
+bool test_have_swap(void)
+{
+    FILE *f = fopen("/proc/swaps", "r");
+    if (!f)
+        return false;
+    char line[512];
+    int lines = 0;
+    while (fgets(line, sizeof(line), f))
+        lines++;
+    fclose(f);
+    return lines > 1; /* a header, then one line per swap area */
+}
+
+int test_swap_on(const char *path)
+{
+    if (test_have_swap())
+        return 0;
+    cleanup_register("swapoff '%s' 2>/dev/null; rm -f '%s'", path, path);
+    return test_run("fallocate -l 1G '%s' && chmod 600 '%s' && mkswap -q '%s' >/dev/null && swapon '%s'", path,
+                    path, path, path) == 0
+               ? 1
+               : -1;
+}
+
+int test_swap_off(const char *path) { return test_run("swapoff '%s' && rm -f '%s'", path, path); }
+
 pid_t test_start_daemon(const char *conf, const char *args, const char *log, bool bare)
 {
     pid_t pid = fork();

@@ -20,6 +20,15 @@ int test_count_lines(const char *path, const char *needle);
 /* Poll path until a line contains needle. */
 bool test_wait_line(const char *path, const char *needle, int seconds);
 
+/* The machine has swap on (/proc/swaps lists a device or file). */
+bool test_have_swap(void);
+/* Without swap: create and enable a 1 GiB swapfile at path, undone by
+ * cleanup.h if the test fails.  1 if it did (call test_swap_off(path)
+ * when done), 0 if the machine already had swap, -1 if it could not. */
+int test_swap_on(const char *path);
+/* swapoff and remove path; the exit status. */
+int test_swap_off(const char *path);
+
 /* Start build/balancerd --config conf ARGS with output to log, under
  * $MEMBAL_DAEMON_WRAPPER (valgrind in make check) unless bare; a kill is
  * registered with cleanup.h for a failed test.  Returns the pid. */
