@@ -56,6 +56,7 @@ REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_lin
 INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon \
                 $(BUILD)/tests/check_faults
 FAKE_QEMU    := $(BUILD)/tests/fake_qemu
+SIM          := $(BUILD)/bench/membal-sim
 
 .PHONY: all deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
 
@@ -146,7 +147,7 @@ $(FAKE_QEMU): $(BUILD)/tests/faults/fake_qemu.o
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c) -lm
 
 $(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o $(BUILD)/tests/integration/test_util.o \
-		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o $(LIBQMP)
+		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o $(LIBCORE) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libvirt json-c glib-2.0 $(CHECKPKG))
 
 # ---- test guest ----
@@ -167,7 +168,7 @@ RESULTS := $(BUILD)/test-results.txt
 RUN     := tests/run-suite.sh $(RESULTS)
 
 unit: $(UNIT_TESTS) $(REPLAYS)
-	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; $(RUN) $$t; done
+	@rc=0; for t in $(UNIT_TESTS); do echo "== $$t"; $(RUN) $$t || rc=1; done; exit $$rc
 	$(RUN) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
 	$(RUN) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
 	$(RUN) $(BUILD)/tests/replay_metadata_xml $(call replay_inputs,metadata_xml)
@@ -175,8 +176,8 @@ unit: $(UNIT_TESTS) $(REPLAYS)
 	$(RUN) $(BUILD)/tests/replay_proc_text $(call replay_inputs,proc_text)
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
-	@set -e; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
-	  CK_FORK=no $(RUN) $(VALGRIND) $$t; done
+	@rc=0; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
+	  CK_FORK=no $(RUN) $(VALGRIND) $$t || rc=1; done; exit $$rc
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
 	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_metadata_xml $(call replay_inputs,metadata_xml)
@@ -186,20 +187,18 @@ valgrind: $(UNIT_TESTS) $(REPLAYS)
 # balancerd runs under valgrind in the end-to-end tests (not under ASan)
 DAEMON_WRAPPER ?= $(if $(SAN),,$(VALGRIND))
 integration: $(INTEG_TESTS) $(BALANCERD) $(BALANCERCTL) guest
-	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
+	@failed=0; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  rc=0; MEMBAL_GUEST_DIR=$(CURDIR)/$(GUEST_DIR) MEMBAL_TOP=$(CURDIR) \
 	    MEMBAL_DAEMON_WRAPPER="$(DAEMON_WRAPPER)" $(RUN) $$t || rc=$$?; \
-	  if [ $$rc -eq 77 ]; then echo "== $$t SKIPPED"; elif [ $$rc -ne 0 ]; then exit $$rc; fi; done
+	  if [ $$rc -eq 77 ]; then echo "== $$t SKIPPED"; elif [ $$rc -ne 0 ]; then failed=1; fi; done; \
+	  exit $$failed
 
+# Every suite runs even when an earlier one failed; the last line is
+# "check: N passed, N failed, N skipped", each skip listed with its reason.
 check: all
-	@mkdir -p $(BUILD); rm -f $(RESULTS)
-	$(MAKE) unit
-	$(MAKE) valgrind
-	$(MAKE) integration
-	$(MAKE) soak-smoke
-	$(MAKE) bench-smoke
-	$(MAKE) fuzz-smoke
-	@tests/summary.sh $(RESULTS)
+	@mkdir -p $(BUILD)
+	@tests/check-all.sh $(RESULTS) "$(MAKE) --no-print-directory" unit valgrind integration soak-smoke \
+	  bench-smoke fuzz-smoke
 
 # Soak (tests/faults/soak.sh): 50 fake QMP guests + 1 real one at a 1 s
 # tick; RSS and fds must stay flat.  make soak: 10 minutes; make check: 40 s.
@@ -215,7 +214,6 @@ soak-smoke: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU) guest
 bench: $(BALANCERD) $(SIM) guest
 	$(SIM)
 	bench/run-bench.sh
-SIM := $(BUILD)/bench/membal-sim
 $(SIM): $(BUILD)/bench/sim/sim.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ -lm
 sim: $(SIM)
@@ -226,6 +224,7 @@ bench-smoke: $(BALANCERD) guest
 asan:
 	@mkdir -p build-asan; rm -f build-asan/test-results.txt
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT=-O1 unit integration
+	@tests/summary.sh build-asan/test-results.txt
 
 # ---- fuzzing (clang + libFuzzer) ----
 # make check fuzzes every parser for FUZZ_SMOKE_SECONDS each (CI time box);

@@ -170,12 +170,12 @@ static void print_explain(json_object *r)
            str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
     json_object *h;
     if (json_object_object_get_ex(g, "host_reclaim", &h)) {
-        char d[24], e[24];
-        printf("  host reclaim: resident %s, in host swap %s, cold %s; paged out %s in all, %s refaults; "
+        char d[24], e[24], f[24];
+        printf("  host reclaim: resident %s, in host swap %s, cold %s; paged out %s in all, %s refaults (%s back); "
                "cold after %s scans, up to %s per scan%s\n",
                sz(num(h, "resident_bytes"), a), sz(num(h, "swapped_bytes"), b), sz(num(h, "cold_bytes"), c),
-               sz(num(h, "paged_out_bytes"), d), str(h, "refaults"), str(h, "cold_age_scans"),
-               sz(num(h, "budget_bytes"), e), num(h, "protected_bytes") > 0 ? ", working set protected in its cgroup" : "");
+               sz(num(h, "paged_out_bytes"), d), str(h, "refaults"), sz(num(h, "refault_bytes"), f),
+               str(h, "cold_age_scans"), sz(num(h, "budget_bytes"), e), num(h, "protected_bytes") > 0 ? ", working set protected in its cgroup" : "");
     }
 }
 

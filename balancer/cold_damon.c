@@ -384,20 +384,27 @@ static const cold_source_ops damon_ops = {
     .destroy = damon_destroy,
 };
 
-cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, char *err, size_t errlen)
+damon_state damon_check(const char *admin_dir, char *why, size_t whylen)
 {
     uint64_t nr = 0;
     if (rd_u64(admin_dir, "kdamonds/nr_kdamonds", &nr) < 0) {
-        snprintf(err, errlen, "DAMON sysfs not available at %s", admin_dir);
-        return NULL;
+        snprintf(why, whylen, "DAMON sysfs not available at %s", admin_dir);
+        return DAMON_ABSENT;
     }
     if (nr != 0) {
-        snprintf(err, errlen,
-                 "DAMON is in use (%" PRIu64 " kdamond(s) configured by someone else; if that is a leftover, "
-                 "echo 0 > %s/kdamonds/nr_kdamonds)",
+        snprintf(why, whylen,
+                 "DAMON is in use by %" PRIu64 " kdamond(s) that membal did not create (%s/kdamonds); they are "
+                 "not ours to touch, and DAMON's sysfs cannot add another while they exist",
                  nr, admin_dir);
-        return NULL;
+        return DAMON_BUSY;
     }
+    return DAMON_FREE;
+}
+
+cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, char *err, size_t errlen)
+{
+    if (damon_check(admin_dir, err, errlen) != DAMON_FREE)
+        return NULL;
     damon_source *d = calloc(1, sizeof(*d));
     d->base.ops = &damon_ops;
     d->p = *p;

@@ -8,6 +8,7 @@
  */
 #include "cold_source.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -31,38 +32,57 @@ static uint32_t next_rand(probe_source *p)
     return p->seed >> 8;
 }
 
+static bool came_back(const cold_target *t, size_t page)
+{
+    return t->was_out && (t->was_out[page / 8] >> (page % 8) & 1) && (t->pagemap[page] & PM_PRESENT);
+}
+
+/* One chunk's probes: pages seen in use (back from swap since the last
+ * scan) first, then random present pages until probes are out. */
+static size_t arm_chunk(probe_source *p, const cold_target *t, size_t c, ram_range *rr)
+{
+    uint64_t page = t->ram->page_bytes;
+    size_t per_chunk = (size_t)(t->lru->chunk_bytes / page);
+    size_t first = c * per_chunk, end = first + per_chunk;
+    if (end > t->ram->n_pages)
+        end = t->ram->n_pages;
+    size_t out = 0, present = 0, nr = 0;
+    for (size_t i = first; i < end; i++) {
+        out += (t->pagemap[i] & PM_SWAPPED) != 0;
+        present += guest_ram_page_resident(t->ram, t->pagemap[i]);
+    }
+    /* where the chunk was used, it is likely used again: a random probe
+     * in a chunk whose use is a few pages would miss them */
+    for (size_t i = first; i < end && nr < p->probes; i++)
+        if (came_back(t, i))
+            rr[nr++] = (ram_range){ i * page, page };
+    present -= nr;
+    /* pages still out from earlier probes keep watching */
+    for (size_t k = out + nr; k < p->probes && present; k++) {
+        size_t start = next_rand(p) % (end - first);
+        for (size_t j = 0; j < end - first; j++) {
+            size_t i = first + (start + j) % (end - first);
+            if (guest_ram_page_resident(t->ram, t->pagemap[i]) && !came_back(t, i)) {
+                rr[nr++] = (ram_range){ i * page, page };
+                present--;
+                break;
+            }
+        }
+    }
+    return nr;
+}
+
 static uint64_t probe_settle(cold_source *s, cold_target *t, size_t n)
 {
     probe_source *p = (probe_source *)s;
     uint64_t total = 0;
     for (size_t g = 0; g < n; g++) {
         cold_target *tg = &t[g];
-        uint64_t page = tg->ram->page_bytes;
-        size_t per_chunk = (size_t)(tg->lru->chunk_bytes / page);
         ram_range *rr = malloc(tg->lru->n_chunks * p->probes * sizeof(*rr));
         size_t nr = 0;
-        for (size_t c = 0; c < tg->lru->n_chunks; c++) {
-            if (tg->lru->chunks[c].list == CHUNK_EVICTED)
-                continue;
-            const uint64_t *pm = tg->pagemap + c * per_chunk;
-            size_t out = 0, present = 0;
-            for (size_t i = 0; i < per_chunk && c * per_chunk + i < tg->ram->n_pages; i++) {
-                out += (pm[i] & PM_SWAPPED) != 0;
-                present += (pm[i] & PM_PRESENT) != 0;
-            }
-            /* pages still out from earlier probes keep watching */
-            for (size_t k = out; k < p->probes && present; k++) {
-                size_t start = next_rand(p) % per_chunk;
-                for (size_t j = 0; j < per_chunk; j++) {
-                    size_t i = (start + j) % per_chunk;
-                    if (c * per_chunk + i < tg->ram->n_pages && (pm[i] & PM_PRESENT)) {
-                        rr[nr++] = (ram_range){ (c * per_chunk + i) * page, page };
-                        present--;
-                        break;
-                    }
-                }
-            }
-        }
+        for (size_t c = 0; c < tg->lru->n_chunks; c++)
+            if (tg->lru->chunks[c].list != CHUNK_EVICTED)
+                nr += arm_chunk(p, tg, c, rr + nr);
         int64_t done = nr ? guest_ram_advise(tg->ram, rr, nr, MADV_PAGEOUT) : 0;
         if (done > 0)
             total += (uint64_t)done;

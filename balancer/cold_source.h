@@ -10,6 +10,9 @@
  *   probe  our own scanner, for kernels without DAMON: a few pages per
  *          chunk are paged out as probes; a probe faulted back in means
  *          the chunk was accessed.  A chunk whose probes stay out is cold.
+ *          A page that came back (a probe, or part of a paged-out chunk)
+ *          was seen in use, so the next probes go there first: a chunk
+ *          whose use is a few pages keeps being watched where it is used.
  *          Costs one swap-in per probe of a hot chunk per scan (by
  *          default 2 pages of 512) and splits transparent huge pages.
  *
@@ -32,6 +35,7 @@
 typedef struct {
     const guest_ram *ram;
     const uint64_t *pagemap;   /* entries read at the start of this scan */
+    const uint8_t *was_out;    /* bitmap: swapped at the previous scan's end, NULL if unknown */
     const cold_lru *lru;       /* chunk lists and sizes (evicted chunks need no probes) */
     chunk_obs *obs;            /* the source sets referenced where it saw accesses */
 } cold_target;
@@ -62,8 +66,19 @@ typedef struct {
 
 void damon_params_default(damon_params *p);
 
+typedef enum {
+    DAMON_FREE,     /* sysfs present, no kdamond configured: ours to create */
+    DAMON_ABSENT,   /* no DAMON sysfs on this kernel */
+    DAMON_BUSY,     /* kdamonds exist that we did not create: never touched */
+} damon_state;
+
+/* Whether DAMON can be ours, with the reason in why when it cannot.  Reads
+ * only; writes nothing. */
+damon_state damon_check(const char *admin_dir, char *why, size_t whylen);
+
 /* NULL with err if DAMON's sysfs is absent, has no "paddr" operations, or
- * another kdamond is running (we never take over someone else's). */
+ * a kdamond exists that we did not create (someone else's, maybe the
+ * machine's own from boot: we never write to it). */
 cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, char *err, size_t errlen);
 cold_source *cold_source_probe_new(unsigned probes_per_chunk);
 

@@ -121,6 +121,7 @@ static json_object *guest_json(const guest *g, bool detail)
             json_object_object_add(h, "cold_bytes", u64(hs.cold_bytes));
             json_object_object_add(h, "paged_out_bytes", u64(hs.paged_out_bytes));
             json_object_object_add(h, "refaults", u64(hs.refaults));
+            json_object_object_add(h, "refault_bytes", u64(hs.refault_bytes));
             json_object_object_add(h, "cold_age_scans", u64(hs.cold_age_scans));
             json_object_object_add(h, "budget_bytes", u64(hs.budget_bytes));
             json_object_object_add(h, "protected_bytes", u64(hs.protected_bytes));

@@ -152,6 +152,28 @@ int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, 
 }
 
 
+/* The zero page's frame number: read-fault one small-page anonymous page
+ * of our own and look it up in our pagemap (frame numbers need root; 0
+ * when they are hidden). */
+static uint64_t zero_page_pfn(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    volatile char *p = mmap(NULL, (size_t)page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return 0;
+    madvise((void *)p, (size_t)page, MADV_NOHUGEPAGE);
+    (void)p[0];
+    uint64_t e = 0;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (pread(fd, &e, sizeof(e), (off_t)((uintptr_t)p / (uintptr_t)page * sizeof(e))) != sizeof(e))
+            e = 0;
+        close(fd);
+    }
+    munmap((void *)p, (size_t)page);
+    return (e & PM_PRESENT) ? e & PM_PFN_MASK : 0;
+}
+
 int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_t errlen)
 {
     memset(r, 0, sizeof(*r));
@@ -191,6 +213,7 @@ int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_
         guest_ram_close(r);
         return -1;
     }
+    r->zero_pfn = zero_page_pfn();
     return 0;
 }
 

@@ -28,7 +28,16 @@ typedef struct {
     uint64_t bytes;
     uint64_t page_bytes;
     size_t n_pages;
+    uint64_t zero_pfn;   /* frame of the kernel's shared zero page, 0 if unknown */
 } guest_ram;
+
+/* A page that holds memory of the guest's own: present and not the
+ * shared zero page (guest pages only ever read map it; it costs nothing
+ * and MADV_PAGEOUT leaves it). */
+static inline bool guest_ram_page_resident(const guest_ram *r, uint64_t entry)
+{
+    return (entry & PM_PRESENT) && !(r->zero_pfn && (entry & PM_PFN_MASK) == r->zero_pfn);
+}
 
 /*
  * Find the guest RAM mapping in /proc/PID/maps or /proc/PID/smaps text:

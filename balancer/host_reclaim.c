@@ -66,7 +66,7 @@ static void summarise(reclaim_guest *g, const node_map *nodes)
         g->chunk_node[c] = -1;
         for (size_t i = c * per; i < (c + 1) * per && i < g->ram.n_pages; i++) {
             uint64_t e = g->pm[i];
-            if (e & PM_PRESENT) {
+            if (guest_ram_page_resident(&g->ram, e)) {
                 o->resident_pages++;
                 if (g->chunk_node[c] < 0 && nodes)
                     g->chunk_node[c] = (int16_t)node_map_node_of(nodes, e & PM_PFN_MASK);
@@ -76,7 +76,12 @@ static void summarise(reclaim_guest *g, const node_map *nodes)
             }
         }
         bool evicted = g->lru.chunks[c].list == CHUNK_EVICTED;
-        o->referenced = back >= (evicted ? REFAULT_MIN_PAGES : 1);
+        o->back_pages = (uint32_t)back;
+        /* the first scan after open has nothing armed to see references
+         * with: unknown counts as used, so no chunk ages on a blind scan */
+        o->referenced = !g->have_prev || back >= (evicted ? REFAULT_MIN_PAGES : 1);
+        if (evicted && back >= REFAULT_MIN_PAGES)
+            g->refault_bytes += (uint64_t)back * g->ram.page_bytes;
         g->resident_bytes += (uint64_t)o->resident_pages * g->ram.page_bytes;
     }
 }
@@ -85,6 +90,7 @@ static void fill_target(cold_target *t, reclaim_guest *g)
 {
     t->ram = &g->ram;
     t->pagemap = g->pm;
+    t->was_out = g->have_prev ? g->was_out : NULL;
     t->lru = &g->lru;
     t->obs = g->obs;
 }

@@ -36,6 +36,7 @@ typedef struct {
     uint64_t resident_bytes, swapped_bytes, cold_bytes;
     /* totals */
     uint64_t paged_out_bytes;   /* by reclaim, not counting probes */
+    uint64_t refault_bytes;     /* pages that came back in chunks that refaulted */
     uint64_t probe_bytes;       /* paged out as probes (probe source) */
     uint64_t pageout_errors;
 } reclaim_guest;

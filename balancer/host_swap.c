@@ -330,6 +330,7 @@ bool host_swap_guest_stats_get(const struct guest *g, host_swap_guest_stats *out
     out->paged_out_bytes = h->rg.paged_out_bytes;
     out->probe_bytes = h->rg.probe_bytes;
     out->refaults = h->rg.lru.refaults_total;
+    out->refault_bytes = h->rg.refault_bytes;
     out->cold_age_scans = h->rg.lru.cold_age;
     out->budget_bytes = h->rg.lru.budget_bytes;
     out->protected_bytes = h->protected_bytes;

@@ -22,6 +22,7 @@ typedef struct {
     uint64_t paged_out_bytes;    /* total paged out by host reclaim */
     uint64_t probe_bytes;
     uint64_t refaults;           /* paged-out chunks that came back within the window */
+    uint64_t refault_bytes;      /* what came back in them */
     uint32_t cold_age_scans;     /* current threshold */
     uint64_t budget_bytes;       /* current per-scan budget */
     uint64_t protected_bytes;    /* memory.low / soft limit we set, 0 none */

@@ -109,6 +109,7 @@ HSWAP_VALUE(hs_cold, cold_bytes)
 HSWAP_VALUE(hs_paged, paged_out_bytes)
 HSWAP_VALUE(hs_probe, probe_bytes)
 HSWAP_VALUE(hs_refaults, refaults)
+HSWAP_VALUE(hs_refault_bytes, refault_bytes)
 HSWAP_VALUE(hs_age, cold_age_scans)
 HSWAP_VALUE(hs_budget, budget_bytes)
 HSWAP_VALUE(hs_protected, protected_bytes)
@@ -137,6 +138,7 @@ static void host_reclaim_metrics(GString *s, const balancer *b)
     guest_family(s, b, "balancer_guest_host_paged_out_bytes_total", "counter", "Guest RAM paged out to host swap by host reclaim.", hs_paged);
     guest_family(s, b, "balancer_guest_host_probe_bytes_total", "counter", "Guest RAM paged out as access probes (probe source).", hs_probe);
     guest_family(s, b, "balancer_guest_host_refaults_total", "counter", "Paged-out chunks the guest touched again within the refault window.", hs_refaults);
+    guest_family(s, b, "balancer_guest_host_refault_bytes_total", "counter", "Guest memory that came back from host swap in chunks that refaulted.", hs_refault_bytes);
     guest_family(s, b, "balancer_guest_host_cold_age_scans", "gauge", "Scans without access before a chunk counts as cold (feedback-controlled).", hs_age);
     guest_family(s, b, "balancer_guest_host_reclaim_budget_bytes", "gauge", "Most host reclaim may page out of the guest per scan (feedback-controlled).", hs_budget);
     guest_family(s, b, "balancer_guest_host_protected_bytes", "gauge", "Working set protected in the guest's memory cgroup (memory.low or soft limit).", hs_protected);

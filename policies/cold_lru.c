@@ -115,6 +115,12 @@ size_t cold_lru_age(cold_lru *l, const chunk_obs *obs)
                 c->list = CHUNK_ACTIVE;
                 c->idle_scans = 0;
                 c->second_chance = false;
+            } else if (obs[i].back_pages > 0) {
+                /* a few pages came back: used, if too little for a
+                 * refault; watch it again from the start */
+                c->list = CHUNK_INACTIVE;
+                c->second_chance = false;
+                c->idle_scans = 0;
             } else if (obs[i].resident_pages > 0 && since > 0) {
                 /* part of it did not go out; keep aging what is left */
                 c->list = CHUNK_INACTIVE;

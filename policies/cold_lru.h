@@ -14,7 +14,11 @@
  *             Chunks idle for >= cold_age scans are reclaim candidates,
  *             oldest first.
  *   EVICTED   paged out by us.  Pages coming back (the source reports the
- *             chunk referenced) is a refault.
+ *             chunk referenced) is a refault.  A few pages back, too few
+ *             for a refault, are still a use: the chunk goes back to
+ *             INACTIVE and ages from the start, so what came back is not
+ *             paged out again at once.  Pages that never went out (a
+ *             partial pageout) keep the age they had.
  *
  * Feedback (a promotion-rate target of zero, as in Google's far-memory
  * tiering): a refault of a chunk whose reuse distance (idle scans before
@@ -47,6 +51,7 @@ typedef struct {
 typedef struct {
     bool referenced;          /* accessed since the previous scan (or faulted back in) */
     uint32_t resident_pages;  /* present in RAM now */
+    uint32_t back_pages;      /* of those, pages we had paged out (they came back) */
 } chunk_obs;
 
 typedef struct {

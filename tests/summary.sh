@@ -1,3 +1,14 @@
 #!/bin/sh
-# Print the totals of every test program run by run-suite.sh.
-awk '{p += $1; f += $2} END {printf "check: %d passed, %d failed\n", p, f; exit f > 0}' "$1"
+# Print the totals of every test program run by run-suite.sh (and of the
+# make targets tests/check-all.sh ran), then each skip with its reason and
+# each failure that has no check line of its own.  Exits 1 on any failure.
+awk '
+    $1 == "skip" { sub(/^skip /, ""); skips[++ns] = $0; next }
+    $1 == "fail" { sub(/^fail /, ""); fails[++nf] = $0; next }
+    NF == 3 { p += $1; f += $2; s += $3 }
+    END {
+        for (i = 1; i <= nf; i++) printf "failed: %s\n", fails[i]
+        for (i = 1; i <= ns; i++) printf "skipped: %s\n", skips[i]
+        printf "check: %d passed, %d failed, %d skipped\n", p, f, s
+        exit f > 0
+    }' "$1"

@@ -362,10 +362,8 @@ END_TEST
 /* Host reclaim enabled, no swap anywhere: said once, nothing paged out. */
 START_TEST(host_reclaim_without_swap)
 {
-    if (test_have_swap()) {
-        printf("no-swap case SKIPPED: this machine has swap\n");
-        return;
-    }
+    if (test_have_swap())
+        CHECK_SKIP("this machine has swap of its own");
     make_workdir("noswap");
     guest_vm vm;
     guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=wss:200:20" };
@@ -392,7 +390,7 @@ int main(void)
 {
     if (geteuid() != 0 || !guest_vm_qemu_available()) {
         fprintf(stderr, "\n*** SKIPPED: fault tests need root and qemu-system-x86_64 ***\n\n");
-        return 77;
+        return CHECK_SKIP_ALL;
     }
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("real_faults");

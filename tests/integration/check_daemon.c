@@ -23,6 +23,7 @@
 #include <libvirt/virterror.h>
 
 #include "cleanup.h"
+#include "host_reclaim.h"
 #include "test_util.h"
 #include "guest_vm.h"
 #include "qmp.h"
@@ -733,19 +734,53 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     g_free(m);
     m = try_metrics();
     double refaults = metric_value(m, "balancer_guest_host_refaults_total{");
+    double refault_bytes = metric_value(m, "balancer_guest_host_refault_bytes_total{");
     double cold_age = metric_value(m, "balancer_guest_host_cold_age_scans{");
     double resident = metric_value(m, "balancer_guest_host_resident_bytes{");
     long swap_kb = vm_swap_kb(vm.pid);
     fprintf(stderr, "host reclaim e2e: paged out %.0f MiB, QEMU VmSwap %ld MiB, guest RAM resident %.0f MiB, "
-                    "QEMU major faults in 8 s: %ld, refaults %.0f, cold age %.0f\n",
-            paged / MIB, swap_kb / 1024, resident / MIB, maj1 - maj0, refaults, cold_age);
+                    "QEMU major faults in 8 s: %ld, refaults %.0f (%.1f MiB back), cold age %.0f\n",
+            paged / MIB, swap_kb / 1024, resident / MIB, maj1 - maj0, refaults, refault_bytes / MIB, cold_age);
     ck_assert(resident >= 60.0 * MIB); /* the hot set is still in RAM */
-    ck_assert(refaults <= 16);         /* and was not paged out to come back */
     ck_assert_int_ge(swap_kb, 150 * 1024);
-    ck_assert_int_le(maj1 - maj0, 200); /* a few guest-kernel pages at most, not the 60 MiB hot set */
+    /* The hot set was not paged out to come back.  wss touches each of
+     * its pages many times a second, so a hot chunk paged out comes back
+     * whole (2 MiB) at once; chunks whose use is a few pages (guest
+     * kernel memory, and under TCG the code pages it re-translates) come
+     * back with a few dozen pages. */
+    char why[512];
+    bool damon = damon_check("/sys/kernel/mm/damon/admin", why, sizeof(why)) == DAMON_FREE;
+    if (damon) {
+        /* DAMON samples every region ~100 times a second and sees even a
+         * sparse chunk's use before it is paged out */
+        ck_assert(refaults <= 16);
+        ck_assert_int_le(maj1 - maj0, 200); /* a few guest-kernel pages at most */
+    } else {
+        /* The probe scanner sees a chunk through 2 probe pages: a chunk
+         * that uses u of its 512 pages escapes them with probability
+         * (1-u/512)^2, so it learns such a chunk by paging it out once
+         * (then it watches the pages that came back: tested in
+         * check_host_reclaim).  Bound what came back, not the count: less
+         * than 1/8 of the 60 MiB hot set in all, and under a quarter chunk
+         * per refault on average (a hot chunk would bring all 2 MiB). */
+        ck_assert_msg(refault_bytes < 60.0 * MIB / 8, "%.1f MiB came back", refault_bytes / MIB);
+        ck_assert_msg(refaults == 0 || refault_bytes / refaults < RECLAIM_CHUNK_BYTES / 4.0,
+                      "%.0f KiB back per refault", refault_bytes / refaults / 1024);
+        /* each resident chunk pays at most its 2 probes per 1 s scan */
+        ck_assert_int_le(maj1 - maj0, (long)(2 * (resident / RECLAIM_CHUNK_BYTES) * 8) + 200);
+    }
     ck_assert(guest_vm_alive(&vm));
     ck_assert(guest_vm_wait_console(&vm, "WSS t=", 5000));
     ck_assert(log_has("paged") && log_has("to host swap"));
+    /* source = auto: DAMON when it can be ours; on a machine whose own
+     * kdamond holds DAMON, the probe scanner, and the reason said once */
+    if (damon) {
+        ck_assert(log_has("host reclaim: enabled, damon source"));
+    } else {
+        ck_assert(log_has("host reclaim: enabled, probe source"));
+        ck_assert_int_eq(count_log("DAMON not usable"), 1);
+        fprintf(stderr, "host reclaim e2e: probe source (%s)\n", why);
+    }
     /* what it decided is visible to the operator too */
     char *ex = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' explain qmp.sock", test_top(), workdir);
     ck_assert_msg(ex && strstr(ex, "host reclaim: resident") && strstr(ex, "cold after"), "%s", ex ? ex : "");
@@ -832,7 +867,7 @@ int main(void)
 {
     if (!guest_vm_qemu_available()) {
         fprintf(stderr, "\n*** SKIPPED: qemu-system-x86_64 is not installed ***\n\n");
-        return 77;
+        return CHECK_SKIP_ALL;
     }
     Suite *s = suite_create("daemon");
     TCase *tc = tcase_create("end_to_end");

@@ -192,7 +192,7 @@ int main(void)
     if (!guest_vm_qemu_available()) {
         fprintf(stderr, "\n*** SKIPPED: qemu-system-x86_64 is not installed; "
                         "run 'make deps' to get the real-QEMU tests ***\n\n");
-        return 77;
+        return CHECK_SKIP_ALL;
     }
     Suite *s = suite_create("qemu_qmp");
     TCase *tc = tcase_create("real_qemu");

@@ -191,7 +191,7 @@ START_TEST(budget_oldest_first)
     chunk_obs obs[10];
     for (uint32_t s = 0; s < 12; s++) {
         for (size_t i = 0; i < 10; i++)
-            obs[i] = (chunk_obs){ staircase(i, s), PAGES_PER_CHUNK };
+            obs[i] = (chunk_obs){ staircase(i, s), PAGES_PER_CHUNK, 0 };
         cold_lru_age(&l, obs);
     }
     size_t out[10];
@@ -225,7 +225,7 @@ START_TEST(partial_pageout_keeps_aging)
     cold_tunables_default(&t);
     cold_lru l;
     ck_assert_int_eq(cold_lru_init(&l, 1, CHUNK, PAGE, &t), 0);
-    chunk_obs o = { false, PAGES_PER_CHUNK };
+    chunk_obs o = { false, PAGES_PER_CHUNK, 0 };
     for (int s = 0; s < 5; s++)
         cold_lru_age(&l, &o);
     cold_lru_mark_evicted(&l, 0, CHUNK);
@@ -244,6 +244,36 @@ START_TEST(partial_pageout_keeps_aging)
 }
 END_TEST
 
+/* A few pages back (too few for a refault) are a use: the chunk ages
+ * again from the start instead of being paged out at once. */
+START_TEST(few_pages_back_age_from_the_start)
+{
+    cold_tunables t;
+    cold_tunables_default(&t);
+    cold_lru l;
+    ck_assert_int_eq(cold_lru_init(&l, 1, CHUNK, PAGE, &t), 0);
+    chunk_obs o = { false, PAGES_PER_CHUNK, 0 };
+    for (int s = 0; s < 5; s++)
+        cold_lru_age(&l, &o);
+    cold_lru_mark_evicted(&l, 0, CHUNK);
+    o = (chunk_obs){ false, 3, 3 }; /* 3 pages came back */
+    ck_assert_uint_eq(cold_lru_age(&l, &o), 0);
+    ck_assert_int_eq(l.chunks[0].list, CHUNK_INACTIVE);
+    ck_assert_uint_eq(l.chunks[0].idle_scans, 0);
+    size_t out;
+    uint64_t bytes;
+    for (uint32_t s = 0; s + 1 < l.cold_age; s++) {
+        o.back_pages = 0;
+        cold_lru_age(&l, &o);
+        ck_assert_uint_eq(cold_lru_pick(&l, &o, UINT64_MAX, &out, 1, &bytes), 0);
+    }
+    cold_lru_age(&l, &o);
+    ck_assert_uint_eq(cold_lru_pick(&l, &o, UINT64_MAX, &out, 1, &bytes), 1);
+    ck_assert_uint_eq(l.refaults_total, 0);
+    cold_lru_free(&l);
+}
+END_TEST
+
 START_TEST(long_reuse_is_not_a_refault)
 {
     cold_tunables t;
@@ -251,7 +281,7 @@ START_TEST(long_reuse_is_not_a_refault)
     t.max_cold_age = 10;
     cold_lru l;
     ck_assert_int_eq(cold_lru_init(&l, 1, CHUNK, PAGE, &t), 0);
-    chunk_obs o = { false, PAGES_PER_CHUNK };
+    chunk_obs o = { false, PAGES_PER_CHUNK, 0 };
     for (int s = 0; s < 4; s++)
         cold_lru_age(&l, &o);
     cold_lru_mark_evicted(&l, 0, CHUNK);
@@ -290,6 +320,7 @@ int main(void)
     tcase_add_test(tc, calm_relaxes_back);
     tcase_add_test(tc, budget_oldest_first);
     tcase_add_test(tc, partial_pageout_keeps_aging);
+    tcase_add_test(tc, few_pages_back_age_from_the_start);
     tcase_add_test(tc, long_reuse_is_not_a_refault);
     tcase_add_test(tc, init_rejects_bad_sizes);
     suite_add_tcase(s, tc);
