@@ -9,10 +9,10 @@ make=$2
 shift 2
 : > "$results"
 for target in "$@"; do
-    before=$(awk 'NF == 3 { f += $2 } END { print f + 0 }' "$results")
+    before=$(awk '$1 ~ /^[0-9]+$/ { f += $2 } END { print f + 0 }' "$results")
     echo "==== make $target"
     if ! $make "$target"; then
-        after=$(awk 'NF == 3 { f += $2 } END { print f + 0 }' "$results")
+        after=$(awk '$1 ~ /^[0-9]+$/ { f += $2 } END { print f + 0 }' "$results")
         if [ "$after" -eq "$before" ]; then
             echo "0 1 0" >> "$results"
             echo "fail make $target: the target failed outside any test program" >> "$results"

@@ -5,7 +5,7 @@
 awk '
     $1 == "skip" { sub(/^skip /, ""); skips[++ns] = $0; next }
     $1 == "fail" { sub(/^fail /, ""); fails[++nf] = $0; next }
-    NF == 3 { p += $1; f += $2; s += $3 }
+    $1 ~ /^[0-9]+$/ { p += $1; f += $2; s += $3 }
     END {
         for (i = 1; i <= nf; i++) printf "failed: %s\n", fails[i]
         for (i = 1; i <= ns; i++) printf "skipped: %s\n", skips[i]
