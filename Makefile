@@ -16,7 +16,8 @@ SAN      ?=
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes
-CPPFLAGS += -D_GNU_SOURCE -DMEMBAL_VERSION='"$(VERSION)"' -I. -Iqmp -Ibalancer -Ipolicies -Itests
+# Includes name their folder ("util/log.h", "policies/policy.h"); see ARCHITECTURE.md.
+CPPFLAGS += -D_GNU_SOURCE -DMEMBAL_VERSION='"$(VERSION)"' -I. -Ibalancer -Itests
 ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) $(SAN) $(CPPFLAGS)
 
 # pkg-config is looked up lazily so `make deps` works before the -dev
@@ -29,18 +30,13 @@ QMP_GLIB_SRC := qmp/qmp_glib.c
 QMP_OBJ      := $(QMP_SRC:%.c=$(BUILD)/%.o)
 QMP_GLIB_OBJ := $(QMP_GLIB_SRC:%.c=$(BUILD)/%.o)
 LIBQMP       := $(BUILD)/libqmp.a
-POLICY_SRC   := policies/vm_policy.c policies/registry.c policies/none.c policies/mom.c \
+POLICY_SRC   := policies/vm_policy.c policies/registry.c policies/none.c policies/mom.c policies/reclaim_plan.c \
                 policies/split_lru.c policies/classify.c policies/cold_lru.c
 POLICY_OBJ   := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 LIBPOLICY    := $(BUILD)/libpolicy.a
 
-# balancer core (everything but main), shared by balancerd and the tests
-CORE_SRC     := balancer/size_parse.c balancer/metadata_xml.c balancer/config.c \
-                balancer/host_meminfo.c balancer/host_cgroup.c balancer/guest.c balancer/log.c balancer/balancer.c \
-                balancer/backend_libvirt.c balancer/backend_qmp.c balancer/metrics.c \
-                balancer/control.c balancer/agent_proto.c balancer/agent_conn.c \
-                balancer/guest_ram.c balancer/node_map.c balancer/cold_probe.c balancer/cold_damon.c \
-                balancer/host_reclaim.c balancer/qemu_memcg.c balancer/host_swap.c balancer/small_file.c
+# the daemon's layers (everything but main/), shared by balancerd and the tests
+CORE_SRC     := $(foreach d,util config host agent reclaim hv report core,$(sort $(wildcard balancer/$(d)/*.c)))
 CORE_OBJ     := $(CORE_SRC:%.c=$(BUILD)/%.o)
 LIBCORE      := $(BUILD)/libbalancer.a
 CORE_LIBS     = $(call pc_libs,libvirt libvirt-glib-1.0 glib-2.0 json-c libxml-2.0 libsystemd libmicrohttpd) -lm
@@ -76,10 +72,10 @@ $(LIBCORE): $(CORE_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BALANCERD): $(BUILD)/balancer/balancerd.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+$(BALANCERD): $(BUILD)/balancer/main/balancerd.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS)
 
-$(BALANCERCTL): $(BUILD)/balancer/balancerctl.o $(BUILD)/balancer/size_parse.o
+$(BALANCERCTL): $(BUILD)/balancer/main/balancerctl.o $(BUILD)/balancer/config/size_parse.o
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0) -lm
 
 $(LIBPOLICY): $(POLICY_OBJ)
@@ -115,19 +111,19 @@ $(BUILD)/tests/replay_qmp_reader: $(BUILD)/tests/fuzz/fuzz_qmp_reader.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c)
 $(BUILD)/tests/replay_agent_line: $(BUILD)/tests/fuzz/fuzz_agent_line.o \
-		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/agent_proto.o $(LIBQMP)
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/agent/agent_proto.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c)
 $(BUILD)/tests/replay_metadata_xml: $(BUILD)/tests/fuzz/fuzz_metadata_xml.o \
-		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/metadata_xml.o \
-		$(BUILD)/balancer/size_parse.o $(BUILD)/policies/vm_policy.o
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/config/metadata_xml.o \
+		$(BUILD)/balancer/config/size_parse.o $(BUILD)/policies/vm_policy.o
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libxml-2.0) -lm
 $(BUILD)/tests/replay_config: $(BUILD)/tests/fuzz/fuzz_config.o \
-		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/config.o \
-		$(BUILD)/balancer/size_parse.o $(LIBPOLICY)
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/config/config.o \
+		$(BUILD)/balancer/config/size_parse.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,glib-2.0) -lm
 $(BUILD)/tests/replay_proc_text: $(BUILD)/tests/fuzz/fuzz_proc_text.o \
-		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/guest_ram.o $(BUILD)/balancer/qemu_memcg.o \
-		$(BUILD)/balancer/small_file.o
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/reclaim/guest_ram.o \
+		$(BUILD)/balancer/reclaim/qemu_memcg.o $(BUILD)/balancer/util/small_file.o
 	$(CC) $(SAN) -o $@ $^
 $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
@@ -174,6 +170,7 @@ unit: $(UNIT_TESTS) $(REPLAYS)
 	$(RUN) $(BUILD)/tests/replay_metadata_xml $(call replay_inputs,metadata_xml)
 	$(RUN) $(BUILD)/tests/replay_config $(call replay_inputs,config)
 	$(RUN) $(BUILD)/tests/replay_proc_text $(call replay_inputs,proc_text)
+	$(RUN) tests/layers.sh
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@rc=0; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
@@ -238,10 +235,10 @@ FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader $(BUILD)/fuzz/fuzz_agent_line \
                 $(BUILD)/fuzz/fuzz_metadata_xml $(BUILD)/fuzz/fuzz_config \
                 $(BUILD)/fuzz/fuzz_proc_text
 # the fuzzers build straight from sources: rebuild them when a header changes
-FUZZ_HDRS    := $(wildcard qmp/*.h balancer/*.h policies/*.h)
+FUZZ_HDRS    := $(wildcard qmp/*.h balancer/*/*.h policies/*.h)
 $(FUZZ_TARGETS): $(FUZZ_HDRS)
-$(BUILD)/fuzz/fuzz_proc_text: tests/fuzz/fuzz_proc_text.c balancer/guest_ram.c balancer/qemu_memcg.c \
-		balancer/small_file.c
+$(BUILD)/fuzz/fuzz_proc_text: tests/fuzz/fuzz_proc_text.c balancer/reclaim/guest_ram.c \
+		balancer/reclaim/qemu_memcg.c balancer/util/small_file.c
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) -o $@ $(filter %.c,$^)
 $(BUILD)/fuzz/fuzz_qmp_reader: tests/fuzz/fuzz_qmp_reader.c $(QMP_SRC)
@@ -249,18 +246,18 @@ $(BUILD)/fuzz/fuzz_qmp_reader: tests/fuzz/fuzz_qmp_reader.c $(QMP_SRC)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
 	  $(call pc_cflags,json-c) -o $@ $(filter %.c,$^) $(call pc_libs,json-c)
 
-$(BUILD)/fuzz/fuzz_agent_line: tests/fuzz/fuzz_agent_line.c balancer/agent_proto.c qmp/qmp_framer.c
+$(BUILD)/fuzz/fuzz_agent_line: tests/fuzz/fuzz_agent_line.c balancer/agent/agent_proto.c qmp/qmp_framer.c
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
 	  $(call pc_cflags,json-c) -o $@ $(filter %.c,$^) $(call pc_libs,json-c) -lm
 
-$(BUILD)/fuzz/fuzz_metadata_xml: tests/fuzz/fuzz_metadata_xml.c balancer/metadata_xml.c \
-		balancer/size_parse.c policies/vm_policy.c
+$(BUILD)/fuzz/fuzz_metadata_xml: tests/fuzz/fuzz_metadata_xml.c balancer/config/metadata_xml.c \
+		balancer/config/size_parse.c policies/vm_policy.c
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
 	  $(call pc_cflags,libxml-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,libxml-2.0) -lm
 
-$(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c balancer/config.c balancer/size_parse.c $(POLICY_SRC)
+$(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c balancer/config/config.c balancer/config/size_parse.c $(POLICY_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
 	  $(call pc_cflags,glib-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,glib-2.0) -lm

@@ -1,4 +1,4 @@
-#include "classify.h"
+#include "policies/classify.h"
 
 void classify_params_default(classify_params *p)
 {

@@ -12,7 +12,7 @@
 #ifndef MEMBAL_CLASSIFY_H
 #define MEMBAL_CLASSIFY_H
 
-#include "policy.h"
+#include "policies/policy.h"
 
 typedef struct {
     double swap_in_bps_enter;     /* swap-in rate that signals thrashing */

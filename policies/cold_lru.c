@@ -1,5 +1,5 @@
 /* Cold-chunk aging with second chance and refault feedback; see cold_lru.h. */
-#include "cold_lru.h"
+#include "policies/cold_lru.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy.h"
+#include "policies/policy.h"
 
 #define MOM_PRESSURE_THRESHOLD 0.20
 #define MOM_PRESSURE_CRITICAL 0.05

@@ -1,7 +1,7 @@
 /* Observe and export only: every guest keeps its balloon. */
 #include <stdio.h>
 
-#include "policy.h"
+#include "policies/policy.h"
 
 static void none_decide(const policy_input *in, void *state, policy_output *out)
 {

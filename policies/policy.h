@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vm_policy.h"
+#include "policies/vm_policy.h"
 
 #define MIB (1024ULL * 1024ULL)
 #define GIB (1024ULL * MIB)

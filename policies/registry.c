@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "policy.h"
+#include "policies/policy.h"
 
 static const policy_ops *const all[] = { &policy_split_lru, &policy_mom, &policy_none };
 

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy.h"
+#include "policies/policy.h"
 
 typedef struct {
     bool reclaiming;

@@ -1,4 +1,4 @@
-#include "vm_policy.h"
+#include "policies/vm_policy.h"
 
 unsigned vm_priority_shares(vm_priority prio)
 {

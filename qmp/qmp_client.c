@@ -2,9 +2,9 @@
  * QMP connection: handshake, command/reply matching by id, event queue.
  * Wire format: see QEMU's docs/interop/qmp-spec.
  */
-#include "qmp.h"
-#include "qmp_framer.h"
-#include "qmp_internal.h"
+#include "qmp/qmp.h"
+#include "qmp/qmp_framer.h"
+#include "qmp/qmp_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

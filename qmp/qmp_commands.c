@@ -3,7 +3,7 @@
  * parsers behind them.  Field names follow QEMU 7.2's qapi/machine.json
  * and hw/virtio/virtio-balloon.c.
  */
-#include "qmp.h"
+#include "qmp/qmp.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-#include "qmp_framer.h"
+#include "qmp/qmp_framer.h"
 
 #include <stdlib.h>
 #include <string.h>

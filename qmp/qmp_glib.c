@@ -1,4 +1,4 @@
-#include "qmp_glib.h"
+#include "qmp/qmp_glib.h"
 
 #include <glib-unix.h>
 

@@ -11,7 +11,7 @@
 
 #include <glib.h>
 
-#include "qmp.h"
+#include "qmp/qmp.h"
 
 typedef struct qmp_glib_watch qmp_glib_watch;
 

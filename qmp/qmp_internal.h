@@ -6,7 +6,7 @@
 #ifndef MEMBAL_QMP_INTERNAL_H
 #define MEMBAL_QMP_INTERNAL_H
 
-#include "qmp.h"
+#include "qmp/qmp.h"
 
 qmp_conn *qmp_conn_new_detached(void);
 /* Process bytes exactly as if they had been read from the socket. */

@@ -1,4 +1,4 @@
-#include "agent_conn.h"
+#include "agent/agent_conn.h"
 
 #include <errno.h>
 #include <glib.h>
@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "mono_clock.h"
+#include "util/mono_clock.h"
 
 void agent_conn_init(agent_conn *c, const char *path)
 {

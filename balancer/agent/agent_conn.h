@@ -6,8 +6,8 @@
 #ifndef MEMBAL_AGENT_CONN_H
 #define MEMBAL_AGENT_CONN_H
 
-#include "agent_proto.h"
-#include "qmp_framer.h"
+#include "agent/agent_proto.h"
+#include "qmp/qmp_framer.h"
 
 typedef struct {
     char *path;      /* NULL: the guest has no agent port */

@@ -1,4 +1,4 @@
-#include "agent_proto.h"
+#include "agent/agent_proto.h"
 
 #include <json-c/json.h>
 #include <math.h>

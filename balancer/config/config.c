@@ -1,4 +1,4 @@
-#include "config.h"
+#include "config/config.h"
 
 #include <errno.h>
 #include <glib.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "size_parse.h"
+#include "config/size_parse.h"
 
 void config_defaults(balancer_config *c)
 {

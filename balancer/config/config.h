@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "policy.h"
+#include "policies/policy.h"
 
 #define CONFIG_DEFAULT_PATH "/etc/balancer/balancer.conf"
 #define CONTROL_DEFAULT_SOCKET "/run/balancer/control.sock"

@@ -1,4 +1,4 @@
-#include "metadata_xml.h"
+#include "config/metadata_xml.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
-#include "size_parse.h"
+#include "config/size_parse.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "vm_policy.h"
+#include "policies/vm_policy.h"
 
 /* Documents longer than this are rejected unread. */
 #define METADATA_XML_MAX 4096

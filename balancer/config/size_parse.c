@@ -1,4 +1,4 @@
-#include "size_parse.h"
+#include "config/size_parse.h"
 
 #include <ctype.h>
 #include <errno.h>

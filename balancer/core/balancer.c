@@ -1,16 +1,20 @@
-#include "balancer.h"
+/* The balancer core; see balancer.h. */
+#include "core/balancer_priv.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "host_cgroup.h"
-#include "host_swap.h"
-#include "log.h"
-#include "metadata_xml.h"
-#include "mono_clock.h"
-#include "size_parse.h"
+#include "config/metadata_xml.h"
+#include "config/size_parse.h"
+#include "host/host_cgroup.h"
+#include "util/log.h"
+#include "util/mono_clock.h"
+
+/* the backend's hv_guest is the first member of our guest */
+G_STATIC_ASSERT(offsetof(guest, hv) == 0);
 
 /* A target we set is not repeated for this many ticks while the balloon
  * is still on its way there. */
@@ -22,6 +26,24 @@ static void limits_from_config(balancer *b)
     b->lim.default_floor_min = b->cfg.default_floor_min;
     /* three missed reports make stats stale */
     b->lim.stale_seconds = 3 * b->cfg.stats_period + b->cfg.tick_seconds;
+    b->hv.connect_uri = b->cfg.connect_uri;
+    b->hv.stats_period = b->cfg.stats_period;
+}
+
+static void set_host_reclaim(balancer *b)
+{
+    host_swap_free(b->hswap);
+    for (guint i = 0; b->guests && i < b->guests->len; i++) {
+        guest *g = g_ptr_array_index(b->guests, i);
+        host_swap_guest_free(g->hswap);
+        g->hswap = NULL;
+    }
+    char *err = NULL;
+    b->hswap = host_swap_new(&b->cfg, &err);
+    if (err) {
+        log_err("%s; host reclaim stays off", err);
+        g_free(err);
+    }
 }
 
 static bool same_host_reclaim(const balancer_config *a, const balancer_config *c)
@@ -40,12 +62,14 @@ void balancer_replace_config(balancer *b, balancer_config *cfg)
     b->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
     limits_from_config(b);
-    char *err = NULL;
     /* a changed [host_reclaim] starts over (cold ages are relearned) */
-    if (!same && host_swap_setup(b, &err) < 0) {
-        log_err("%s; host reclaim stays off", err);
-        g_free(err);
-    }
+    if (!same)
+        set_host_reclaim(b);
+}
+
+const balancer_config *balancer_config_get(const balancer *b)
+{
+    return &b->cfg;
 }
 
 int balancer_set_policy(balancer *b, const char *name, char **err)
@@ -67,82 +91,134 @@ int balancer_set_policy(balancer *b, const char *name, char **err)
     return 0;
 }
 
-int balancer_init(balancer *b, balancer_config *cfg, const backend_ops *be, char **err)
+static guest *guest_of(hv_guest *h)
 {
-    memset(b, 0, sizeof(*b));
+    return (guest *)h;
+}
+
+static hv_guest *inv_find(void *ctx, const char *uuid)
+{
+    balancer *b = ctx;
+    for (guint i = 0; i < b->guests->len; i++) {
+        guest *g = g_ptr_array_index(b->guests, i);
+        if (strcmp(g->hv.uuid, uuid) == 0)
+            return &g->hv;
+    }
+    return NULL;
+}
+
+static hv_guest *inv_add(void *ctx, const char *name, const char *uuid)
+{
+    balancer *b = ctx;
+    guest *g = g_new(guest, 1);
+    guest_init(g, name, uuid);
+    g->hv.seen = true;
+    g_ptr_array_add(b->guests, g);
+    log_info("guest %s (%s): now managed", g->hv.name, g->hv.uuid);
+    return &g->hv;
+}
+
+static void inv_remove(void *ctx, hv_guest *h)
+{
+    balancer *b = ctx;
+    guest *g = guest_of(h);
+    if (!b->shutting_down)
+        log_info("guest %s (%s): gone", g->hv.name, g->hv.uuid);
+    host_swap_guest_free(g->hswap);
+    if (b->backend->guest_release)
+        b->backend->guest_release(&b->hv, &g->hv);
+    g_ptr_array_remove(b->guests, g);
+    g_free(g);
+}
+
+static size_t inv_count(void *ctx)
+{
+    return ((balancer *)ctx)->guests->len;
+}
+
+static hv_guest *inv_at(void *ctx, size_t i)
+{
+    return &((guest *)g_ptr_array_index(((balancer *)ctx)->guests, i))->hv;
+}
+
+static void apply_policy_xml(balancer *b, guest *g, const char *xml);
+
+static void inv_policy_xml(void *ctx, hv_guest *h, const char *xml)
+{
+    apply_policy_xml(ctx, guest_of(h), xml);
+}
+
+static const hv_inventory inventory = {
+    .find = inv_find,
+    .add = inv_add,
+    .remove = inv_remove,
+    .count = inv_count,
+    .at = inv_at,
+    .policy_xml = inv_policy_xml,
+};
+
+balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_sockets, bool dry_run, char **err)
+{
+    g_autofree balancer *b = g_new0(balancer, 1);
     b->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
     b->backend = be;
+    b->hv.inv = &inventory;
+    b->hv.inv_ctx = b;
+    b->hv.qmp_sockets = qmp_sockets;
+    b->dry_run = dry_run;
     b->guests = g_ptr_array_new();
     b->proc_meminfo = "/proc/meminfo";
     b->sys_node_dir = "/sys/devices/system/node";
     classify_params_default(&b->cp);
     limits_from_config(b);
-    if (balancer_set_policy(b, b->cfg.policy, err) < 0)
-        return -1;
-    return host_swap_setup(b, err);
+    if (balancer_set_policy(b, b->cfg.policy, err) < 0) {
+        g_ptr_array_free(b->guests, TRUE);
+        config_clear(&b->cfg);
+        return NULL;
+    }
+    b->hswap = host_swap_new(&b->cfg, err);
+    if (*err) {
+        balancer_free(g_steal_pointer(&b));
+        return NULL;
+    }
+    b->snap = balancer_snapshot_build(b);
+    return g_steal_pointer(&b);
 }
 
 void balancer_free(balancer *b)
 {
+    if (!b)
+        return;
     b->shutting_down = true;
-    host_swap_teardown(b);
-    while (b->guests && b->guests->len)
-        balancer_guest_remove(b, g_ptr_array_index(b->guests, b->guests->len - 1));
-    if (b->backend && b->backend->shutdown)
-        b->backend->shutdown(b);
-    if (b->guests)
-        g_ptr_array_free(b->guests, TRUE);
+    host_swap_free(b->hswap);
+    while (b->guests->len)
+        inv_remove(b, inv_at(b, b->guests->len - 1));
+    if (b->backend->shutdown)
+        b->backend->shutdown(&b->hv);
+    g_ptr_array_free(b->guests, TRUE);
     if (b->policy && b->policy->state_free)
         b->policy->state_free(b->policy_state);
     config_clear(&b->cfg);
-    memset(b, 0, sizeof(*b));
+    snapshot_free(b->snap);
+    g_free(b);
 }
 
-guest *balancer_guest_find(balancer *b, const char *uuid)
+const snapshot *balancer_snapshot(const balancer *b)
 {
-    for (guint i = 0; i < b->guests->len; i++) {
-        guest *g = g_ptr_array_index(b->guests, i);
-        if (strcmp(g->uuid, uuid) == 0)
-            return g;
-    }
-    return NULL;
+    return b->snap;
 }
 
-guest *balancer_guest_add(balancer *b, const char *name, const char *uuid)
+static void publish_snapshot(balancer *b)
 {
-    guest *g = g_new(guest, 1);
-    guest_init(g, name, uuid);
-    g->seen = true;
-    g_ptr_array_add(b->guests, g);
-    log_info("guest %s (%s): now managed", g->name, g->uuid);
-    return g;
+    snapshot_free(b->snap);
+    b->snap = balancer_snapshot_build(b);
 }
 
-void balancer_guest_remove(balancer *b, guest *g)
+void balancer_set_paused(balancer *b, bool paused)
 {
-    if (!b->shutting_down)
-        log_info("guest %s (%s): gone", g->name, g->uuid);
-    host_swap_guest_release(g);
-    if (b->backend && b->backend->guest_release)
-        b->backend->guest_release(b, g);
-    g_ptr_array_remove(b->guests, g);
-    g_free(g);
-}
-
-void balancer_mark_unseen(balancer *b)
-{
-    for (guint i = 0; i < b->guests->len; i++)
-        ((guest *)g_ptr_array_index(b->guests, i))->seen = false;
-}
-
-void balancer_drop_unseen(balancer *b)
-{
-    for (guint i = b->guests->len; i-- > 0;) {
-        guest *g = g_ptr_array_index(b->guests, i);
-        if (!g->seen)
-            balancer_guest_remove(b, g);
-    }
+    b->paused = paused;
+    publish_snapshot(b);
 }
 
 static void describe_policy(const vm_policy *p, char *buf, size_t len)
@@ -157,7 +233,7 @@ static void describe_policy(const vm_policy *p, char *buf, size_t len)
              p->protect ? "yes" : "no");
 }
 
-void balancer_apply_policy_xml(balancer *b, guest *g, const char *xml)
+static void apply_policy_xml(balancer *b, guest *g, const char *xml)
 {
     char desc[200];
     if (!xml) {
@@ -167,7 +243,7 @@ void balancer_apply_policy_xml(balancer *b, guest *g, const char *xml)
         g->policy_error[0] = '\0';
         if (changed) {
             describe_policy(&g->policy, desc, sizeof(desc));
-            log_info("guest %s: policy metadata removed; defaults: %s", g->name, desc);
+            log_info("guest %s: policy metadata removed; defaults: %s", g->hv.name, desc);
         }
         return;
     }
@@ -178,7 +254,7 @@ void balancer_apply_policy_xml(balancer *b, guest *g, const char *xml)
         g->policy_errors++;
         b->policy_errors++;
         describe_policy(&g->policy, desc, sizeof(desc));
-        log_warn("guest %s: policy metadata rejected: %s; keeping %s policy (%s)", g->name, err,
+        log_warn("guest %s: policy metadata rejected: %s; keeping %s policy (%s)", g->hv.name, err,
                  g->policy_from_metadata ? "the previous" : "the default", desc);
         return;
     }
@@ -186,7 +262,7 @@ void balancer_apply_policy_xml(balancer *b, guest *g, const char *xml)
     g->policy_from_metadata = true;
     g->policy_error[0] = '\0';
     describe_policy(&p, desc, sizeof(desc));
-    log_info("guest %s: policy %s", g->name, desc);
+    log_info("guest %s: policy %s", g->hv.name, desc);
 }
 
 /* Apply one decision within the safety bounds every policy gets:
@@ -213,15 +289,15 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
     size_format(v->actual_bytes, from, sizeof(from));
     size_format(target, to, sizeof(to));
     if (b->dry_run || b->paused) {
-        log_info("guest %s: would balloon %s -> %s (%s)%s", g->name, from, to, d->reason,
+        log_info("guest %s: would balloon %s -> %s (%s)%s", g->hv.name, from, to, d->reason,
                  b->paused ? " [paused]" : " [dry run]");
         return;
     }
     char err[256];
-    if (b->backend->set_target(b, g, target, err, sizeof(err)) < 0) {
+    if (b->backend->set_target(&b->hv, &g->hv, target, err, sizeof(err)) < 0) {
         g->balloon_errors++;
         b->backend_errors++;
-        log_warn("guest %s: balloon %s -> %s failed: %s", g->name, from, to, err);
+        log_warn("guest %s: balloon %s -> %s failed: %s", g->hv.name, from, to, err);
         return;
     }
     g->balloon_ops++;
@@ -231,23 +307,38 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         g->returned_bytes += target - v->actual_bytes;
     g->last_target = target;
     g->last_set_ms = now;
-    log_info("guest %s: balloon %s -> %s (%s)", g->name, from, to, d->reason);
+    log_info("guest %s: balloon %s -> %s (%s)", g->hv.name, from, to, d->reason);
 }
 
-void balancer_tick(balancer *b)
+/* The host-reclaim actuator's round: every guest, with what it needs. */
+static void host_reclaim_round(balancer *b, uint64_t balloon_reclaim)
 {
-    int64_t t0 = mono_ms();
-    b->ticks++;
+    if (!b->hswap)
+        return;
+    size_t n = b->guests->len;
+    g_autofree host_swap_target *t = g_new0(host_swap_target, n ? n : 1);
+    for (size_t i = 0; i < n; i++) {
+        guest *g = g_ptr_array_index(b->guests, i);
+        t[i] = (host_swap_target){ g->hv.name, b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : -1,
+                                   &g->view, &g->hswap };
+    }
+    host_swap_round r = { &b->host, &b->wm, balloon_reclaim, b->reclaiming, !b->dry_run && !b->paused };
+    host_swap_tick(b->hswap, t, n, &r);
+}
+
+/* One round; false if it stopped early (the reason is logged). */
+static bool tick_round(balancer *b)
+{
     if (host_meminfo_read(b->proc_meminfo, b->sys_node_dir, &b->host) < 0) {
         log_err("cannot read %s: skipping this tick", b->proc_meminfo);
-        return;
+        return false;
     }
     if (b->cfg.memory_cgroup[0]) {
         char cerr[600];
         host_view cg;
         if (host_cgroup_read(b->cfg.memory_cgroup, b->host.host.total_bytes, &cg, cerr, sizeof(cerr)) < 0) {
             log_err("%s: skipping this tick", cerr);
-            return;
+            return false;
         }
         b->host.host = cg;
     }
@@ -255,21 +346,23 @@ void balancer_tick(balancer *b)
     if (config_watermarks(&b->cfg, b->host.host.total_bytes, &b->wm, &err) < 0) {
         log_err("%s: skipping this tick", err);
         g_free(err);
-        return;
+        return false;
     }
-    if (b->backend->sync(b) < 0)
-        return; /* the backend logged why; guests are kept for when it returns */
+    if (b->backend->sync(&b->hv) < 0)
+        return false; /* the backend logged why; guests are kept for when it returns */
 
     int64_t now = time(NULL);
     size_t n = b->guests->len;
-    guest_view *views = g_new0(guest_view, n ? n : 1);
-    guest_decision *dec = g_new0(guest_decision, n ? n : 1);
+    g_autofree guest_view *views = g_new0(guest_view, n ? n : 1);
+    g_autofree guest_decision *dec = g_new0(guest_decision, n ? n : 1);
     for (size_t i = 0; i < n; i++) {
         guest *g = g_ptr_array_index(b->guests, i);
         guest_sample s;
         char serr[256];
-        if (b->backend->sample(b, g, &s, serr, sizeof(serr)) < 0) {
-            log_debug("guest %s: no stats this tick: %s", g->name, serr);
+        if (b->backend->agent_drain)
+            b->backend->agent_drain(&b->hv, &g->hv, &g->agent, g->view.actual_bytes);
+        if (b->backend->sample(&b->hv, &g->hv, &s, serr, sizeof(serr)) < 0) {
+            log_debug("guest %s: no stats this tick: %s", g->hv.name, serr);
             g->view.stats_valid = false;
         } else {
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
@@ -292,11 +385,19 @@ void balancer_tick(balancer *b)
             balloon_reclaim += views[i].actual_bytes - dec[i].target_bytes;
     }
     /* last resort after ballooning: host swap of cold guest memory */
-    host_swap_tick(b, balloon_reclaim);
-    g_free(views);
-    g_free(dec);
-    b->last_tick_seconds = (double)(mono_ms() - t0) / 1000.0;
-    tick_histogram_observe(&b->tick_hist, b->last_tick_seconds);
-    log_debug("tick %llu: %s (%.3f s)", (unsigned long long)b->ticks, b->summary,
-              b->last_tick_seconds);
+    host_reclaim_round(b, balloon_reclaim);
+    return true;
+}
+
+void balancer_tick(balancer *b)
+{
+    int64_t t0 = mono_ms();
+    b->ticks++;
+    limits_from_config(b);
+    if (tick_round(b)) {
+        double seconds = (double)(mono_ms() - t0) / 1000.0;
+        tick_histogram_observe(&b->tick_hist, seconds);
+        log_debug("tick %llu: %s (%.3f s)", (unsigned long long)b->ticks, b->summary, seconds);
+    }
+    publish_snapshot(b);
 }

@@ -1,4 +1,4 @@
-#include "guest.h"
+#include "core/guest.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -10,13 +10,13 @@
 void guest_init(guest *g, const char *name, const char *uuid)
 {
     memset(g, 0, sizeof(*g));
-    snprintf(g->name, sizeof(g->name), "%s", name);
-    snprintf(g->uuid, sizeof(g->uuid), "%s", uuid);
+    snprintf(g->hv.name, sizeof(g->hv.name), "%s", name);
+    snprintf(g->hv.uuid, sizeof(g->hv.uuid), "%s", uuid);
     vm_policy_default(&g->policy);
     g->disk_prev = -1;
     g->disk_read_bps = -1;
-    g->view.name = g->name;
-    g->view.uuid = g->uuid;
+    g->view.name = g->hv.name;
+    g->view.uuid = g->hv.uuid;
 }
 
 uint64_t guest_shown_target(const guest *g)
@@ -150,6 +150,6 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     }
     v->thrashing = g->cls.thrashing;
     v->streaming = g->cls.streaming;
-    v->name = g->name;
-    v->uuid = g->uuid;
+    v->name = g->hv.name;
+    v->uuid = g->hv.uuid;
 }

@@ -4,32 +4,20 @@
  * guest_ingest() turns a raw (untrusted) sample into the clamped view the
  * policies read.
  */
-#ifndef MEMBAL_GUEST_H
-#define MEMBAL_GUEST_H
+#ifndef MEMBAL_CORE_GUEST_H
+#define MEMBAL_CORE_GUEST_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "agent_proto.h"
-#include "classify.h"
-#include "policy.h"
-
-/* One stats sample.  Values the guest did not report are -1.  actual and
- * max come from QEMU/libvirt (host truth); the rest from the guest. */
-typedef struct {
-    int64_t actual_bytes;
-    int64_t max_bytes;
-    int64_t last_update;     /* host timestamp of the guest's last report (s, epoch) */
-    int64_t free_bytes, available_bytes, cache_bytes, total_bytes;
-    int64_t swap_in_bytes, swap_out_bytes; /* cumulative */
-    int64_t major_faults, minor_faults;    /* cumulative */
-    int64_t rss_bytes;                     /* host-side RSS of the QEMU process */
-    int64_t disk_read_bytes;  /* host-measured: bytes the guest's disks read so far, -1 unknown */
-} guest_sample;
+#include "agent/agent_proto.h"
+#include "hv/backend.h"
+#include "policies/classify.h"
+#include "policies/policy.h"
+#include "reclaim/host_swap.h"
 
 typedef struct guest {
-    char name[256];
-    char uuid[40];
+    hv_guest hv;              /* identity and the backend's handle */
     vm_policy policy;
     bool policy_from_metadata;
     char policy_error[256];   /* last rejected metadata, "" if none */
@@ -53,9 +41,7 @@ typedef struct guest {
     uint64_t balloon_ops, balloon_errors;
     uint64_t reclaimed_bytes, returned_bytes;
     char last_reason[96];
-    bool seen;                /* present in the latest domain list */
-    void *backend_data;       /* virDomainPtr or qmp_conn*, owned by the backend */
-    struct hswap_guest *hswap; /* host-side reclaim state (host_swap.c), NULL if none */
+    hswap_guest *hswap;       /* host-side reclaim state (reclaim/host_swap.c), NULL if none */
 } guest;
 
 typedef struct {

@@ -1,4 +1,4 @@
-#include "host_cgroup.h"
+#include "host/host_cgroup.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "small_file.h"
+#include "util/small_file.h"
 
 /* v1 reports "no limit" as a page-rounded LONG_MAX */
 #define V1_UNLIMITED (1ULL << 62)

@@ -9,7 +9,7 @@
 #ifndef MEMBAL_HOST_CGROUP_H
 #define MEMBAL_HOST_CGROUP_H
 
-#include "policy.h"
+#include "policies/policy.h"
 
 /* Fill *out from the cgroup at dir.  Without a limit ("max", or v1's
  * huge default) total falls back to machine_total.  Returns 0, or -1 with

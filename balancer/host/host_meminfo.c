@@ -1,11 +1,11 @@
-#include "host_meminfo.h"
+#include "host/host_meminfo.h"
 
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "small_file.h"
+#include "util/small_file.h"
 
 /* Value in bytes of "Key:   N kB" in text; -1 if absent. */
 static int64_t field_kb(const char *text, const char *key)

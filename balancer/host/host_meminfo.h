@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policy.h"
+#include "policies/policy.h"
 
 #define HOST_MAX_NODES 64
 

@@ -1,5 +1,5 @@
 /* Page frame -> NUMA node through sysfs memory blocks; see node_map.h. */
-#include "node_map.h"
+#include "host/node_map.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -1,35 +1,94 @@
 /*
- * Where guests come from and how their balloons are set: libvirt
- * (backend_libvirt.c) or QEMU QMP sockets given with --qmp
- * (backend_qmp.c).  The balancer core calls these once per tick.
+ * The hypervisor layer: where guests come from and how their balloons are
+ * set, behind one interface with two backends, libvirt
+ * (backend_libvirt.c) and QEMU QMP sockets given with --qmp
+ * (backend_qmp.c).
+ *
+ * A backend knows a guest only as an hv_guest (identity plus its own
+ * handle); the core embeds one in each of its guests and lends the
+ * backend its guest list through hv_inventory, so this layer never sees
+ * the core's state.
  */
-#ifndef MEMBAL_BACKEND_H
-#define MEMBAL_BACKEND_H
+#ifndef MEMBAL_HV_BACKEND_H
+#define MEMBAL_HV_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "guest.h"
+#include "agent/agent_proto.h"
 
-typedef struct balancer balancer;
+/* One stats sample.  Values the guest did not report are -1.  actual and
+ * max come from QEMU/libvirt (host truth); the rest from the guest. */
+typedef struct {
+    int64_t actual_bytes;
+    int64_t max_bytes;
+    int64_t last_update;     /* host timestamp of the guest's last report (s, epoch) */
+    int64_t free_bytes, available_bytes, cache_bytes, total_bytes;
+    int64_t swap_in_bytes, swap_out_bytes; /* cumulative */
+    int64_t major_faults, minor_faults;    /* cumulative */
+    int64_t rss_bytes;                     /* host-side RSS of the QEMU process */
+    int64_t disk_read_bytes;  /* host-measured: bytes the guest's disks read so far, -1 unknown */
+} guest_sample;
+
+/* What the hypervisor layer knows of one guest. */
+typedef struct {
+    char name[256];
+    char uuid[40];
+    bool seen;                /* present in the latest domain list */
+    void *backend_data;       /* virDomainPtr or qmp target, owned by the backend */
+} hv_guest;
+
+/* The core's guest list, as a backend may read and change it during
+ * sync.  ctx is the core's. */
+typedef struct {
+    hv_guest *(*find)(void *ctx, const char *uuid);
+    hv_guest *(*add)(void *ctx, const char *name, const char *uuid);
+    void (*remove)(void *ctx, hv_guest *g);
+    size_t (*count)(void *ctx);
+    hv_guest *(*at)(void *ctx, size_t i);
+    /* The guest's policy metadata document (NULL: it has none). */
+    void (*policy_xml)(void *ctx, hv_guest *g, const char *xml);
+} hv_inventory;
+
+/* Everything a backend is given; the core keeps the settings current
+ * (a reload may change them) and reads the counters. */
+typedef struct {
+    const char *connect_uri;  /* libvirt */
+    char **qmp_sockets;       /* --qmp SOCKET[,agent=PATH]..., NULL-terminated */
+    unsigned stats_period;    /* seconds between the guests' balloon stats */
+    const hv_inventory *inv;
+    void *inv_ctx;
+    uint64_t reconnects;      /* counted by the backend */
+    void *priv;               /* the backend's own state */
+} hv_ctx;
 
 typedef struct backend_ops {
     const char *name;
-    /* Connect if needed, then bring b's guest list in line with the
-     * running guests (balancer_guest_add/_remove).  -1 if unreachable. */
-    int (*sync)(balancer *b);
+    /* Connect if needed, then bring the inventory in line with the
+     * running guests: mark every guest seen or not, add new ones, remove
+     * the unseen.  -1 if the hypervisor is unreachable. */
+    int (*sync)(hv_ctx *hv);
     /* Read one guest's stats.  -1 with err filled on failure. */
-    int (*sample)(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen);
+    int (*sample)(hv_ctx *hv, hv_guest *g, guest_sample *out, char *err, size_t errlen);
+    /* Feed what the guest's agent sent since the last call into st;
+     * guest_bytes bounds the sizes it may claim. */
+    void (*agent_drain)(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t guest_bytes);
     /* Set the balloon target (bytes). */
-    int (*set_target)(balancer *b, guest *g, uint64_t bytes, char *err, size_t errlen);
+    int (*set_target)(hv_ctx *hv, hv_guest *g, uint64_t bytes, char *err, size_t errlen);
     /* The QEMU process's pid (host-side reclaim), or -1. */
-    int (*qemu_pid)(balancer *b, guest *g);
+    int (*qemu_pid)(hv_ctx *hv, hv_guest *g);
     /* Free what the backend attached to g (g->backend_data). */
-    void (*guest_release)(balancer *b, guest *g);
-    void (*shutdown)(balancer *b);
+    void (*guest_release)(hv_ctx *hv, hv_guest *g);
+    void (*shutdown)(hv_ctx *hv);
 } backend_ops;
 
 extern const backend_ops backend_libvirt;
 extern const backend_ops backend_qmp;
+
+/* For backends: clear every guest's seen flag before a sync, remove the
+ * ones still unseen after it. */
+void hv_mark_unseen(const hv_ctx *hv);
+void hv_drop_unseen(const hv_ctx *hv);
 
 #endif

@@ -5,6 +5,7 @@
  * missed event costs at most one tick.  If libvirtd goes away, we
  * reconnect with backoff and keep the guests we knew until then.
  */
+#include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +17,11 @@
 #include <libxml/parser.h>
 #include <libxml/xpath.h>
 
-#include "agent_conn.h"
-#include "backend.h"
-#include "balancer.h"
-#include "log.h"
-#include "mono_clock.h"
+#include "agent/agent_conn.h"
+#include "hv/backend.h"
+#include "policies/vm_policy.h"
+#include "util/log.h"
+#include "util/mono_clock.h"
 
 #define LIBVIRT_QEMU_RUN_DIR "/run/libvirt/qemu"
 
@@ -53,20 +54,20 @@ static void quiet_errors(void *opaque, virErrorPtr e)
     (void)e;
 }
 
-static lv_state *state_of(balancer *b)
+static lv_state *state_of(hv_ctx *hv)
 {
-    if (!b->backend_priv)
-        b->backend_priv = g_new0(lv_state, 1);
-    return b->backend_priv;
+    if (!hv->priv)
+        hv->priv = g_new0(lv_state, 1);
+    return hv->priv;
 }
 
-static virDomainPtr dom_of(const guest *g)
+static virDomainPtr dom_of(const hv_guest *g)
 {
     const lv_guest *lg = g->backend_data;
     return lg ? lg->dom : NULL;
 }
 
-static void release(guest *g)
+static void release(hv_guest *g)
 {
     lv_guest *lg = g->backend_data;
     if (!lg)
@@ -77,7 +78,7 @@ static void release(guest *g)
     g->backend_data = NULL;
 }
 
-static void read_policy(balancer *b, guest *g)
+static void read_policy(hv_ctx *hv, hv_guest *g)
 {
     virDomainPtr dom = dom_of(g);
     char *xml = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, VM_POLICY_NS_URI,
@@ -86,7 +87,7 @@ static void read_policy(balancer *b, guest *g)
         log_warn("guest %s: cannot read policy metadata: %s", g->name, last_error());
         return;
     }
-    balancer_apply_policy_xml(b, g, xml);
+    hv->inv->policy_xml(hv->inv_ctx, g, xml);
     free(xml);
 }
 
@@ -117,18 +118,18 @@ static char *agent_channel_path(virDomainPtr dom)
     return path;
 }
 
-static void track_domain(balancer *b, virDomainPtr dom)
+static void track_domain(hv_ctx *hv, virDomainPtr dom)
 {
     char uuid[VIR_UUID_STRING_BUFLEN];
     if (virDomainGetUUIDString(dom, uuid) < 0)
         return;
-    guest *g = balancer_guest_find(b, uuid);
+    hv_guest *g = hv->inv->find(hv->inv_ctx, uuid);
     if (g) {
         g->seen = true;
         return;
     }
     const char *name = virDomainGetName(dom);
-    g = balancer_guest_add(b, name ? name : uuid, uuid);
+    g = hv->inv->add(hv->inv_ctx, name ? name : uuid, uuid);
     virDomainRef(dom);
     lv_guest *lg = g_new0(lv_guest, 1);
     lg->dom = dom;
@@ -138,38 +139,38 @@ static void track_domain(balancer *b, virDomainPtr dom)
         log_info("guest %s: reading its agent at %s", g->name, agent);
     g_free(agent);
     g->backend_data = lg;
-    if (virDomainSetMemoryStatsPeriod(dom, (int)b->cfg.stats_period, VIR_DOMAIN_AFFECT_LIVE) < 0)
-        log_warn("guest %s: cannot enable balloon stats (period %u s): %s", g->name,
-                 b->cfg.stats_period, last_error());
-    read_policy(b, g);
+    if (virDomainSetMemoryStatsPeriod(dom, (int)hv->stats_period, VIR_DOMAIN_AFFECT_LIVE) < 0)
+        log_warn("guest %s: cannot enable balloon stats (period %u s): %s", g->name, hv->stats_period,
+                 last_error());
+    read_policy(hv, g);
 }
 
-static int resync(balancer *b)
+static int resync(hv_ctx *hv)
 {
-    lv_state *st = state_of(b);
+    lv_state *st = state_of(hv);
     virDomainPtr *doms = NULL;
     int n = virConnectListAllDomains(st->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
     if (n < 0) {
         log_warn("listing domains: %s", last_error());
         return -1;
     }
-    balancer_mark_unseen(b);
+    hv_mark_unseen(hv);
     for (int i = 0; i < n; i++) {
-        track_domain(b, doms[i]);
+        track_domain(hv, doms[i]);
         virDomainFree(doms[i]);
     }
     free(doms);
-    balancer_drop_unseen(b);
+    hv_drop_unseen(hv);
     return 0;
 }
 
 static gboolean resync_idle(gpointer data)
 {
-    balancer *b = data;
-    lv_state *st = state_of(b);
+    hv_ctx *hv = data;
+    lv_state *st = state_of(hv);
     st->resync_source = 0;
     if (st->conn && !st->closed)
-        resync(b);
+        resync(hv);
     return G_SOURCE_REMOVE;
 }
 
@@ -177,12 +178,12 @@ static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int det
 {
     (void)conn;
     (void)detail;
-    balancer *b = opaque;
-    lv_state *st = state_of(b);
+    hv_ctx *hv = opaque;
+    lv_state *st = state_of(hv);
     log_debug("domain %s: lifecycle event %d", virDomainGetName(dom), event);
     /* coalesce bursts into one resync from the main loop */
     if (!st->resync_source)
-        st->resync_source = g_idle_add(resync_idle, b);
+        st->resync_source = g_idle_add(resync_idle, hv);
     return 0;
 }
 
@@ -190,31 +191,30 @@ static void on_metadata(virConnectPtr conn, virDomainPtr dom, int type, const ch
                         void *opaque)
 {
     (void)conn;
-    balancer *b = opaque;
+    hv_ctx *hv = opaque;
     if (type != VIR_DOMAIN_METADATA_ELEMENT || !nsuri || strcmp(nsuri, VM_POLICY_NS_URI) != 0)
         return;
     char uuid[VIR_UUID_STRING_BUFLEN];
     if (virDomainGetUUIDString(dom, uuid) < 0)
         return;
-    guest *g = balancer_guest_find(b, uuid);
+    hv_guest *g = hv->inv->find(hv->inv_ctx, uuid);
     if (g) {
         log_info("guest %s: policy metadata changed", g->name);
-        read_policy(b, g);
+        read_policy(hv, g);
     }
 }
 
 static void on_close(virConnectPtr conn, int reason, void *opaque)
 {
     (void)conn;
-    balancer *b = opaque;
-    lv_state *st = state_of(b);
+    lv_state *st = state_of(opaque);
     st->closed = true;
     log_warn("libvirt connection closed (reason %d); will reconnect", reason);
 }
 
-static void disconnect(balancer *b)
+static void disconnect(hv_ctx *hv)
 {
-    lv_state *st = state_of(b);
+    lv_state *st = state_of(hv);
     if (!st->conn)
         return;
     if (st->cb_lifecycle >= 0)
@@ -224,29 +224,29 @@ static void disconnect(balancer *b)
     virConnectUnregisterCloseCallback(st->conn, on_close);
     /* domain handles keep a reference on the connection: drop them so the
      * guests re-attach to the new connection */
-    for (guint i = 0; i < b->guests->len; i++)
-        release(g_ptr_array_index(b->guests, i));
+    for (size_t i = 0; i < hv->inv->count(hv->inv_ctx); i++)
+        release(hv->inv->at(hv->inv_ctx, i));
     virConnectClose(st->conn);
     st->conn = NULL;
 }
 
-static int connect_libvirt(balancer *b)
+static int connect_libvirt(hv_ctx *hv)
 {
-    lv_state *st = state_of(b);
+    lv_state *st = state_of(hv);
     if (st->conn && !st->closed)
         return 0;
     if (st->conn) {
-        disconnect(b);
-        b->backend_reconnects++;
+        disconnect(hv);
+        hv->reconnects++;
     }
     if (mono_s() < st->next_attempt)
         return -1;
     virSetErrorFunc(NULL, quiet_errors);
-    st->conn = virConnectOpen(b->cfg.connect_uri);
+    st->conn = virConnectOpen(hv->connect_uri);
     if (!st->conn) {
         st->backoff = st->backoff ? (st->backoff * 2 > 60 ? 60 : st->backoff * 2) : 1;
         st->next_attempt = mono_s() + st->backoff;
-        log_warn("cannot connect to %s: %s (retrying in %u s)", b->cfg.connect_uri, last_error(),
+        log_warn("cannot connect to %s: %s (retrying in %u s)", hv->connect_uri, last_error(),
                  st->backoff);
         return -1;
     }
@@ -254,32 +254,32 @@ static int connect_libvirt(balancer *b)
     st->backoff = 0;
     /* guests kept from the old connection have no domain handle: forget
      * them and let the resync re-add (and re-read their policy) */
-    for (guint i = b->guests->len; i-- > 0;) {
-        guest *g = g_ptr_array_index(b->guests, i);
+    for (size_t i = hv->inv->count(hv->inv_ctx); i-- > 0;) {
+        hv_guest *g = hv->inv->at(hv->inv_ctx, i);
         if (!g->backend_data)
-            balancer_guest_remove(b, g);
+            hv->inv->remove(hv->inv_ctx, g);
     }
     if (virConnectSetKeepAlive(st->conn, 5, 3) < 0)
         log_debug("keepalive not available: %s", last_error());
-    virConnectRegisterCloseCallback(st->conn, on_close, b, NULL);
+    virConnectRegisterCloseCallback(st->conn, on_close, hv, NULL);
     st->cb_lifecycle = virConnectDomainEventRegisterAny(
-        st->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), b, NULL);
+        st->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), hv, NULL);
     st->cb_metadata = virConnectDomainEventRegisterAny(
-        st->conn, NULL, VIR_DOMAIN_EVENT_ID_METADATA_CHANGE, VIR_DOMAIN_EVENT_CALLBACK(on_metadata), b,
+        st->conn, NULL, VIR_DOMAIN_EVENT_ID_METADATA_CHANGE, VIR_DOMAIN_EVENT_CALLBACK(on_metadata), hv,
         NULL);
     if (st->cb_lifecycle < 0 || st->cb_metadata < 0)
         log_warn("cannot register for domain events (%s): changes are picked up each tick",
                  last_error());
-    log_info("connected to %s", b->cfg.connect_uri);
+    log_info("connected to %s", hv->connect_uri);
     return 0;
 }
 
-static int lv_sync(balancer *b)
+static int lv_sync(hv_ctx *hv)
 {
-    if (connect_libvirt(b) < 0)
+    if (connect_libvirt(hv) < 0)
         return -1;
-    int rc = resync(b);
-    lv_state *st = state_of(b);
+    int rc = resync(hv);
+    lv_state *st = state_of(hv);
     if (rc < 0 && virConnectIsAlive(st->conn) != 1) {
         /* dead without a close event (e.g. keepalive not yet expired):
          * reconnect next tick instead of failing forever */
@@ -310,12 +310,18 @@ static int64_t disk_read_bytes(virDomainPtr dom)
     return sum;
 }
 
-static int lv_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen)
+static void lv_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t guest_bytes)
 {
-    (void)b;
+    (void)hv;
+    lv_guest *lg = g->backend_data;
+    if (lg)
+        agent_conn_drain(&lg->agent, st, guest_bytes);
+}
+
+static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, char *err, size_t errlen)
+{
+    (void)hv;
     virDomainPtr dom = dom_of(g);
-    if (g->backend_data)
-        agent_conn_drain(&((lv_guest *)g->backend_data)->agent, &g->agent, g->view.actual_bytes);
     virDomainInfo info;
     if (!dom || virDomainGetInfo(dom, &info) < 0) {
         snprintf(err, errlen, "%s", dom ? last_error() : "not attached");
@@ -356,9 +362,9 @@ static int lv_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t
     return 0;
 }
 
-static int lv_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_t errlen)
+static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, char *err, size_t errlen)
 {
-    (void)b;
+    (void)hv;
     virDomainPtr dom = dom_of(g);
     if (!dom) {
         snprintf(err, errlen, "not attached");
@@ -373,9 +379,9 @@ static int lv_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_
 
 /* libvirt's QEMU driver keeps each running domain's pid in its run
  * directory (qemu:///system: /run/libvirt/qemu/NAME.pid). */
-static int lv_qemu_pid(balancer *b, guest *g)
+static int lv_qemu_pid(hv_ctx *hv, hv_guest *g)
 {
-    (void)b;
+    (void)hv;
     char path[400];
     snprintf(path, sizeof(path), "%s/%s.pid", LIBVIRT_QEMU_RUN_DIR, g->name);
     FILE *f = fopen(path, "r");
@@ -388,28 +394,29 @@ static int lv_qemu_pid(balancer *b, guest *g)
     return pid;
 }
 
-static void lv_guest_release(balancer *b, guest *g)
+static void lv_guest_release(hv_ctx *hv, hv_guest *g)
 {
-    (void)b;
+    (void)hv;
     release(g);
 }
 
-static void lv_shutdown(balancer *b)
+static void lv_shutdown(hv_ctx *hv)
 {
-    lv_state *st = b->backend_priv;
+    lv_state *st = hv->priv;
     if (!st)
         return;
     if (st->resync_source)
         g_source_remove(st->resync_source);
-    disconnect(b);
+    disconnect(hv);
     g_free(st);
-    b->backend_priv = NULL;
+    hv->priv = NULL;
 }
 
 const backend_ops backend_libvirt = {
     .name = "libvirt",
     .sync = lv_sync,
     .sample = lv_sample,
+    .agent_drain = lv_agent_drain,
     .set_target = lv_set_target,
     .qemu_pid = lv_qemu_pid,
     .guest_release = lv_guest_release,

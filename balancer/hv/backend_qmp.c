@@ -7,18 +7,18 @@
  * socket chardev (guest-agent/PROTOCOL.md).  Calls are blocking with a
  * short timeout: the sockets are local and QEMU answers in microseconds.
  */
+#include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 
-#include "agent_conn.h"
-#include "backend.h"
-#include "balancer.h"
-#include "log.h"
-#include "mono_clock.h"
-#include "qmp.h"
+#include "agent/agent_conn.h"
+#include "hv/backend.h"
+#include "util/log.h"
+#include "util/mono_clock.h"
+#include "qmp/qmp.h"
 
 #define QMP_TIMEOUT_MS 2000
 #define BALLOON_QOM_PATH "/machine/peripheral/balloon0"
@@ -27,30 +27,31 @@ typedef struct {
     char *path;
     agent_conn agent;      /* path NULL: no agent */
     qmp_conn *conn;
-    guest *g;
+    hv_guest *g;
     uint64_t max_bytes;
     int64_t next_attempt;
     bool warned;
+    bool ever_connected;   /* a later connect is a reconnect */
 } qmp_target;
 
 typedef struct {
     GPtrArray *targets; /* qmp_target* */
 } qmp_state;
 
-static qmp_state *state_of(balancer *b)
+static qmp_state *state_of(hv_ctx *hv)
 {
-    qmp_state *st = b->backend_priv;
+    qmp_state *st = hv->priv;
     if (!st) {
         st = g_new0(qmp_state, 1);
         st->targets = g_ptr_array_new();
-        for (char **p = b->qmp_sockets; p && *p; p++) {
+        for (char **p = hv->qmp_sockets; p && *p; p++) {
             qmp_target *t = g_new0(qmp_target, 1);
             const char *comma = strstr(*p, ",agent=");
             t->path = comma ? g_strndup(*p, (gsize)(comma - *p)) : g_strdup(*p);
             agent_conn_init(&t->agent, comma ? comma + 7 : NULL);
             g_ptr_array_add(st->targets, t);
         }
-        b->backend_priv = st;
+        hv->priv = st;
     }
     return st;
 }
@@ -75,7 +76,7 @@ static void identify(qmp_target *t, char *name, size_t nlen, char *uuid, size_t 
     }
 }
 
-static void target_connect(balancer *b, qmp_target *t)
+static void target_connect(hv_ctx *hv, qmp_target *t)
 {
     if (mono_s() < t->next_attempt)
         return;
@@ -85,18 +86,19 @@ static void target_connect(balancer *b, qmp_target *t)
     if (t->conn && qmp_query_memory_size_summary(t->conn, &t->max_bytes, &plugged,
                                                  QMP_TIMEOUT_MS, &err) == 0) {
         t->max_bytes += plugged;
-        if (qmp_set_stats_polling(t->conn, BALLOON_QOM_PATH, (int)b->cfg.stats_period,
+        if (qmp_set_stats_polling(t->conn, BALLOON_QOM_PATH, (int)hv->stats_period,
                                   QMP_TIMEOUT_MS, &err) < 0)
             log_warn("%s: cannot enable balloon stats: %s", t->path, err.msg);
         char name[256], uuid[300];
         identify(t, name, sizeof(name), uuid, sizeof(uuid));
-        t->g = balancer_guest_find(b, uuid);
+        t->g = hv->inv->find(hv->inv_ctx, uuid);
         if (!t->g)
-            t->g = balancer_guest_add(b, name, uuid);
+            t->g = hv->inv->add(hv->inv_ctx, name, uuid);
         t->g->backend_data = t;
         t->warned = false;
-        if (b->ticks > 1)
-            b->backend_reconnects++;
+        if (t->ever_connected)
+            hv->reconnects++;
+        t->ever_connected = true;
         return;
     }
     if (!t->warned)
@@ -107,10 +109,10 @@ static void target_connect(balancer *b, qmp_target *t)
     t->next_attempt = mono_s() + 5;
 }
 
-static int q_sync(balancer *b)
+static int q_sync(hv_ctx *hv)
 {
-    qmp_state *st = state_of(b);
-    balancer_mark_unseen(b);
+    qmp_state *st = state_of(hv);
+    hv_mark_unseen(hv);
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
         if (t->conn && qmp_is_broken(t->conn)) {
@@ -119,7 +121,7 @@ static int q_sync(balancer *b)
             t->conn = NULL;
         }
         if (!t->conn)
-            target_connect(b, t);
+            target_connect(hv, t);
         if (t->conn && t->g) {
             t->g->seen = true;
             /* nobody consumes events here: drop them so none pile up */
@@ -134,16 +136,22 @@ static int q_sync(balancer *b)
         if (t->g && !t->g->seen)
             t->g = NULL; /* the guest is dropped just below */
     }
-    balancer_drop_unseen(b);
+    hv_drop_unseen(hv);
     return 0;
 }
 
-static int q_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t errlen)
+static void q_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t guest_bytes)
 {
-    (void)b;
+    (void)hv;
     qmp_target *t = g->backend_data;
     if (t)
-        agent_conn_drain(&t->agent, &g->agent, g->view.actual_bytes);
+        agent_conn_drain(&t->agent, st, guest_bytes);
+}
+
+static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, char *err, size_t errlen)
+{
+    (void)hv;
+    qmp_target *t = g->backend_data;
     qmp_error e;
     uint64_t actual;
     qmp_guest_stats gs;
@@ -174,9 +182,9 @@ static int q_sample(balancer *b, guest *g, guest_sample *out, char *err, size_t 
     return 0;
 }
 
-static int q_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_t errlen)
+static int q_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, char *err, size_t errlen)
 {
-    (void)b;
+    (void)hv;
     qmp_target *t = g->backend_data;
     qmp_error e;
     if (!t || !t->conn) {
@@ -191,9 +199,9 @@ static int q_set_target(balancer *b, guest *g, uint64_t bytes, char *err, size_t
 }
 
 /* The QMP socket's peer is the QEMU process itself. */
-static int q_qemu_pid(balancer *b, guest *g)
+static int q_qemu_pid(hv_ctx *hv, hv_guest *g)
 {
-    (void)b;
+    (void)hv;
     qmp_target *t = g->backend_data;
     if (!t || !t->conn)
         return -1;
@@ -204,18 +212,18 @@ static int q_qemu_pid(balancer *b, guest *g)
     return (int)cred.pid;
 }
 
-static void q_guest_release(balancer *b, guest *g)
+static void q_guest_release(hv_ctx *hv, hv_guest *g)
 {
-    (void)b;
+    (void)hv;
     qmp_target *t = g->backend_data;
     if (t)
         t->g = NULL;
     g->backend_data = NULL;
 }
 
-static void q_shutdown(balancer *b)
+static void q_shutdown(hv_ctx *hv)
 {
-    qmp_state *st = b->backend_priv;
+    qmp_state *st = hv->priv;
     if (!st)
         return;
     for (guint i = 0; i < st->targets->len; i++) {
@@ -227,13 +235,14 @@ static void q_shutdown(balancer *b)
     }
     g_ptr_array_free(st->targets, TRUE);
     g_free(st);
-    b->backend_priv = NULL;
+    hv->priv = NULL;
 }
 
 const backend_ops backend_qmp = {
     .name = "qmp",
     .sync = q_sync,
     .sample = q_sample,
+    .agent_drain = q_agent_drain,
     .set_target = q_set_target,
     .qemu_pid = q_qemu_pid,
     .guest_release = q_guest_release,

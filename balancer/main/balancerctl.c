@@ -19,8 +19,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "size_parse.h"
+#include "config/config.h"
+#include "config/size_parse.h"
 
 #define MAX_REPLY (1 << 20)
 

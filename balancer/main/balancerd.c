@@ -14,13 +14,13 @@
 #include <string.h>
 #include <systemd/sd-daemon.h>
 
-#include "balancer.h"
-#include "control.h"
-#include "log.h"
-#include "metrics.h"
+#include "core/balancer.h"
+#include "report/control.h"
+#include "report/metrics.h"
+#include "util/log.h"
 
 typedef struct {
-    balancer b;
+    balancer *b;
     GMainLoop *loop;
     char *config_path;
     bool config_explicit;
@@ -35,10 +35,26 @@ typedef struct {
 /* One round, then publish what it saw. */
 static void tick(daemon_ctx *d)
 {
-    balancer_tick(&d->b);
+    balancer_tick(d->b);
     if (d->metrics)
-        metrics_publish(d->metrics, metrics_render(&d->b));
+        metrics_publish(d->metrics, metrics_render(balancer_snapshot(d->b)));
 }
+
+/* What the control socket may see and do. */
+static const snapshot *ctl_snapshot(void *ctx)
+{
+    return balancer_snapshot(ctx);
+}
+
+static void ctl_set_paused(void *ctx, bool paused)
+{
+    balancer_set_paused(ctx, paused);
+}
+
+static const control_ops control = {
+    .snapshot = ctl_snapshot,
+    .set_paused = ctl_set_paused,
+};
 
 static gboolean on_tick(gpointer data)
 {
@@ -72,7 +88,7 @@ static void schedule_ticks(daemon_ctx *d)
 {
     if (d->tick_source)
         g_source_remove(d->tick_source);
-    d->tick_source = g_timeout_add_seconds(d->b.cfg.tick_seconds, on_tick, d);
+    d->tick_source = g_timeout_add_seconds(balancer_config_get(d->b)->tick_seconds, on_tick, d);
 }
 
 static gboolean on_quit(gpointer data)
@@ -108,22 +124,24 @@ static gboolean reload(daemon_ctx *d)
         return G_SOURCE_CONTINUE;
     }
     apply_overrides(d, &c);
-    if (strcmp(c.connect_uri, d->b.cfg.connect_uri) != 0)
+    const balancer_config *now = balancer_config_get(d->b);
+    if (strcmp(c.connect_uri, now->connect_uri) != 0)
         log_warn("reload: connect URI changes take effect on restart");
-    if (strcmp(c.policy, d->b.cfg.policy) != 0 && balancer_set_policy(&d->b, c.policy, &err) < 0) {
+    if (strcmp(c.policy, now->policy) != 0 && balancer_set_policy(d->b, c.policy, &err) < 0) {
         log_err("reload: %s; keeping the running configuration", err);
         g_free(err);
         config_clear(&c);
         return G_SOURCE_CONTINUE;
     }
     g_free(c.connect_uri);
-    c.connect_uri = g_strdup(d->b.cfg.connect_uri);
-    bool retick = c.tick_seconds != d->b.cfg.tick_seconds;
-    balancer_replace_config(&d->b, &c);
+    c.connect_uri = g_strdup(now->connect_uri);
+    bool retick = c.tick_seconds != now->tick_seconds;
+    balancer_replace_config(d->b, &c);
     if (retick)
         schedule_ticks(d);
-    log_info("configuration reloaded from %s (policy %s, tick %u s)", d->config_path,
-             d->b.cfg.policy, d->b.cfg.tick_seconds);
+    now = balancer_config_get(d->b);
+    log_info("configuration reloaded from %s (policy %s, tick %u s)", d->config_path, now->policy,
+             now->tick_seconds);
     return G_SOURCE_CONTINUE;
 }
 
@@ -200,25 +218,25 @@ int main(int argc, char **argv)
 
     gvir_init(NULL, NULL);
     gvir_event_register();
-    if (balancer_init(&d.b, &cfg, qmp ? &backend_qmp : &backend_libvirt, &err) < 0) {
+    d.b = balancer_new(&cfg, qmp ? &backend_qmp : &backend_libvirt, qmp, dry_run, &err);
+    if (!d.b) {
         fprintf(stderr, "balancerd: %s\n", err);
         return 1;
     }
-    d.b.qmp_sockets = qmp;
-    d.b.dry_run = dry_run;
-    log_info("starting: policy %s, tick %u s, %s%s", d.b.policy->name, d.b.cfg.tick_seconds,
-             qmp ? "QMP sockets" : d.b.cfg.connect_uri, dry_run ? ", dry run" : "");
+    const balancer_config *c = balancer_config_get(d.b);
+    log_info("starting: policy %s, tick %u s, %s%s", c->policy, c->tick_seconds,
+             qmp ? "QMP sockets" : c->connect_uri, dry_run ? ", dry run" : "");
 
-    if (d.b.cfg.metrics_listen[0]) {
-        d.metrics = metrics_start(d.b.cfg.metrics_listen, &err);
+    if (c->metrics_listen[0]) {
+        d.metrics = metrics_start(c->metrics_listen, &err);
         if (!d.metrics) {
             fprintf(stderr, "balancerd: %s\n", err);
             return 1;
         }
-        log_info("metrics on http://%s/metrics", d.b.cfg.metrics_listen);
+        log_info("metrics on http://%s/metrics", c->metrics_listen);
     }
-    if (d.b.cfg.control_socket[0]) {
-        d.control = control_start(&d.b, d.b.cfg.control_socket, &err);
+    if (c->control_socket[0]) {
+        d.control = control_start(c->control_socket, &control, d.b, &err);
         if (!d.control) {
             fprintf(stderr, "balancerd: %s\n", err);
             return 1;
@@ -232,7 +250,8 @@ int main(int argc, char **argv)
         GMainContext *ctx = g_main_context_default();
         for (int i = 0; i < ticks; i++) {
             if (i > 0) {
-                gint64 until = g_get_monotonic_time() + (gint64)d.b.cfg.tick_seconds * G_USEC_PER_SEC;
+                gint64 until = g_get_monotonic_time() +
+                               (gint64)balancer_config_get(d.b)->tick_seconds * G_USEC_PER_SEC;
                 while (g_get_monotonic_time() < until)
                     if (!g_main_context_iteration(ctx, FALSE))
                         g_usleep(20000);
@@ -252,7 +271,7 @@ int main(int argc, char **argv)
     }
     control_stop(d.control);
     metrics_stop(d.metrics);
-    balancer_free(&d.b);
+    balancer_free(d.b);
     g_strfreev(qmp);
     g_free(d.opt_metrics);
     g_free(d.opt_control);

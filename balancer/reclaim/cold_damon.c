@@ -13,7 +13,7 @@
  * does).  A page outside every range counts as referenced: new frames
  * were just faulted in, which is an access.
  */
-#include "cold_source.h"
+#include "reclaim/cold_source.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "small_file.h"
+#include "util/small_file.h"
 
 typedef struct {
     uint64_t start, end;      /* physical byte addresses */

@@ -6,7 +6,7 @@
  * pagemap at the next scan as a reference.  Cold chunks keep their probes
  * out at no further cost; hot chunks pay one swap-in per probe per scan.
  */
-#include "cold_source.h"
+#include "reclaim/cold_source.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

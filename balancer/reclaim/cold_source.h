@@ -28,8 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cold_lru.h"
-#include "guest_ram.h"
+#include "policies/cold_lru.h"
+#include "reclaim/guest_ram.h"
 
 /* One guest's RAM during a scan. */
 typedef struct {

@@ -1,5 +1,5 @@
 /* A guest's RAM inside its QEMU process; see guest_ram.h. */
-#include "guest_ram.h"
+#include "reclaim/guest_ram.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "small_file.h"
+#include "util/small_file.h"
 
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT 21

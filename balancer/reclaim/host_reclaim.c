@@ -1,5 +1,5 @@
 /* Host-side reclaim rounds; see host_reclaim.h. */
-#include "host_reclaim.h"
+#include "reclaim/host_reclaim.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,13 +181,4 @@ void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n)
         free(g[i]->pm);
         g[i]->pm = NULL;
     }
-}
-
-uint64_t reclaim_guest_node_bytes(const reclaim_guest *g, int node)
-{
-    uint64_t b = 0;
-    for (size_t c = 0; c < g->lru.n_chunks; c++)
-        if (g->chunk_node[c] == node)
-            b += (uint64_t)g->obs[c].resident_pages * g->ram.page_bytes;
-    return b;
 }

@@ -17,10 +17,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "cold_lru.h"
-#include "cold_source.h"
-#include "guest_ram.h"
-#include "node_map.h"
+#include "policies/cold_lru.h"
+#include "reclaim/cold_source.h"
+#include "reclaim/guest_ram.h"
+#include "host/node_map.h"
 
 #define RECLAIM_CHUNK_BYTES (2ULL * 1024 * 1024)
 
@@ -61,8 +61,5 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node);
 /* After the round's pageouts: the source arms its next observation and
  * the pagemap is re-read as the baseline for the next refault check. */
 void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n);
-
-/* Resident bytes of g on node (from the last scan). */
-uint64_t reclaim_guest_node_bytes(const reclaim_guest *g, int node);
 
 #endif

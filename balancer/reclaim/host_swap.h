@@ -1,10 +1,14 @@
 /*
- * The host-reclaim stage of a tick ([host_reclaim] in balancer.conf): every
- * scan_interval it scans each guest's RAM (host_reclaim.c) and, while the
- * host is below its low watermark by more than this tick's balloon moves
- * cover, pages cold guest memory out to host swap — per NUMA node when
- * the host has several.  Never from a thrashing guest, one with mode=off
- * or protect=yes.
+ * The host-reclaim actuator ([host_reclaim] in balancer.conf), the second
+ * actuator of a tick after the balloon: every scan_interval it scans each
+ * guest's RAM (host_reclaim.c) and pages cold guest memory out to host
+ * swap as policies/reclaim_plan.c decides (how much, per NUMA node, who
+ * gives first).  It also writes each guest's measured working set to its
+ * memory cgroup when the QEMU is alone there.
+ *
+ * It knows the guests only through the host_swap_target the core passes
+ * each round, and keeps per-guest state in an hswap_guest the core holds
+ * for it.
  */
 #ifndef MEMBAL_HOST_SWAP_H
 #define MEMBAL_HOST_SWAP_H
@@ -12,8 +16,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct balancer balancer;
-struct guest;
+#include "config/config.h"
+#include "host/host_meminfo.h"
+#include "policies/policy.h"
+
+typedef struct host_swap host_swap;
+typedef struct hswap_guest hswap_guest;
 
 /* What /metrics and balancerctl show per guest. */
 typedef struct {
@@ -36,14 +44,33 @@ typedef struct {
     double source_cpu_seconds;   /* kdamond CPU (damon) */
 } host_swap_stats;
 
-/* (Re)build the stage from b->cfg; tears the old one down.  0, or -1
- * with *err (source = damon but DAMON is not usable). */
-int host_swap_setup(balancer *b, char **err);
-void host_swap_teardown(balancer *b);
-/* balloon_reclaim: bytes this tick's balloon moves take back. */
-void host_swap_tick(balancer *b, uint64_t balloon_reclaim);
-void host_swap_guest_release(struct guest *g);
-void host_swap_stats_get(const balancer *b, host_swap_stats *out);
-bool host_swap_guest_stats_get(const struct guest *g, host_swap_guest_stats *out);
+/* One guest offered to a round. */
+typedef struct {
+    const char *name;            /* for the log */
+    int qemu_pid;                /* -1 unknown */
+    const guest_view *view;
+    hswap_guest **state;         /* the guest's slot: created, reopened and kept here */
+} host_swap_target;
+
+/* What the rest of the tick found. */
+typedef struct {
+    const host_meminfo *host;
+    const watermarks *wm;
+    uint64_t balloon_reclaim;    /* bytes this tick's balloon moves take back */
+    bool reclaiming;             /* the host is between low and high */
+    bool actuate;                /* false in a dry run and while paused */
+} host_swap_round;
+
+/* The stage for cfg's [host_reclaim] (copied): NULL when it is disabled,
+ * or with *err when source = damon but DAMON is not usable. */
+host_swap *host_swap_new(const balancer_config *cfg, char **err);
+void host_swap_free(host_swap *hs);
+/* A round, when scan_interval has passed since the last. */
+void host_swap_tick(host_swap *hs, host_swap_target *t, size_t n, const host_swap_round *r);
+/* Close what was scanned of a guest and free its state. */
+void host_swap_guest_free(hswap_guest *h);
+void host_swap_stats_get(const host_swap *hs, host_swap_stats *out);
+/* false (and zeros) for a guest that is not being scanned */
+bool host_swap_guest_stats_get(const hswap_guest *h, host_swap_guest_stats *out);
 
 #endif

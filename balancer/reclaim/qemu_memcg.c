@@ -1,5 +1,5 @@
 /* A QEMU's memory cgroup: find, protect, reclaim; see qemu_memcg.h. */
-#include "qemu_memcg.h"
+#include "reclaim/qemu_memcg.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "small_file.h"
+#include "util/small_file.h"
 
 /* Copy the line at *p into line and move *p past it; false at the end.
  * A line too long for line comes back empty (nothing we parse is that
@@ -154,13 +154,4 @@ int memcg_protect(const qemu_memcg *m, uint64_t bytes)
         return write_u64(m->dir, "memory.soft_limit_in_bytes", bytes);
     errno = ENOENT;
     return -1;
-}
-
-int memcg_reclaim(const qemu_memcg *m, uint64_t bytes)
-{
-    if (m->kind != MEMCG_V2) {
-        errno = ENOTSUP;
-        return -1;
-    }
-    return write_u64(m->dir, "memory.reclaim", bytes);
 }

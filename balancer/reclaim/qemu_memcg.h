@@ -1,14 +1,10 @@
 /*
  * The memory cgroup a QEMU process runs in (libvirt puts each guest in its
  * own: machine.slice/machine-qemu-N-NAME.scope on cgroup v2,
- * /machine/qemu-N-NAME.libvirt-qemu on v1), and the two things host-side
- * reclaim does with it:
- *   protect  keep the guest's measured working set from the host kernel's
- *            own reclaim: memory.low on v2, memory.soft_limit_in_bytes on
- *            v1 (above its soft limit a v1 group is reclaimed first);
- *   reclaim  ask the kernel to reclaim N bytes from the guest's group:
- *            memory.reclaim, v2 only; used when process_madvise() is not
- *            allowed.
+ * /machine/qemu-N-NAME.libvirt-qemu on v1), and what host-side reclaim
+ * does with it: keep the guest's measured working set from the host
+ * kernel's own reclaim, memory.low on v2, memory.soft_limit_in_bytes on v1
+ * (above its soft limit a v1 group is reclaimed first).
  * Only a cgroup that holds this QEMU alone is touched: a shared group
  * (several guests in one cgroup) has no per-guest knob.
  */
@@ -41,7 +37,5 @@ int qemu_memcg_find(pid_t pid, qemu_memcg *out);
 /* 1 if pid is the only process in the group, 0 if not, -1 unreadable. */
 int memcg_sole_owner(const qemu_memcg *m, pid_t pid);
 int memcg_protect(const qemu_memcg *m, uint64_t bytes);
-/* -1 with errno ENOTSUP on v1. */
-int memcg_reclaim(const qemu_memcg *m, uint64_t bytes);
 
 #endif

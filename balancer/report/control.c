@@ -10,7 +10,7 @@
  * Requests are read from the main loop without blocking and are capped
  * at CONTROL_MAX_REQUEST bytes.
  */
-#include "control.h"
+#include "report/control.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,15 +25,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "balancer.h"
-#include "host_swap.h"
-#include "log.h"
+#include "util/log.h"
 
 #define CONTROL_MAX_REQUEST 4096
 #define CONTROL_MAX_CLIENTS 16
 
 struct control_server {
-    balancer *b;
+    const control_ops *ops;
+    void *ctx;
     char *path;
     int fd;
     guint watch;
@@ -48,25 +47,12 @@ typedef struct {
     size_t len;
 } client;
 
-static const char *guest_state_name(const guest *g)
-{
-    if (g->policy.mode == VM_MODE_OFF)
-        return "off";
-    if (!g->view.stats_valid)
-        return "no-stats";
-    if (g->view.thrashing)
-        return "thrashing";
-    if (g->view.streaming)
-        return "streaming";
-    return "ok";
-}
-
 static json_object *u64(uint64_t v)
 {
     return json_object_new_uint64(v);
 }
 
-static json_object *policy_json(const guest *g)
+static json_object *policy_json(const snapshot_guest *g)
 {
     json_object *p = json_object_new_object();
     json_object_object_add(p, "mode", json_object_new_string(vm_mode_name(g->policy.mode)));
@@ -83,14 +69,14 @@ static json_object *policy_json(const guest *g)
     return p;
 }
 
-static json_object *guest_json(const guest *g, bool detail)
+static json_object *guest_json(const snapshot_guest *g, bool detail)
 {
     const guest_view *v = &g->view;
     json_object *o = json_object_new_object();
     json_object_object_add(o, "domain", json_object_new_string(g->name));
     json_object_object_add(o, "uuid", json_object_new_string(g->uuid));
     json_object_object_add(o, "actual_bytes", u64(v->actual_bytes));
-    json_object_object_add(o, "target_bytes", u64(guest_shown_target(g)));
+    json_object_object_add(o, "target_bytes", u64(g->target_bytes));
     json_object_object_add(o, "floor_bytes", u64(v->floor_bytes));
     json_object_object_add(o, "ceiling_bytes", u64(v->ceiling_bytes));
     json_object_object_add(o, "cache_bytes", u64(v->cache_bytes));
@@ -98,14 +84,14 @@ static json_object *guest_json(const guest *g, bool detail)
     json_object_object_add(o, "free_bytes", u64(v->free_bytes));
     json_object_object_add(o, "swap_in_bytes_per_second", json_object_new_double(v->swap_in_bps));
     json_object_object_add(o, "major_faults_per_second", json_object_new_double(v->major_faults_ps));
-    json_object_object_add(o, "state", json_object_new_string(guest_state_name(g)));
-    json_object_object_add(o, "reason", json_object_new_string(g->last_reason));
+    json_object_object_add(o, "state", json_object_new_string(snapshot_guest_state(g)));
+    json_object_object_add(o, "reason", json_object_new_string(g->reason));
     if (detail) {
         json_object_object_add(o, "stats_valid", json_object_new_boolean(v->stats_valid));
         json_object_object_add(o, "thrashing", json_object_new_boolean(v->thrashing));
         json_object_object_add(o, "streaming", json_object_new_boolean(v->streaming));
-        json_object_object_add(o, "quiet_samples", json_object_new_int((int)g->cls.quiet));
-        json_object_object_add(o, "last_set_bytes", u64(g->last_target));
+        json_object_object_add(o, "quiet_samples", json_object_new_int((int)g->quiet_samples));
+        json_object_object_add(o, "last_set_bytes", u64(g->last_set_bytes));
         json_object_object_add(o, "balloon_operations", u64(g->balloon_ops));
         json_object_object_add(o, "balloon_errors", u64(g->balloon_errors));
         json_object_object_add(o, "clamped_values", u64(g->clamped_values));
@@ -113,8 +99,8 @@ static json_object *guest_json(const guest *g, bool detail)
         json_object_object_add(o, "unbacked_claims", u64(g->unbacked_claims));
         json_object_object_add(o, "disk_read_bytes_per_second", json_object_new_double(g->disk_read_bps));
         json_object_object_add(o, "policy", policy_json(g));
-        host_swap_guest_stats hs;
-        if (host_swap_guest_stats_get(g, &hs)) {
+        const host_swap_guest_stats hs = g->reclaim;
+        if (hs.active) {
             json_object *h = json_object_new_object();
             json_object_object_add(h, "resident_bytes", u64(hs.resident_bytes));
             json_object_object_add(h, "swapped_bytes", u64(hs.swapped_bytes));
@@ -131,16 +117,6 @@ static json_object *guest_json(const guest *g, bool detail)
     return o;
 }
 
-static const guest *find_by_name(const balancer *b, const char *name)
-{
-    for (guint i = 0; name && i < b->guests->len; i++) {
-        const guest *g = g_ptr_array_index(b->guests, i);
-        if (strcmp(g->name, name) == 0 || strcmp(g->uuid, name) == 0)
-            return g;
-    }
-    return NULL;
-}
-
 static json_object *error_reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static json_object *error_reply(const char *fmt, ...)
 {
@@ -155,11 +131,11 @@ static json_object *error_reply(const char *fmt, ...)
     return r;
 }
 
-static json_object *status_reply(const balancer *b)
+static json_object *status_reply(const snapshot *b)
 {
     json_object *r = json_object_new_object();
     json_object_object_add(r, "ok", json_object_new_boolean(1));
-    json_object_object_add(r, "policy", json_object_new_string(b->policy->name));
+    json_object_object_add(r, "policy", json_object_new_string(b->policy_name));
     json_object_object_add(r, "paused", json_object_new_boolean(b->paused));
     json_object_object_add(r, "dry_run", json_object_new_boolean(b->dry_run));
     json_object_object_add(r, "reclaiming", json_object_new_boolean(b->reclaiming));
@@ -173,14 +149,15 @@ static json_object *status_reply(const balancer *b)
     json_object_object_add(h, "watermark_high_bytes", u64(b->wm.high));
     json_object_object_add(r, "host", h);
     json_object *gs = json_object_new_array();
-    for (guint i = 0; i < b->guests->len; i++)
-        json_object_array_add(gs, guest_json(g_ptr_array_index(b->guests, i), false));
+    for (size_t i = 0; i < b->n_guests; i++)
+        json_object_array_add(gs, guest_json(&b->guests[i], false));
     json_object_object_add(r, "guests", gs);
     return r;
 }
 
-char *control_handle(balancer *b, const char *line)
+static char *control_handle(const control_server *srv, const char *line)
 {
+    const snapshot *b = srv->ops->snapshot(srv->ctx);
     json_tokener *tok = json_tokener_new_ex(8);
     json_object *req = json_tokener_parse_ex(tok, line, (int)strlen(line));
     bool ok = req && json_tokener_get_error(tok) == json_tokener_success &&
@@ -197,13 +174,14 @@ char *control_handle(balancer *b, const char *line)
     if (strcmp(cmd, "status") == 0) {
         r = status_reply(b);
     } else if (strcmp(cmd, "pause") == 0 || strcmp(cmd, "resume") == 0) {
-        b->paused = cmd[0] == 'p';
-        log_info("balancing %s by balancerctl", b->paused ? "paused" : "resumed");
+        bool paused = cmd[0] == 'p';
+        srv->ops->set_paused(srv->ctx, paused);
+        log_info("balancing %s by balancerctl", paused ? "paused" : "resumed");
         r = json_object_new_object();
         json_object_object_add(r, "ok", json_object_new_boolean(1));
-        json_object_object_add(r, "paused", json_object_new_boolean(b->paused));
+        json_object_object_add(r, "paused", json_object_new_boolean(paused));
     } else if (strcmp(cmd, "policy") == 0 || strcmp(cmd, "explain") == 0) {
-        const guest *g = find_by_name(b, dom);
+        const snapshot_guest *g = snapshot_find(b, dom);
         if (!dom) {
             r = error_reply("%s needs a \"domain\"", cmd);
         } else if (!g) {
@@ -217,7 +195,7 @@ char *control_handle(balancer *b, const char *line)
             } else {
                 json_object_object_add(r, "guest", guest_json(g, true));
                 json_object_object_add(r, "host_summary", json_object_new_string(b->summary));
-                json_object_object_add(r, "policy_name", json_object_new_string(b->policy->name));
+                json_object_object_add(r, "policy_name", json_object_new_string(b->policy_name));
             }
         }
     } else {
@@ -285,7 +263,7 @@ static gboolean client_readable(gint fd, GIOCondition cond, gpointer data)
     if (!nl && c->len >= CONTROL_MAX_REQUEST) {
         client_reply(c, "{\"ok\":false,\"error\":\"request too long\"}\n");
     } else if (c->len > 0) {
-        char *reply = control_handle(c->srv->b, c->buf);
+        char *reply = control_handle(c->srv, c->buf);
         client_reply(c, reply);
         g_free(reply);
     }
@@ -313,7 +291,7 @@ static gboolean accept_ready(gint fd, GIOCondition cond, gpointer data)
     return G_SOURCE_CONTINUE;
 }
 
-control_server *control_start(balancer *b, const char *path, char **err)
+control_server *control_start(const char *path, const control_ops *ops, void *ctx, char **err)
 {
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
     if (strlen(path) >= sizeof(addr.sun_path)) {
@@ -340,7 +318,8 @@ control_server *control_start(balancer *b, const char *path, char **err)
         return NULL;
     }
     control_server *s = g_new0(control_server, 1);
-    s->b = b;
+    s->ops = ops;
+    s->ctx = ctx;
     s->fd = fd;
     s->path = g_strdup(path);
     s->watch = g_unix_fd_add(fd, G_IO_IN, accept_ready, s);

@@ -2,12 +2,20 @@
 #ifndef MEMBAL_CONTROL_H
 #define MEMBAL_CONTROL_H
 
-typedef struct balancer balancer;
+#include <stdbool.h>
+
+#include "report/snapshot.h"
+
 typedef struct control_server control_server;
 
-control_server *control_start(balancer *b, const char *path, char **err);
+/* What the socket may ask of the daemon: the latest snapshot (its
+ * answers are rendered from it) and pausing. */
+typedef struct {
+    const snapshot *(*snapshot)(void *ctx);
+    void (*set_paused)(void *ctx, bool paused);
+} control_ops;
+
+control_server *control_start(const char *path, const control_ops *ops, void *ctx, char **err);
 void control_stop(control_server *s);
-/* Answer one request line; returns a newline-terminated JSON reply (g_free it). */
-char *control_handle(balancer *b, const char *line);
 
 #endif

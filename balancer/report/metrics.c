@@ -1,4 +1,4 @@
-#include "metrics.h"
+#include "report/metrics.h"
 
 #include <microhttpd.h>
 #include <netdb.h>
@@ -7,19 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "balancer.h"
-#include "host_swap.h"
-
-const double tick_bucket_bounds[TICK_BUCKETS] = { 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5 };
-
-void tick_histogram_observe(tick_histogram *h, double seconds)
-{
-    for (int i = 0; i < TICK_BUCKETS; i++)
-        if (seconds <= tick_bucket_bounds[i])
-            h->bucket[i]++;
-    h->count++;
-    h->sum += seconds;
-}
 
 /* Label values are escaped as the exposition format requires. */
 static void append_escaped(GString *s, const char *v)
@@ -41,14 +28,14 @@ static void header(GString *s, const char *name, const char *type, const char *h
     g_string_append_printf(s, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-typedef double (*guest_value)(const guest *g);
+typedef double (*guest_value)(const snapshot_guest *g);
 
-static void guest_family(GString *s, const balancer *b, const char *name, const char *type,
+static void guest_family(GString *s, const snapshot *b, const char *name, const char *type,
                          const char *help, guest_value fn)
 {
     header(s, name, type, help);
-    for (guint i = 0; i < b->guests->len; i++) {
-        const guest *g = g_ptr_array_index(b->guests, i);
+    for (size_t i = 0; i < b->n_guests; i++) {
+        const snapshot_guest *g = &b->guests[i];
         g_string_append_printf(s, "%s{domain=\"", name);
         append_escaped(s, g->name);
         g_string_append(s, "\",uuid=\"");
@@ -59,49 +46,40 @@ static void guest_family(GString *s, const balancer *b, const char *name, const 
 
 /* Guest-reported counters: -1 (not reported) becomes absent, not 0. */
 #define GUEST_COUNTER(fn, field) \
-    static double fn(const guest *g) { return g->cur.field < 0 ? 0 : (double)g->cur.field; }
+    static double fn(const snapshot_guest *g) { return g->field < 0 ? 0 : (double)g->field; }
 
-static double gv_actual(const guest *g) { return (double)g->view.actual_bytes; }
-static double gv_target(const guest *g) { return (double)guest_shown_target(g); }
-static double gv_floor(const guest *g) { return (double)g->view.floor_bytes; }
-static double gv_ceiling(const guest *g) { return (double)g->view.ceiling_bytes; }
-static double gv_free(const guest *g) { return (double)g->view.free_bytes; }
-static double gv_avail(const guest *g) { return (double)g->view.available_bytes; }
-static double gv_cache(const guest *g) { return (double)g->view.cache_bytes; }
+static double gv_actual(const snapshot_guest *g) { return (double)g->view.actual_bytes; }
+static double gv_target(const snapshot_guest *g) { return (double)g->target_bytes; }
+static double gv_floor(const snapshot_guest *g) { return (double)g->view.floor_bytes; }
+static double gv_ceiling(const snapshot_guest *g) { return (double)g->view.ceiling_bytes; }
+static double gv_free(const snapshot_guest *g) { return (double)g->view.free_bytes; }
+static double gv_avail(const snapshot_guest *g) { return (double)g->view.available_bytes; }
+static double gv_cache(const snapshot_guest *g) { return (double)g->view.cache_bytes; }
 GUEST_COUNTER(gv_swap_in, swap_in_bytes)
 GUEST_COUNTER(gv_swap_out, swap_out_bytes)
 GUEST_COUNTER(gv_majflt, major_faults)
-static double gv_thrash(const guest *g) { return g->view.thrashing; }
-static double gv_stream(const guest *g) { return g->view.streaming; }
-static double gv_stale(const guest *g) { return !g->view.stats_valid; }
-static double gv_reclaimed(const guest *g) { return (double)g->reclaimed_bytes; }
-static double gv_returned(const guest *g) { return (double)g->returned_bytes; }
-static double gv_ops(const guest *g) { return (double)g->balloon_ops; }
-static double gv_errs(const guest *g) { return (double)g->balloon_errors; }
-static double gv_perrs(const guest *g) { return (double)g->policy_errors; }
-static double gv_clamped(const guest *g) { return (double)g->clamped_values; }
-static double gv_off(const guest *g) { return g->policy.mode == VM_MODE_OFF; }
-static double gv_unbacked(const guest *g) { return (double)g->unbacked_claims; }
-static double agent_counter(const guest *g, int idx)
-{
-    return g->agent.have && g->agent.cur.vmstat[idx] >= 0 ? (double)g->agent.cur.vmstat[idx] : 0;
-}
-static double gv_ref_anon(const guest *g) { return agent_counter(g, AV_REFAULT_ANON); }
-static double gv_ref_file(const guest *g) { return agent_counter(g, AV_REFAULT_FILE); }
-static double gv_agent_msgs(const guest *g) { return (double)g->agent.messages; }
-static double gv_agent_resets(const guest *g) { return (double)g->agent.resets; }
-static double gv_agent_clamped(const guest *g) { return (double)g->agent.clamped; }
-static double gv_agent_psi(const guest *g) { return g->view.agent_fresh && g->agent.cur.psi_some_avg10 >= 0 ? g->agent.cur.psi_some_avg10 : 0; }
-static double gv_agent_up(const guest *g) { return g->view.agent_fresh; }
+static double gv_thrash(const snapshot_guest *g) { return g->view.thrashing; }
+static double gv_stream(const snapshot_guest *g) { return g->view.streaming; }
+static double gv_stale(const snapshot_guest *g) { return !g->view.stats_valid; }
+static double gv_reclaimed(const snapshot_guest *g) { return (double)g->reclaimed_bytes; }
+static double gv_returned(const snapshot_guest *g) { return (double)g->returned_bytes; }
+static double gv_ops(const snapshot_guest *g) { return (double)g->balloon_ops; }
+static double gv_errs(const snapshot_guest *g) { return (double)g->balloon_errors; }
+static double gv_perrs(const snapshot_guest *g) { return (double)g->policy_errors; }
+static double gv_clamped(const snapshot_guest *g) { return (double)g->clamped_values; }
+static double gv_off(const snapshot_guest *g) { return g->policy.mode == VM_MODE_OFF; }
+static double gv_unbacked(const snapshot_guest *g) { return (double)g->unbacked_claims; }
+GUEST_COUNTER(gv_ref_anon, agent_refaults_anon)
+GUEST_COUNTER(gv_ref_file, agent_refaults_file)
+static double gv_agent_msgs(const snapshot_guest *g) { return (double)g->agent_messages; }
+static double gv_agent_resets(const snapshot_guest *g) { return (double)g->agent_resets; }
+static double gv_agent_clamped(const snapshot_guest *g) { return (double)g->agent_clamped; }
+static double gv_agent_psi(const snapshot_guest *g) { return g->view.agent_fresh && g->view.agent_psi_some >= 0 ? g->view.agent_psi_some : 0; }
+static double gv_agent_up(const snapshot_guest *g) { return g->view.agent_fresh; }
 
 /* Host-side reclaim, per guest (0 for a guest not being scanned). */
 #define HSWAP_VALUE(fn, field) \
-    static double fn(const guest *g) \
-    { \
-        host_swap_guest_stats st; \
-        host_swap_guest_stats_get(g, &st); \
-        return (double)st.field; \
-    }
+    static double fn(const snapshot_guest *g) { return (double)g->reclaim.field; }
 HSWAP_VALUE(hs_active, active)
 HSWAP_VALUE(hs_resident, resident_bytes)
 HSWAP_VALUE(hs_swapped, swapped_bytes)
@@ -114,10 +92,9 @@ HSWAP_VALUE(hs_age, cold_age_scans)
 HSWAP_VALUE(hs_budget, budget_bytes)
 HSWAP_VALUE(hs_protected, protected_bytes)
 
-static void host_reclaim_metrics(GString *s, const balancer *b)
+static void host_reclaim_metrics(GString *s, const snapshot *b)
 {
-    host_swap_stats hs;
-    host_swap_stats_get(b, &hs);
+    const host_swap_stats hs = b->reclaim;
     header(s, "balancer_host_reclaim_enabled", "gauge", "1 when host-side reclaim of cold guest memory is on.");
     g_string_append_printf(s, "balancer_host_reclaim_enabled{source=\"%s\"} %d\n", hs.enabled ? hs.source : "",
                            hs.enabled ? 1 : 0);
@@ -144,12 +121,12 @@ static void host_reclaim_metrics(GString *s, const balancer *b)
     guest_family(s, b, "balancer_guest_host_protected_bytes", "gauge", "Working set protected in the guest's memory cgroup (memory.low or soft limit).", hs_protected);
 }
 
-GString *metrics_render(const balancer *b)
+GString *metrics_render(const snapshot *b)
 {
     GString *s = g_string_sized_new(4096);
     header(s, "balancer_info", "gauge", "Version and active policy.");
     g_string_append_printf(s, "balancer_info{version=\"%s\",policy=\"%s\",backend=\"%s\"} 1\n",
-                           MEMBAL_VERSION, b->policy->name, b->backend->name);
+                           MEMBAL_VERSION, b->policy_name, b->backend_name);
 
     guest_family(s, b, "balancer_guest_actual_bytes", "gauge", "Current balloon size.", gv_actual);
     guest_family(s, b, "balancer_guest_target_bytes", "gauge", "Balloon size the policy chose last tick.", gv_target);
@@ -181,15 +158,15 @@ GString *metrics_render(const balancer *b)
     guest_family(s, b, "balancer_guest_agent_resets_total", "counter", "Agent counters that went backwards.", gv_agent_resets);
     guest_family(s, b, "balancer_guest_agent_clamped_values_total", "counter", "Agent sizes above the guest's memory.", gv_agent_clamped);
     header(s, "balancer_guest_agent_rejected_total", "counter", "Agent messages rejected, by reason.");
-    for (guint i = 0; i < b->guests->len; i++) {
-        const guest *g = g_ptr_array_index(b->guests, i);
+    for (size_t i = 0; i < b->n_guests; i++) {
+        const snapshot_guest *g = &b->guests[i];
         for (int r = 0; r < AGENT_REJ_COUNT; r++) {
             g_string_append(s, "balancer_guest_agent_rejected_total{domain=\"");
             append_escaped(s, g->name);
             g_string_append(s, "\",uuid=\"");
             append_escaped(s, g->uuid);
             g_string_append_printf(s, "\",reason=\"%s\"} %llu\n", agent_reject_names[r],
-                                   (unsigned long long)g->agent.rejected[r]);
+                                   (unsigned long long)g->agent_rejected[r]);
         }
     }
 
@@ -217,7 +194,7 @@ GString *metrics_render(const balancer *b)
     header(s, "balancer_paused", "gauge", "1 while balancing is paused (balancerctl pause).");
     g_string_append_printf(s, "balancer_paused %d\n", b->paused ? 1 : 0);
     header(s, "balancer_guests", "gauge", "Guests managed.");
-    g_string_append_printf(s, "balancer_guests %u\n", b->guests->len);
+    g_string_append_printf(s, "balancer_guests %zu\n", b->n_guests);
 
     header(s, "balancer_tick_duration_seconds", "histogram", "Time one balancing round took.");
     for (int i = 0; i < TICK_BUCKETS; i++)
@@ -229,7 +206,7 @@ GString *metrics_render(const balancer *b)
     g_string_append_printf(s, "balancer_tick_duration_seconds_count %llu\n", (unsigned long long)b->tick_hist.count);
 
     header(s, "balancer_backend_reconnects_total", "counter", "Reconnections to libvirt or QMP.");
-    g_string_append_printf(s, "balancer_backend_reconnects_total{backend=\"%s\"} %llu\n", b->backend->name,
+    g_string_append_printf(s, "balancer_backend_reconnects_total{backend=\"%s\"} %llu\n", b->backend_name,
                            (unsigned long long)b->backend_reconnects);
     header(s, "balancer_backend_errors_total", "counter", "Failed balloon operations.");
     g_string_append_printf(s, "balancer_backend_errors_total %llu\n", (unsigned long long)b->backend_errors);

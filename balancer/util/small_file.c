@@ -1,5 +1,5 @@
 /* Whole small files; see small_file.h. */
-#include "small_file.h"
+#include "util/small_file.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "classify.h"
-#include "policy.h"
+#include "policies/classify.h"
+#include "policies/policy.h"
 
 typedef enum { K_WORKSET, K_STREAM, K_IDLE, K_GROWING, K_KINDS } kind;
 static const char *const kind_name[K_KINDS] = { "working-set", "streaming", "idle", "growing" };

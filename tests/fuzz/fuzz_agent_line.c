@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent_proto.h"
-#include "qmp_framer.h"
+#include "agent/agent_proto.h"
+#include "qmp/qmp_framer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "metadata_xml.h"
+#include "config/metadata_xml.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guest_ram.h"
-#include "qemu_memcg.h"
+#include "reclaim/guest_ram.h"
+#include "reclaim/qemu_memcg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "qmp.h"
-#include "qmp_internal.h"
+#include "qmp/qmp.h"
+#include "qmp/qmp_internal.h"
 
 static void on_reply(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
 {

@@ -23,10 +23,10 @@
 #include <libvirt/virterror.h>
 
 #include "cleanup.h"
-#include "host_reclaim.h"
+#include "reclaim/host_reclaim.h"
 #include "test_util.h"
 #include "guest_vm.h"
-#include "qmp.h"
+#include "qmp/qmp.h"
 
 #define MIB (1024ULL * 1024ULL)
 #define URI "https://membal.dev/xmlns/policy/1"

@@ -14,7 +14,7 @@
 
 #include "cleanup.h"
 #include "guest_vm.h"
-#include "qmp.h"
+#include "qmp/qmp.h"
 
 #define MIB (1024ULL * 1024ULL)
 #define GUEST_MIB 512

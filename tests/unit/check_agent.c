@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent_proto.h"
-#include "classify.h"
-#include "policy.h"
+#include "agent/agent_proto.h"
+#include "policies/classify.h"
+#include "policies/policy.h"
 
 /* A line as the real agent sent it from the test guest. */
 static const char *real_line =

@@ -14,13 +14,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "guest.h"
-#include "host_cgroup.h"
-#include "host_meminfo.h"
-#include "metadata_xml.h"
-#include "qemu_memcg.h"
-#include "size_parse.h"
+#include "config/config.h"
+#include "core/guest.h"
+#include "host/host_cgroup.h"
+#include "host/host_meminfo.h"
+#include "config/metadata_xml.h"
+#include "reclaim/qemu_memcg.h"
+#include "config/size_parse.h"
 
 /* ---- sizes ---- */
 
@@ -329,9 +329,6 @@ START_TEST(qemu_memcg_find_and_write)
     ck_assert_int_eq(memcg_sole_owner(&m, 1), 0);
     ck_assert_int_eq(memcg_protect(&m, 64 * MIB), 0);
     ck_assert_uint_eq(read_num(m.dir, "memory.soft_limit_in_bytes"), 64 * MIB);
-    errno = 0;
-    ck_assert_int_eq(memcg_reclaim(&m, MIB), -1);
-    ck_assert_int_eq(errno, ENOTSUP);
     write_conf("v1/machine/vm1.libvirt-qemu/cgroup.procs", "4242\n4243\n");
     ck_assert_int_eq(memcg_sole_owner(&m, 4242), 0);
 
@@ -341,8 +338,6 @@ START_TEST(qemu_memcg_find_and_write)
     ck_assert_int_eq(m.kind, MEMCG_V2);
     ck_assert_int_eq(memcg_protect(&m, 32 * MIB), 0);
     ck_assert_uint_eq(read_num(m.dir, "memory.low"), 32 * MIB);
-    ck_assert_int_eq(memcg_reclaim(&m, 8 * MIB), 0);
-    ck_assert_uint_eq(read_num(m.dir, "memory.reclaim"), 8 * MIB);
 
     /* no memory controller anywhere */
     ck_assert_int_eq(memcg_resolve("3:cpu:/x\n0::/\n", "/nonexistent", "", &m), -1);

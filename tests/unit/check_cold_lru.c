@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cold_lru.h"
+#include "policies/cold_lru.h"
 
 #define PAGE 4096ULL
 #define CHUNK (2ULL * 1024 * 1024)

@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "classify.h"
-#include "policy.h"
+#include "policies/classify.h"
+#include "policies/policy.h"
+#include "policies/reclaim_plan.h"
 
 #define NG 4
 
@@ -524,6 +525,77 @@ START_TEST(streaming_needs_big_cache_and_no_faults)
 }
 END_TEST
 
+/* ---- host reclaim: how much, from which node, who gives first ---- */
+
+START_TEST(reclaim_shortfall_only_below_low)
+{
+    /* at or above low: nothing, whatever high says */
+    ck_assert_uint_eq(reclaim_shortfall(500 * MIB, 500 * MIB, 800 * MIB, 0), 0);
+    /* below low: up to high */
+    ck_assert_uint_eq(reclaim_shortfall(400 * MIB, 500 * MIB, 800 * MIB, 0), 400 * MIB);
+    /* what the balloons bring this tick counts first */
+    ck_assert_uint_eq(reclaim_shortfall(400 * MIB, 500 * MIB, 800 * MIB, 100 * MIB), 300 * MIB);
+    ck_assert_uint_eq(reclaim_shortfall(400 * MIB, 500 * MIB, 800 * MIB, 500 * MIB), 0);
+}
+END_TEST
+
+START_TEST(reclaim_wants_per_node_classzone)
+{
+    host_view host = { .total_bytes = 8 * GIB, .available_bytes = 3 * GIB };
+    watermarks wm = { .min = 512 * MIB, .low = 1 * GIB, .high = 2 * GIB };
+    reclaim_want w[2];
+    /* one node: the host as a whole, here above low */
+    reclaim_node one = { 0, 8 * GIB, 3 * GIB };
+    ck_assert_uint_eq(reclaim_plan_wants(&host, &wm, &one, 1, 0, w), 0);
+    host.available_bytes = 768 * MIB;
+    ck_assert_uint_eq(reclaim_plan_wants(&host, &wm, &one, 1, 0, w), 1);
+    ck_assert_int_eq(w[0].node, -1);
+    ck_assert_uint_eq(w[0].bytes, 2 * GIB - 768 * MIB);
+    /* two equal nodes, node 1 short of its half of low (512 MiB) although
+     * the host as a whole is fine: only node 1 gives, up to its half of high */
+    host.available_bytes = 3 * GIB;
+    reclaim_node two[2] = { { 0, 4 * GIB, 2 * GIB + 768 * MIB }, { 1, 4 * GIB, 256 * MIB } };
+    ck_assert_uint_eq(reclaim_plan_wants(&host, &wm, two, 2, 0, w), 1);
+    ck_assert_int_eq(w[0].node, 1);
+    ck_assert_uint_eq(w[0].bytes, 1 * GIB - 256 * MIB);
+    /* no node short, the host short: host-wide */
+    two[1].reclaimable_bytes = 2 * GIB;
+    host.available_bytes = 512 * MIB;
+    ck_assert_uint_eq(reclaim_plan_wants(&host, &wm, two, 2, 0, w), 1);
+    ck_assert_int_eq(w[0].node, -1);
+}
+END_TEST
+
+START_TEST(reclaim_givers_streaming_then_coldest_never_protected)
+{
+    guest_view v[5];
+    memset(v, 0, sizeof(v));
+    for (int i = 0; i < 5; i++)
+        vm_policy_default(&v[i].policy);
+    v[1].thrashing = true;          /* its working set does not fit */
+    v[2].policy.mode = VM_MODE_OFF; /* the operator's */
+    v[3].policy.protect = true;
+    v[4].streaming = true;
+    reclaim_candidate c[5] = { { &v[0], 100 * MIB }, { &v[1], 900 * MIB }, { &v[2], 900 * MIB },
+                               { &v[3], 900 * MIB }, { &v[4], 10 * MIB } };
+    size_t order[5];
+    ck_assert_uint_eq(reclaim_plan_givers(c, 5, order), 2);
+    ck_assert_uint_eq(order[0], 4); /* streaming first, however little is cold */
+    ck_assert_uint_eq(order[1], 0);
+    ck_assert(!reclaim_may_take(&v[1]) && !reclaim_may_take(&v[2]) && !reclaim_may_take(&v[3]));
+    /* among equals, the most cold memory first */
+    guest_view w[3];
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 3; i++)
+        vm_policy_default(&w[i].policy);
+    reclaim_candidate d[3] = { { &w[0], 10 * MIB }, { &w[1], 300 * MIB }, { &w[2], 20 * MIB } };
+    ck_assert_uint_eq(reclaim_plan_givers(d, 3, order), 3);
+    ck_assert_uint_eq(order[0], 1);
+    ck_assert_uint_eq(order[1], 2);
+    ck_assert_uint_eq(order[2], 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("policies");
@@ -553,5 +625,10 @@ int main(void)
     tcase_add_test(tcl, thrash_enters_and_exits_with_hysteresis);
     tcase_add_test(tcl, streaming_needs_big_cache_and_no_faults);
     suite_add_tcase(s, tcl);
+    TCase *tr = tcase_create("reclaim_plan");
+    tcase_add_test(tr, reclaim_shortfall_only_below_low);
+    tcase_add_test(tr, reclaim_wants_per_node_classzone);
+    tcase_add_test(tr, reclaim_givers_streaming_then_coldest_never_protected);
+    suite_add_tcase(s, tr);
     return check_run_suite(s, CK_FORK);
 }

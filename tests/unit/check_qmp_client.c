@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "fake_qmp.h"
-#include "qmp.h"
-#include "qmp_glib.h"
+#include "qmp/qmp.h"
+#include "qmp/qmp_glib.h"
 
 #define T_MS 3000
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qmp_framer.h"
+#include "qmp/qmp_framer.h"
 
 static int drain(qmp_framer *f, char out[][256], int max)
 {

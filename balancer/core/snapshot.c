@@ -1,0 +1,65 @@
+/* Build the per-tick snapshot from the core's state; see report/snapshot.h. */
+#include "core/balancer_priv.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void guest_row(const guest *g, snapshot_guest *r)
+{
+    snprintf(r->name, sizeof(r->name), "%s", g->hv.name);
+    snprintf(r->uuid, sizeof(r->uuid), "%s", g->hv.uuid);
+    r->view = g->view;
+    r->view.name = r->name;
+    r->view.uuid = r->uuid;
+    r->policy = g->policy;
+    r->policy_from_metadata = g->policy_from_metadata;
+    snprintf(r->policy_error, sizeof(r->policy_error), "%s", g->policy_error);
+    r->policy_errors = g->policy_errors;
+    r->target_bytes = guest_shown_target(g);
+    r->last_set_bytes = g->last_target;
+    snprintf(r->reason, sizeof(r->reason), "%s", g->last_reason);
+    r->quiet_samples = g->cls.quiet;
+    r->balloon_ops = g->balloon_ops;
+    r->balloon_errors = g->balloon_errors;
+    r->reclaimed_bytes = g->reclaimed_bytes;
+    r->returned_bytes = g->returned_bytes;
+    r->clamped_values = g->clamped_values;
+    r->counter_resets = g->counter_resets;
+    r->unbacked_claims = g->unbacked_claims;
+    r->disk_read_bps = g->disk_read_bps;
+    r->swap_in_bytes = g->cur.swap_in_bytes;
+    r->swap_out_bytes = g->cur.swap_out_bytes;
+    r->major_faults = g->cur.major_faults;
+    const agent_state *a = &g->agent;
+    r->agent_refaults_anon = a->have ? a->cur.vmstat[AV_REFAULT_ANON] : -1;
+    r->agent_refaults_file = a->have ? a->cur.vmstat[AV_REFAULT_FILE] : -1;
+    r->agent_messages = a->messages;
+    r->agent_resets = a->resets;
+    r->agent_clamped = a->clamped;
+    memcpy(r->agent_rejected, a->rejected, sizeof(r->agent_rejected));
+    host_swap_guest_stats_get(g->hswap, &r->reclaim);
+}
+
+snapshot *balancer_snapshot_build(const balancer *b)
+{
+    snapshot *s = g_new0(snapshot, 1);
+    s->policy_name = b->policy->name;
+    s->backend_name = b->backend->name;
+    s->ticks = b->ticks;
+    s->paused = b->paused;
+    s->dry_run = b->dry_run;
+    s->reclaiming = b->reclaiming;
+    snprintf(s->summary, sizeof(s->summary), "%s", b->summary);
+    s->host = b->host;
+    s->wm = b->wm;
+    s->tick_hist = b->tick_hist;
+    s->backend_reconnects = b->hv.reconnects;
+    s->backend_errors = b->backend_errors;
+    s->policy_errors = b->policy_errors;
+    host_swap_stats_get(b->hswap, &s->reclaim);
+    s->n_guests = b->guests->len;
+    s->guests = g_new0(snapshot_guest, s->n_guests ? s->n_guests : 1);
+    for (size_t i = 0; i < s->n_guests; i++)
+        guest_row(g_ptr_array_index(b->guests, i), &s->guests[i]);
+    return s;
+}

@@ -1,0 +1,79 @@
+/*
+ * One immutable picture of a tick: the host, its watermarks, and per guest
+ * its view, the decision and its reason, counters and host-reclaim state.
+ * The core builds one at the end of every tick (core/snapshot.c); the
+ * outputs (/metrics, the control socket and so balancerctl) render from
+ * it and from nothing else.
+ */
+#ifndef MEMBAL_SNAPSHOT_H
+#define MEMBAL_SNAPSHOT_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agent/agent_proto.h"
+#include "host/host_meminfo.h"
+#include "policies/policy.h"
+#include "reclaim/host_swap.h"
+
+/* Buckets of balancer_tick_duration_seconds (upper bounds, seconds). */
+#define TICK_BUCKETS 8
+extern const double tick_bucket_bounds[TICK_BUCKETS];
+
+typedef struct {
+    uint64_t bucket[TICK_BUCKETS]; /* cumulative-ready counts per bound */
+    uint64_t count;
+    double sum;
+} tick_histogram;
+
+void tick_histogram_observe(tick_histogram *h, double seconds);
+
+typedef struct {
+    char name[256];
+    char uuid[40];
+    guest_view view;            /* name and uuid point at the fields above */
+    vm_policy policy;           /* effective now (view.policy is as of the last stats) */
+    bool policy_from_metadata;
+    char policy_error[256];     /* last rejected metadata, "" if none */
+    uint64_t policy_errors;
+    uint64_t target_bytes;      /* the policy's last choice, or the current size before it chose */
+    uint64_t last_set_bytes;    /* last balloon target set, 0 none */
+    char reason[96];
+    uint32_t quiet_samples;
+    uint64_t balloon_ops, balloon_errors, reclaimed_bytes, returned_bytes;
+    uint64_t clamped_values, counter_resets, unbacked_claims;
+    double disk_read_bps;       /* host-measured, -1 unknown */
+    int64_t swap_in_bytes, swap_out_bytes, major_faults; /* guest counters, -1 not reported */
+    /* the in-guest agent */
+    int64_t agent_refaults_anon, agent_refaults_file;     /* -1 unknown */
+    uint64_t agent_messages, agent_resets, agent_clamped;
+    uint64_t agent_rejected[AGENT_REJ_COUNT];
+    /* host-side reclaim: reclaim.active when the guest is scanned */
+    host_swap_guest_stats reclaim;
+} snapshot_guest;
+
+typedef struct {
+    const char *policy_name;    /* static strings */
+    const char *backend_name;
+    uint64_t ticks;
+    bool paused, dry_run, reclaiming;
+    char summary[128];
+    host_meminfo host;
+    watermarks wm;
+    tick_histogram tick_hist;
+    uint64_t backend_reconnects, backend_errors, policy_errors;
+    host_swap_stats reclaim;
+    size_t n_guests;
+    snapshot_guest *guests;
+} snapshot;
+
+void snapshot_free(snapshot *s);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(snapshot, snapshot_free)
+
+/* The guest named name (domain name or uuid), or NULL. */
+const snapshot_guest *snapshot_find(const snapshot *s, const char *name);
+/* "off", "no-stats", "thrashing", "streaming" or "ok". */
+const char *snapshot_guest_state(const snapshot_guest *g);
+
+#endif

@@ -1,0 +1,73 @@
+/* Host-reclaim decisions; see reclaim_plan.h. */
+#include "policies/reclaim_plan.h"
+
+#include <stdlib.h>
+
+uint64_t reclaim_shortfall(uint64_t avail, uint64_t low, uint64_t high, uint64_t coming)
+{
+    if (avail >= low)
+        return 0;
+    avail += coming;
+    return avail < high ? high - avail : 0;
+}
+
+size_t reclaim_plan_wants(const host_view *host, const watermarks *wm, const reclaim_node *nodes, size_t n_nodes,
+                          uint64_t balloon_reclaim, reclaim_want *out)
+{
+    size_t k = 0;
+    if (n_nodes > 1 && host->total_bytes) {
+        /* classzone: each node against its share of the watermarks */
+        for (size_t i = 0; i < n_nodes; i++) {
+            double share = (double)nodes[i].total_bytes / (double)host->total_bytes;
+            uint64_t want = reclaim_shortfall(nodes[i].reclaimable_bytes, (uint64_t)((double)wm->low * share),
+                                              (uint64_t)((double)wm->high * share),
+                                              (uint64_t)((double)balloon_reclaim * share));
+            if (want)
+                out[k++] = (reclaim_want){ nodes[i].node, want };
+        }
+        if (k)
+            return k;
+    }
+    uint64_t want = reclaim_shortfall(host->available_bytes, wm->low, wm->high, balloon_reclaim);
+    if (want)
+        out[k++] = (reclaim_want){ -1, want };
+    return k;
+}
+
+bool reclaim_may_take(const guest_view *v)
+{
+    return !v->thrashing && v->policy.mode != VM_MODE_OFF && !v->policy.protect;
+}
+
+/* qsort has no context argument: order a copy of the candidates. */
+typedef struct {
+    size_t idx;
+    bool streaming;
+    uint64_t cold;
+} ranked;
+
+static int giving_order(const void *a, const void *b)
+{
+    const ranked *x = a, *y = b;
+    if (x->streaming != y->streaming)
+        return x->streaming ? -1 : 1;
+    if (x->cold != y->cold)
+        return x->cold > y->cold ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+size_t reclaim_plan_givers(const reclaim_candidate *c, size_t n, size_t *order)
+{
+    ranked *r = malloc((n ? n : 1) * sizeof(*r));
+    if (!r)
+        return 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (reclaim_may_take(c[i].view))
+            r[k++] = (ranked){ i, c[i].view->streaming, c[i].cold_bytes };
+    qsort(r, k, sizeof(*r), giving_order);
+    for (size_t i = 0; i < k; i++)
+        order[i] = r[i].idx;
+    free(r);
+    return k;
+}

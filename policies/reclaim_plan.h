@@ -1,0 +1,60 @@
+/*
+ * Who gives to host-side reclaim, how much, and in which order: the
+ * decisions of the host-reclaim stage (balancer/reclaim/host_swap.c, the
+ * actuator), pure so they are unit-tested on hand-made inputs
+ * (tests/unit/check_policies.c).
+ *
+ *   how much   the host (or, with several NUMA nodes, each node against
+ *              its share of the watermarks: classzone) is short of its
+ *              high watermark once this tick's balloon moves land; nothing
+ *              unless it is below low.
+ *   who        never a thrashing guest, one with mode=off or protect=yes.
+ *   order      streaming guests first, then whoever has the most cold
+ *              memory.
+ */
+#ifndef MEMBAL_RECLAIM_PLAN_H
+#define MEMBAL_RECLAIM_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policies/policy.h"
+
+/* One NUMA node as host reclaim sees it. */
+typedef struct {
+    int node;
+    uint64_t total_bytes;
+    uint64_t reclaimable_bytes;   /* free + file pages on the node */
+} reclaim_node;
+
+/* Bytes to page out, from node (-1: anywhere on the host). */
+typedef struct {
+    int node;
+    uint64_t bytes;
+} reclaim_want;
+
+/* How short avail is of high once coming bytes arrive; 0 unless avail is
+ * below low. */
+uint64_t reclaim_shortfall(uint64_t avail, uint64_t low, uint64_t high, uint64_t coming);
+
+/* What to page out this round: one entry per short node when the host
+ * has several nodes and any is short, else at most one host-wide entry.
+ * out has room for n_nodes entries (at least 1).  Returns the count. */
+size_t reclaim_plan_wants(const host_view *host, const watermarks *wm, const reclaim_node *nodes, size_t n_nodes,
+                          uint64_t balloon_reclaim, reclaim_want *out);
+
+/* A guest that may give to host reclaim at all. */
+bool reclaim_may_take(const guest_view *v);
+
+/* One guest offered to host reclaim. */
+typedef struct {
+    const guest_view *view;
+    uint64_t cold_bytes;          /* resident and idle for the cold age */
+} reclaim_candidate;
+
+/* Indices of the candidates that may give, in giving order, into order
+ * (room for n).  Returns the count. */
+size_t reclaim_plan_givers(const reclaim_candidate *c, size_t n, size_t *order);
+
+#endif
