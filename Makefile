@@ -75,7 +75,8 @@ $(LIBCORE): $(CORE_OBJ)
 $(BALANCERD): $(BUILD)/balancer/main/balancerd.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS)
 
-$(BALANCERCTL): $(BUILD)/balancer/main/balancerctl.o $(BUILD)/balancer/config/size_parse.o
+$(BALANCERCTL): $(BUILD)/balancer/main/balancerctl.o $(BUILD)/balancer/config/size_parse.o \
+		$(BUILD)/balancer/util/error.o
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0) -lm
 
 $(LIBPOLICY): $(POLICY_OBJ)
@@ -111,20 +112,21 @@ $(BUILD)/tests/replay_qmp_reader: $(BUILD)/tests/fuzz/fuzz_qmp_reader.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c)
 $(BUILD)/tests/replay_agent_line: $(BUILD)/tests/fuzz/fuzz_agent_line.o \
-		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/agent/agent_proto.o $(LIBQMP)
-	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c)
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/agent/agent_proto.o \
+		$(BUILD)/balancer/util/error.o $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0)
 $(BUILD)/tests/replay_metadata_xml: $(BUILD)/tests/fuzz/fuzz_metadata_xml.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/config/metadata_xml.o \
-		$(BUILD)/balancer/config/size_parse.o $(BUILD)/policies/vm_policy.o
-	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libxml-2.0) -lm
+		$(BUILD)/balancer/config/size_parse.o $(BUILD)/balancer/util/error.o $(BUILD)/policies/vm_policy.o
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libxml-2.0 glib-2.0) -lm
 $(BUILD)/tests/replay_config: $(BUILD)/tests/fuzz/fuzz_config.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/config/config.o \
-		$(BUILD)/balancer/config/size_parse.o $(LIBPOLICY)
+		$(BUILD)/balancer/config/size_parse.o $(BUILD)/balancer/util/error.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,glib-2.0) -lm
 $(BUILD)/tests/replay_proc_text: $(BUILD)/tests/fuzz/fuzz_proc_text.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/reclaim/guest_ram.o \
-		$(BUILD)/balancer/reclaim/qemu_memcg.o $(BUILD)/balancer/util/small_file.o
-	$(CC) $(SAN) -o $@ $^
+		$(BUILD)/balancer/reclaim/qemu_memcg.o $(BUILD)/balancer/util/small_file.o $(BUILD)/balancer/util/error.o
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,glib-2.0)
 $(BUILD)/tests/fuzz/%.o: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -Wall -Wextra -Werror $(CFLAGS) $(SAN) $(CPPFLAGS) $(call pc_cflags,json-c libxml-2.0 glib-2.0) -MMD -MP -c $< -o $@
@@ -238,26 +240,29 @@ FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader $(BUILD)/fuzz/fuzz_agent_line \
 FUZZ_HDRS    := $(wildcard qmp/*.h balancer/*/*.h policies/*.h)
 $(FUZZ_TARGETS): $(FUZZ_HDRS)
 $(BUILD)/fuzz/fuzz_proc_text: tests/fuzz/fuzz_proc_text.c balancer/reclaim/guest_ram.c \
-		balancer/reclaim/qemu_memcg.c balancer/util/small_file.c
+		balancer/reclaim/qemu_memcg.c balancer/util/small_file.c balancer/util/error.c
 	@mkdir -p $(dir $@)
-	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) -o $@ $(filter %.c,$^)
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) $(call pc_cflags,glib-2.0) \
+	  -o $@ $(filter %.c,$^) $(call pc_libs,glib-2.0)
 $(BUILD)/fuzz/fuzz_qmp_reader: tests/fuzz/fuzz_qmp_reader.c $(QMP_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
 	  $(call pc_cflags,json-c) -o $@ $(filter %.c,$^) $(call pc_libs,json-c)
 
-$(BUILD)/fuzz/fuzz_agent_line: tests/fuzz/fuzz_agent_line.c balancer/agent/agent_proto.c qmp/qmp_framer.c
+$(BUILD)/fuzz/fuzz_agent_line: tests/fuzz/fuzz_agent_line.c balancer/agent/agent_proto.c qmp/qmp_framer.c \
+		balancer/util/error.c
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
-	  $(call pc_cflags,json-c) -o $@ $(filter %.c,$^) $(call pc_libs,json-c) -lm
+	  $(call pc_cflags,json-c glib-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,json-c glib-2.0) -lm
 
 $(BUILD)/fuzz/fuzz_metadata_xml: tests/fuzz/fuzz_metadata_xml.c balancer/config/metadata_xml.c \
-		balancer/config/size_parse.c policies/vm_policy.c
+		balancer/config/size_parse.c policies/vm_policy.c balancer/util/error.c
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
-	  $(call pc_cflags,libxml-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,libxml-2.0) -lm
+	  $(call pc_cflags,libxml-2.0 glib-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,libxml-2.0 glib-2.0) -lm
 
-$(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c balancer/config/config.c balancer/config/size_parse.c $(POLICY_SRC)
+$(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c balancer/config/config.c balancer/config/size_parse.c \
+		balancer/util/error.c $(POLICY_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
 	  $(call pc_cflags,glib-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,glib-2.0) -lm

@@ -1,9 +1,13 @@
 #include "agent/agent_proto.h"
 
+#include <glib.h>
+
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "util/error.h"
 
 #define MAX_COUNTER (1LL << 62)
 #define MAX_KB (1LL << 40) /* 1 EiB in kB: anything above is nonsense */
@@ -21,59 +25,56 @@ const char *const agent_meminfo_names[AM_COUNT] = {
     "inactive_file_kb", "cached_kb", "dirty_kb", "writeback_kb", "swapcached_kb",
 };
 
-static int reject(agent_reject *why, agent_reject r, char *err, size_t errlen, const char *msg,
-                  const char *key)
+static int reject(agent_reject *why, agent_reject r, GError **error, const char *msg, const char *key)
 {
     *why = r;
-    snprintf(err, errlen, "%s%s%.48s", msg, key ? ": " : "", key ? key : "");
+    g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "%s%s%.48s", msg, key ? ": " : "", key ? key : "");
     return -1;
 }
 
 /* Read a group of non-negative integer counters; unknown keys are skipped. */
 static int int_group(json_object *obj, const char *const *names, int n, int64_t *out, int64_t max,
-                     agent_reject *why, char *err, size_t errlen)
+                     agent_reject *why, GError **error)
 {
     for (int i = 0; i < n; i++)
         out[i] = -1;
     if (!obj)
         return 0;
     if (!json_object_is_type(obj, json_type_object))
-        return reject(why, AGENT_REJ_FIELD, err, errlen, "not an object", NULL);
+        return reject(why, AGENT_REJ_FIELD, error, "not an object", NULL);
     for (int i = 0; i < n; i++) {
         json_object *v;
         if (!json_object_object_get_ex(obj, names[i], &v))
             continue;
         if (!json_object_is_type(v, json_type_int))
-            return reject(why, AGENT_REJ_FIELD, err, errlen, "not an integer", names[i]);
+            return reject(why, AGENT_REJ_FIELD, error, "not an integer", names[i]);
         int64_t x = json_object_get_int64(v);
         if (x < 0 || x > max)
-            return reject(why, AGENT_REJ_FIELD, err, errlen, "out of range", names[i]);
+            return reject(why, AGENT_REJ_FIELD, error, "out of range", names[i]);
         out[i] = x;
     }
     return 0;
 }
 
-static int psi_value(json_object *psi, const char *key, double *out, agent_reject *why, char *err,
-                     size_t errlen)
+static int psi_value(json_object *psi, const char *key, double *out, agent_reject *why, GError **error)
 {
     json_object *v;
     *out = -1;
     if (!json_object_object_get_ex(psi, key, &v))
         return 0;
     if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
-        return reject(why, AGENT_REJ_FIELD, err, errlen, "not a number", key);
+        return reject(why, AGENT_REJ_FIELD, error, "not a number", key);
     double d = json_object_get_double(v);
     if (!isfinite(d) || d < 0 || d > 100)
-        return reject(why, AGENT_REJ_FIELD, err, errlen, "out of range", key);
+        return reject(why, AGENT_REJ_FIELD, error, "out of range", key);
     *out = d;
     return 0;
 }
 
-int agent_parse(const char *line, size_t len, agent_report *out, agent_reject *why, char *err,
-                size_t errlen)
+int agent_parse(const char *line, size_t len, agent_report *out, agent_reject *why, GError **error)
 {
     if (len > AGENT_LINE_MAX)
-        return reject(why, AGENT_REJ_TOO_LONG, err, errlen, "line too long", NULL);
+        return reject(why, AGENT_REJ_TOO_LONG, error, "line too long", NULL);
     json_tokener *tok = json_tokener_new_ex(4);
     json_object *msg = json_tokener_parse_ex(tok, line, (int)len);
     bool ok = msg && json_tokener_get_error(tok) == json_tokener_success &&
@@ -81,41 +82,41 @@ int agent_parse(const char *line, size_t len, agent_report *out, agent_reject *w
     json_tokener_free(tok);
     int rc = -1;
     if (!ok) {
-        reject(why, AGENT_REJ_JSON, err, errlen, "not one JSON object", NULL);
+        reject(why, AGENT_REJ_JSON, error, "not one JSON object", NULL);
         goto out;
     }
     json_object *v, *vm = NULL, *mi = NULL, *psi = NULL, *hint = NULL;
     if (!json_object_object_get_ex(msg, "v", &v) || !json_object_is_type(v, json_type_int) ||
         json_object_get_int64(v) != 1) {
-        reject(why, AGENT_REJ_VERSION, err, errlen, "missing or unsupported \"v\"", NULL);
+        reject(why, AGENT_REJ_VERSION, error, "missing or unsupported \"v\"", NULL);
         goto out;
     }
     agent_report r;
     memset(&r, 0, sizeof(r));
     if (!json_object_object_get_ex(msg, "seq", &v) || !json_object_is_type(v, json_type_int) ||
         json_object_get_int64(v) < 0) {
-        reject(why, AGENT_REJ_FIELD, err, errlen, "missing or bad", "seq");
+        reject(why, AGENT_REJ_FIELD, error, "missing or bad", "seq");
         goto out;
     }
     r.seq = (uint64_t)json_object_get_int64(v);
     json_object_object_get_ex(msg, "vmstat", &vm);
     json_object_object_get_ex(msg, "meminfo", &mi);
-    if (int_group(vm, agent_vmstat_names, AV_COUNT, r.vmstat, MAX_COUNTER, why, err, errlen) < 0 ||
-        int_group(mi, agent_meminfo_names, AM_COUNT, r.meminfo_kb, MAX_KB, why, err, errlen) < 0)
+    if (int_group(vm, agent_vmstat_names, AV_COUNT, r.vmstat, MAX_COUNTER, why, error) < 0 ||
+        int_group(mi, agent_meminfo_names, AM_COUNT, r.meminfo_kb, MAX_KB, why, error) < 0)
         goto out;
     r.psi_some_avg10 = r.psi_full_avg10 = -1;
     if (json_object_object_get_ex(msg, "psi", &psi)) {
         if (!json_object_is_type(psi, json_type_object)) {
-            reject(why, AGENT_REJ_FIELD, err, errlen, "not an object", "psi");
+            reject(why, AGENT_REJ_FIELD, error, "not an object", "psi");
             goto out;
         }
-        if (psi_value(psi, "some_avg10", &r.psi_some_avg10, why, err, errlen) < 0 ||
-            psi_value(psi, "full_avg10", &r.psi_full_avg10, why, err, errlen) < 0)
+        if (psi_value(psi, "some_avg10", &r.psi_some_avg10, why, error) < 0 ||
+            psi_value(psi, "full_avg10", &r.psi_full_avg10, why, error) < 0)
             goto out;
     }
     if (json_object_object_get_ex(msg, "hint", &hint)) {
         if (!json_object_is_type(hint, json_type_string)) {
-            reject(why, AGENT_REJ_FIELD, err, errlen, "not a string", "hint");
+            reject(why, AGENT_REJ_FIELD, error, "not a string", "hint");
             goto out;
         }
         r.hint_streaming = strcmp(json_object_get_string(hint), "streaming") == 0;
@@ -200,10 +201,10 @@ void agent_feed_line(agent_state *st, const char *line, size_t len, double now, 
     }
     agent_report r;
     agent_reject why;
-    char err[160];
-    if (agent_parse(line, len, &r, &why, err, sizeof(err)) < 0) {
+    g_autoptr(GError) err = NULL;
+    if (agent_parse(line, len, &r, &why, &err) < 0) {
         st->rejected[why]++;
-        snprintf(st->last_error, sizeof(st->last_error), "%s", err);
+        snprintf(st->last_error, sizeof(st->last_error), "%s", err->message);
         return;
     }
     agent_accept(st, &r, now, guest_bytes);

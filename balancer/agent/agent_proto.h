@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <glib.h>
 #include <stdint.h>
 
 #define AGENT_LINE_MAX 4096
@@ -44,8 +45,7 @@ typedef struct {
 } agent_report;
 
 /* Parse one line (without its newline).  0, or -1 with *why set. */
-int agent_parse(const char *line, size_t len, agent_report *out, agent_reject *why, char *err,
-                size_t errlen);
+int agent_parse(const char *line, size_t len, agent_report *out, agent_reject *why, GError **error);
 
 typedef struct {
     bool have, have_prev;

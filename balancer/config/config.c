@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "config/size_parse.h"
+#include "util/error.h"
 
 void config_defaults(balancer_config *c)
 {
@@ -104,14 +105,14 @@ typedef struct {
     GKeyFile *kf;
     const char *text;
     const char *path;
-    char **err;
+    GError **error;
 } loader;
 
 static int bad(loader *l, const char *group, const char *key, const char *why, const char *value)
 {
     int line = key_line(l->text, group, key);
-    *l->err = g_strdup_printf("%s:%d: [%s] %s = \"%s\": %s", l->path, line, group, key,
-                              value ? value : "", why);
+    g_set_error(l->error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "%s:%d: [%s] %s = \"%s\": %s", l->path, line, group,
+                key, value ? value : "", why);
     return -1;
 }
 
@@ -239,8 +240,8 @@ static int check_unknown(loader *l)
             if (strcmp(known_keys[k][0], groups[g]) == 0)
                 known = &known_keys[k][1];
         if (!known) {
-            *l->err = g_strdup_printf("%s:%d: unknown group [%s]", l->path,
-                                      group_line(l->text, groups[g]), groups[g]);
+            g_set_error(l->error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "%s:%d: unknown group [%s]", l->path,
+                        group_line(l->text, groups[g]), groups[g]);
             rc = -1;
             break;
         }
@@ -259,45 +260,34 @@ static int check_unknown(loader *l)
     return rc;
 }
 
-int config_load(balancer_config *c, const char *path, bool must_exist, char **err)
+int config_load(balancer_config *c, const char *path, bool must_exist, GError **error)
 {
-    char *text = NULL;
+    g_autofree char *text = NULL;
     gsize len = 0;
-    GError *gerr = NULL;
-    *err = NULL;
-    if (!g_file_get_contents(path, &text, &len, &gerr)) {
-        bool missing = g_error_matches(gerr, G_FILE_ERROR, G_FILE_ERROR_NOENT);
-        if (missing && !must_exist) {
-            g_error_free(gerr);
+    g_autoptr(GError) ferr = NULL;
+    if (!g_file_get_contents(path, &text, &len, &ferr)) {
+        if (g_error_matches(ferr, G_FILE_ERROR, G_FILE_ERROR_NOENT) && !must_exist)
             return 0;
-        }
-        *err = g_strdup_printf("%s: %s", path, gerr->message);
-        g_error_free(gerr);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "%s: %s", path, ferr->message);
         return -1;
     }
-    int rc = config_load_text(c, text, len, path, err);
-    g_free(text);
-    return rc;
+    return config_load_text(c, text, len, path, error);
 }
 
-int config_load_text(balancer_config *c, const char *data, size_t len, const char *path, char **err)
+int config_load_text(balancer_config *c, const char *data, size_t len, const char *path, GError **error)
 {
-    *err = NULL;
     if (memchr(data, '\0', len)) {
-        *err = g_strdup_printf("%s: contains a NUL byte", path);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "%s: contains a NUL byte", path);
         return -1;
     }
-    char *text = g_strndup(data, len); /* key_line() wants a C string */
-    GError *gerr = NULL;
-    GKeyFile *kf = g_key_file_new();
-    if (!g_key_file_load_from_data(kf, text, (gsize)-1, G_KEY_FILE_NONE, &gerr)) {
-        *err = g_strdup_printf("%s: %s", path, gerr->message);
-        g_error_free(gerr);
-        g_key_file_free(kf);
-        g_free(text);
+    g_autofree char *text = g_strndup(data, len); /* key_line() wants a C string */
+    g_autoptr(GError) kerr = NULL;
+    g_autoptr(GKeyFile) kf = g_key_file_new();
+    if (!g_key_file_load_from_data(kf, text, (gsize)-1, G_KEY_FILE_NONE, &kerr)) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "%s: %s", path, kerr->message);
         return -1;
     }
-    loader l = { .kf = kf, .text = text, .path = path, .err = err };
+    loader l = { .kf = kf, .text = text, .path = path, .error = error };
     balancer_config n = *c; /* strings are replaced, not freed, until success */
     n.connect_uri = g_strdup(c->connect_uri);
     n.policy = g_strdup(c->policy);
@@ -350,11 +340,9 @@ int config_load_text(balancer_config *c, const char *data, size_t len, const cha
     }
     if (rc == 0) {
         watermarks wm;
-        char *werr = NULL;
         /* checked against a nominal 64 GiB host: order errors show up here */
-        if (config_watermarks(&n, 64 * GIB, &wm, &werr) < 0) {
-            *err = g_strdup_printf("%s: %s", path, werr);
-            g_free(werr);
+        if (config_watermarks(&n, 64 * GIB, &wm, error) < 0) {
+            g_prefix_error(error, "%s: ", path);
             rc = -1;
         }
     }
@@ -364,22 +352,21 @@ int config_load_text(balancer_config *c, const char *data, size_t len, const cha
     } else {
         config_clear(&n);
     }
-    g_key_file_free(kf);
-    g_free(text);
     return rc;
 }
 
-int config_watermarks(const balancer_config *c, uint64_t host_total, watermarks *wm, char **err)
+int config_watermarks(const balancer_config *c, uint64_t host_total, watermarks *wm, GError **error)
 {
     if (size_or_percent_parse(c->wm_min, host_total, &wm->min) < 0 ||
         size_or_percent_parse(c->wm_low, host_total, &wm->low) < 0 ||
         size_or_percent_parse(c->wm_high, host_total, &wm->high) < 0) {
-        *err = g_strdup("[watermarks]: unparsable watermark");
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "[watermarks]: unparsable watermark");
         return -1;
     }
     if (!(wm->min < wm->low && wm->low < wm->high)) {
-        *err = g_strdup_printf("[watermarks]: need min < low < high, got min=%s low=%s high=%s",
-                               c->wm_min, c->wm_low, c->wm_high);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID,
+                    "[watermarks]: need min < low < high, got min=%s low=%s high=%s", c->wm_min, c->wm_low,
+                    c->wm_high);
         return -1;
     }
     return 0;

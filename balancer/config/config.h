@@ -6,6 +6,7 @@
 #ifndef MEMBAL_CONFIG_H
 #define MEMBAL_CONFIG_H
 
+#include <glib.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -42,11 +43,12 @@ typedef struct {
 void config_defaults(balancer_config *c);
 void config_clear(balancer_config *c);
 /* Load path over the defaults.  A missing file is an error only if
- * must_exist.  Returns 0, or -1 with a malloc'ed message in *err. */
-int config_load(balancer_config *c, const char *path, bool must_exist, char **err);
+ * must_exist.  Returns 0, or -1 with the error naming path:line, key and
+ * value; c is left as it was. */
+int config_load(balancer_config *c, const char *path, bool must_exist, GError **error);
 /* The same from text already in memory (path names it in errors). */
-int config_load_text(balancer_config *c, const char *data, size_t len, const char *path, char **err);
+int config_load_text(balancer_config *c, const char *data, size_t len, const char *path, GError **error);
 /* Resolve the watermarks against host MemTotal; checks min < low < high. */
-int config_watermarks(const balancer_config *c, uint64_t host_total, watermarks *wm, char **err);
+int config_watermarks(const balancer_config *c, uint64_t host_total, watermarks *wm, GError **error);
 
 #endif

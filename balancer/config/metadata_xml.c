@@ -1,6 +1,7 @@
 #include "config/metadata_xml.h"
 
 #include <errno.h>
+#include <glib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,14 +11,16 @@
 #include <libxml/tree.h>
 
 #include "config/size_parse.h"
+#include "util/error.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
+static int fail(GError **error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(GError **error, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    g_autofree char *msg = g_strdup_vprintf(fmt, ap);
     va_end(ap);
+    g_set_error_literal(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, msg);
     return -1;
 }
 
@@ -29,11 +32,11 @@ static void quiet(void *ctx, const char *msg, ...)
 }
 
 static int parse_attr(xmlAttrPtr a, const char *val, vm_policy *p, bool *shares_set,
-                      bool *min_set, bool *max_set, char *err, size_t errlen)
+                      bool *min_set, bool *max_set, GError **error)
 {
     const char *name = (const char *)a->name;
     if (a->ns)
-        return fail(err, errlen, "attribute '%s' must not have a namespace", name);
+        return fail(error, "attribute '%s' must not have a namespace", name);
     if (strcmp(name, "priority") == 0) {
         if (strcmp(val, "low") == 0)
             p->priority = VM_PRIO_LOW;
@@ -42,25 +45,25 @@ static int parse_attr(xmlAttrPtr a, const char *val, vm_policy *p, bool *shares_
         else if (strcmp(val, "high") == 0)
             p->priority = VM_PRIO_HIGH;
         else
-            return fail(err, errlen, "priority=\"%.32s\": expected low, normal or high", val);
+            return fail(error, "priority=\"%.32s\": expected low, normal or high", val);
     } else if (strcmp(name, "shares") == 0) {
         char *end;
         errno = 0;
         unsigned long v = strtoul(val, &end, 10);
         if (errno || end == val || *end || val[0] == '-' || v < 1 || v > 1000000)
-            return fail(err, errlen, "shares=\"%.32s\": expected an integer from 1 to 1000000", val);
+            return fail(error, "shares=\"%.32s\": expected an integer from 1 to 1000000", val);
         p->shares = (unsigned)v;
         *shares_set = true;
     } else if (strcmp(name, "min") == 0 || strcmp(name, "max") == 0) {
         uint64_t bytes;
         if (size_parse(val, &bytes) < 0)
-            return fail(err, errlen, "%s=\"%.32s\": expected a size such as 512MiB or 2GiB", name, val);
+            return fail(error, "%s=\"%.32s\": expected a size such as 512MiB or 2GiB", name, val);
         if (name[1] == 'i') {
             p->min_bytes = bytes;
             *min_set = true;
         } else {
             if (bytes == 0)
-                return fail(err, errlen, "max=\"%.32s\": must be greater than zero", val);
+                return fail(error, "max=\"%.32s\": must be greater than zero", val);
             p->max_bytes = bytes;
             *max_set = true;
         }
@@ -70,28 +73,28 @@ static int parse_attr(xmlAttrPtr a, const char *val, vm_policy *p, bool *shares_
         else if (strcmp(val, "off") == 0)
             p->mode = VM_MODE_OFF;
         else
-            return fail(err, errlen, "mode=\"%.32s\": expected auto or off", val);
+            return fail(error, "mode=\"%.32s\": expected auto or off", val);
     } else if (strcmp(name, "protect") == 0) {
         if (strcmp(val, "yes") == 0 || strcmp(val, "true") == 0)
             p->protect = true;
         else if (strcmp(val, "no") == 0 || strcmp(val, "false") == 0)
             p->protect = false;
         else
-            return fail(err, errlen, "protect=\"%.32s\": expected yes or no", val);
+            return fail(error, "protect=\"%.32s\": expected yes or no", val);
     } else {
-        return fail(err, errlen,
+        return fail(error,
                     "unknown attribute '%.32s' (known: priority, shares, min, max, mode, protect)",
                     name);
     }
     return 0;
 }
 
-int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, char *err, size_t errlen)
+int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, GError **error)
 {
     if (!xml || len == 0)
-        return fail(err, errlen, "empty policy metadata");
+        return fail(error, "empty policy metadata");
     if (len > METADATA_XML_MAX)
-        return fail(err, errlen, "policy metadata is %zu bytes, more than %d", len, METADATA_XML_MAX);
+        return fail(error, "policy metadata is %zu bytes, more than %d", len, METADATA_XML_MAX);
 
     xmlSetGenericErrorFunc(NULL, quiet);
     /* No network, no entity substitution, no DTD loading. */
@@ -99,7 +102,7 @@ int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, char *err
                                   XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
     if (!doc) {
         const xmlError *e = xmlGetLastError();
-        return fail(err, errlen, "policy metadata is not well-formed XML%s%.120s",
+        return fail(error, "policy metadata is not well-formed XML%s%.120s",
                     e && e->message ? ": " : "", e && e->message ? e->message : "");
     }
     int rc = -1;
@@ -108,34 +111,34 @@ int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, char *err
     vm_policy_default(&p);
     bool shares_set = false, min_set = false, max_set = false;
     if (doc->intSubset || doc->extSubset) {
-        fail(err, errlen, "policy metadata must not contain a DOCTYPE");
+        fail(error, "policy metadata must not contain a DOCTYPE");
         goto out;
     }
     if (!root || strcmp((const char *)root->name, "policy") != 0) {
-        fail(err, errlen, "root element is <%.32s>, expected <policy>",
+        fail(error, "root element is <%.32s>, expected <policy>",
              root ? (const char *)root->name : "(none)");
         goto out;
     }
     if (root->ns && root->ns->href && strcmp((const char *)root->ns->href, VM_POLICY_NS_URI) != 0) {
-        fail(err, errlen, "<policy> is in namespace %.80s, expected %s",
+        fail(error, "<policy> is in namespace %.80s, expected %s",
              (const char *)root->ns->href, VM_POLICY_NS_URI);
         goto out;
     }
     for (xmlNodePtr c = root->children; c; c = c->next) {
         if (c->type == XML_ELEMENT_NODE) {
-            fail(err, errlen, "<policy> takes no child elements (found <%.32s>)",
+            fail(error, "<policy> takes no child elements (found <%.32s>)",
                  (const char *)c->name);
             goto out;
         }
         if (c->type == XML_TEXT_NODE && !xmlIsBlankNode(c)) {
-            fail(err, errlen, "<policy> takes no text content");
+            fail(error, "<policy> takes no text content");
             goto out;
         }
     }
     for (xmlAttrPtr a = root->properties; a; a = a->next) {
         xmlChar *val = xmlNodeGetContent((xmlNodePtr)a);
         int r = parse_attr(a, val ? (const char *)val : "", &p, &shares_set, &min_set, &max_set,
-                           err, errlen);
+                           error);
         xmlFree(val);
         if (r < 0)
             goto out;
@@ -143,7 +146,7 @@ int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, char *err
     if (!shares_set)
         p.shares = vm_priority_shares(p.priority);
     if (min_set && max_set && p.min_bytes > p.max_bytes) {
-        fail(err, errlen, "min (%llu bytes) is greater than max (%llu bytes)",
+        fail(error, "min (%llu bytes) is greater than max (%llu bytes)",
              (unsigned long long)p.min_bytes, (unsigned long long)p.max_bytes);
         goto out;
     }

@@ -7,6 +7,7 @@
 #ifndef MEMBAL_METADATA_XML_H
 #define MEMBAL_METADATA_XML_H
 
+#include <glib.h>
 #include <stddef.h>
 
 #include "policies/vm_policy.h"
@@ -15,7 +16,7 @@
 #define METADATA_XML_MAX 4096
 
 /* Parse xml (len bytes) into *out (untouched on error).  Returns 0, or -1
- * with a message in err. */
-int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, char *err, size_t errlen);
+ * with the reason. */
+int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, GError **error);
 
 #endif

@@ -10,6 +10,7 @@
 #include "config/metadata_xml.h"
 #include "config/size_parse.h"
 #include "host/host_cgroup.h"
+#include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
 
@@ -38,12 +39,10 @@ static void set_host_reclaim(balancer *b)
         host_swap_guest_free(g->hswap);
         g->hswap = NULL;
     }
-    char *err = NULL;
+    g_autoptr(GError) err = NULL;
     b->hswap = host_swap_new(&b->cfg, &err);
-    if (err) {
-        log_err("%s; host reclaim stays off", err);
-        g_free(err);
-    }
+    if (err)
+        log_err("%s; host reclaim stays off", err->message);
 }
 
 static bool same_host_reclaim(const balancer_config *a, const balancer_config *c)
@@ -72,16 +71,17 @@ const balancer_config *balancer_config_get(const balancer *b)
     return &b->cfg;
 }
 
-int balancer_set_policy(balancer *b, const char *name, char **err)
+int balancer_set_policy(balancer *b, const char *name, GError **error)
 {
     const policy_ops *p = policy_lookup(name);
     if (!p) {
-        *err = g_strdup_printf("unknown policy '%s' (known: %s)", name, policy_names());
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "unknown policy '%s' (known: %s)", name,
+                    policy_names());
         return -1;
     }
     void *state = p->state_new ? p->state_new() : NULL;
     if (p->state_new && !state) {
-        *err = g_strdup("out of memory");
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "policy %s: cannot set up its state", name);
         return -1;
     }
     if (b->policy && b->policy->state_free)
@@ -157,7 +157,8 @@ static const hv_inventory inventory = {
     .policy_xml = inv_policy_xml,
 };
 
-balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_sockets, bool dry_run, char **err)
+balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_sockets, bool dry_run,
+                       GError **error)
 {
     g_autofree balancer *b = g_new0(balancer, 1);
     b->cfg = *cfg;
@@ -172,13 +173,15 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->sys_node_dir = "/sys/devices/system/node";
     classify_params_default(&b->cp);
     limits_from_config(b);
-    if (balancer_set_policy(b, b->cfg.policy, err) < 0) {
+    if (balancer_set_policy(b, b->cfg.policy, error) < 0) {
         g_ptr_array_free(b->guests, TRUE);
         config_clear(&b->cfg);
         return NULL;
     }
-    b->hswap = host_swap_new(&b->cfg, err);
-    if (*err) {
+    g_autoptr(GError) hr_err = NULL;
+    b->hswap = host_swap_new(&b->cfg, &hr_err);
+    if (hr_err) {
+        g_propagate_error(error, g_steal_pointer(&hr_err));
         balancer_free(g_steal_pointer(&b));
         return NULL;
     }
@@ -248,13 +251,13 @@ static void apply_policy_xml(balancer *b, guest *g, const char *xml)
         return;
     }
     vm_policy p;
-    char err[200];
-    if (metadata_policy_parse(xml, strlen(xml), &p, err, sizeof(err)) < 0) {
-        snprintf(g->policy_error, sizeof(g->policy_error), "%s", err);
+    g_autoptr(GError) err = NULL;
+    if (metadata_policy_parse(xml, strlen(xml), &p, &err) < 0) {
+        snprintf(g->policy_error, sizeof(g->policy_error), "%s", err->message);
         g->policy_errors++;
         b->policy_errors++;
         describe_policy(&g->policy, desc, sizeof(desc));
-        log_warn("guest %s: policy metadata rejected: %s; keeping %s policy (%s)", g->hv.name, err,
+        log_warn("guest %s: policy metadata rejected: %s; keeping %s policy (%s)", g->hv.name, err->message,
                  g->policy_from_metadata ? "the previous" : "the default", desc);
         return;
     }
@@ -293,11 +296,11 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
                  b->paused ? " [paused]" : " [dry run]");
         return;
     }
-    char err[256];
-    if (b->backend->set_target(&b->hv, &g->hv, target, err, sizeof(err)) < 0) {
+    g_autoptr(GError) err = NULL;
+    if (b->backend->set_target(&b->hv, &g->hv, target, &err) < 0) {
         g->balloon_errors++;
         b->backend_errors++;
-        log_warn("guest %s: balloon %s -> %s failed: %s", g->hv.name, from, to, err);
+        log_warn("guest %s: balloon %s -> %s failed: %s", g->hv.name, from, to, err->message);
         return;
     }
     g->balloon_ops++;
@@ -334,18 +337,17 @@ static bool tick_round(balancer *b)
         return false;
     }
     if (b->cfg.memory_cgroup[0]) {
-        char cerr[600];
+        g_autoptr(GError) cerr = NULL;
         host_view cg;
-        if (host_cgroup_read(b->cfg.memory_cgroup, b->host.host.total_bytes, &cg, cerr, sizeof(cerr)) < 0) {
-            log_err("%s: skipping this tick", cerr);
+        if (host_cgroup_read(b->cfg.memory_cgroup, b->host.host.total_bytes, &cg, &cerr) < 0) {
+            log_err("%s: skipping this tick", cerr->message);
             return false;
         }
         b->host.host = cg;
     }
-    char *err = NULL;
+    g_autoptr(GError) err = NULL;
     if (config_watermarks(&b->cfg, b->host.host.total_bytes, &b->wm, &err) < 0) {
-        log_err("%s: skipping this tick", err);
-        g_free(err);
+        log_err("%s: skipping this tick", err->message);
         return false;
     }
     if (b->backend->sync(&b->hv) < 0)
@@ -358,11 +360,11 @@ static bool tick_round(balancer *b)
     for (size_t i = 0; i < n; i++) {
         guest *g = g_ptr_array_index(b->guests, i);
         guest_sample s;
-        char serr[256];
+        g_autoptr(GError) serr = NULL;
         if (b->backend->agent_drain)
             b->backend->agent_drain(&b->hv, &g->hv, &g->agent, g->view.actual_bytes);
-        if (b->backend->sample(&b->hv, &g->hv, &s, serr, sizeof(serr)) < 0) {
-            log_debug("guest %s: no stats this tick: %s", g->hv.name, serr);
+        if (b->backend->sample(&b->hv, &g->hv, &s, &serr) < 0) {
+            log_debug("guest %s: no stats this tick: %s", g->hv.name, serr->message);
             g->view.stats_valid = false;
         } else {
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);

@@ -9,6 +9,7 @@
 #ifndef MEMBAL_CORE_BALANCER_H
 #define MEMBAL_CORE_BALANCER_H
 
+#include <glib.h>
 #include <stdbool.h>
 
 #include "config/config.h"
@@ -19,8 +20,10 @@ typedef struct balancer balancer;
 
 /* cfg is moved into the balancer (and cleared in the caller's copy);
  * qmp_sockets (NULL-terminated, for the qmp backend) stays the caller's.
- * NULL with *err when the policy is unknown or host reclaim cannot start. */
-balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_sockets, bool dry_run, char **err);
+ * NULL with the reason when the policy is unknown or host reclaim cannot
+ * start. */
+balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_sockets, bool dry_run,
+                       GError **error);
 void balancer_free(balancer *b);
 
 /* The configuration in force. */
@@ -30,7 +33,7 @@ const balancer_config *balancer_config_get(const balancer *b);
  * separately. */
 void balancer_replace_config(balancer *b, balancer_config *cfg);
 /* Switch policy (config reload); the new policy starts with fresh state. */
-int balancer_set_policy(balancer *b, const char *name, char **err);
+int balancer_set_policy(balancer *b, const char *name, GError **error);
 /* balancerctl pause/resume: keep observing, stop actuating. */
 void balancer_set_paused(balancer *b, bool paused);
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "util/small_file.h"
+#include "util/error.h"
 
 /* v1 reports "no limit" as a page-rounded LONG_MAX */
 #define V1_UNLIMITED (1ULL << 62)
@@ -27,7 +28,7 @@ static uint64_t stat_field(const char *stat, const char *key)
     return 0;
 }
 
-int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, char *err, size_t errlen)
+int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, GError **error)
 {
     uint64_t limit = 0, usage = 0;
     bool unlimited = false, v2;
@@ -38,13 +39,15 @@ int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, ch
     if (v2) {
         if (small_file_read_u64(dir, "memory.current", &usage, NULL) < 0 ||
             small_file_read_u64(dir, "memory.max", &limit, &unlimited) < 0) {
-            snprintf(err, errlen, "%s: cannot read memory.current/memory.max: %s", dir, strerror(errno));
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s: cannot read memory.current/memory.max: %s", dir,
+                        strerror(errno));
             return -1;
         }
     } else {
         if (small_file_read_u64(dir, "memory.usage_in_bytes", &usage, NULL) < 0 ||
             small_file_read_u64(dir, "memory.limit_in_bytes", &limit, NULL) < 0) {
-            snprintf(err, errlen, "%s: not a memory cgroup (no memory.current or memory.usage_in_bytes)", dir);
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE,
+                        "%s: not a memory cgroup (no memory.current or memory.usage_in_bytes)", dir);
             return -1;
         }
         unlimited = limit >= V1_UNLIMITED;

@@ -9,11 +9,13 @@
 #ifndef MEMBAL_HOST_CGROUP_H
 #define MEMBAL_HOST_CGROUP_H
 
+#include <glib.h>
+
 #include "policies/policy.h"
 
 /* Fill *out from the cgroup at dir.  Without a limit ("max", or v1's
  * huge default) total falls back to machine_total.  Returns 0, or -1 with
- * a message in err. */
-int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, char *err, size_t errlen);
+ * the reason. */
+int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, GError **error);
 
 #endif

@@ -1,5 +1,6 @@
 #include "host/host_meminfo.h"
 
+#include <glib.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,12 +77,8 @@ static int cmp_node(const void *a, const void *b)
 int host_meminfo_read(const char *proc_meminfo, const char *sys_node_dir, host_meminfo *out)
 {
     memset(out, 0, sizeof(*out));
-    char *text = small_file_read(proc_meminfo, 1 << 20);
-    if (!text)
-        return -1;
-    int rc = meminfo_parse(text, &out->host, &out->swap_total_bytes, &out->swap_free_bytes);
-    free(text);
-    if (rc < 0)
+    g_autofree char *text = small_file_read(proc_meminfo, 1 << 20);
+    if (!text || meminfo_parse(text, &out->host, &out->swap_total_bytes, &out->swap_free_bytes) < 0)
         return -1;
     DIR *d = sys_node_dir ? opendir(sys_node_dir) : NULL;
     if (!d)
@@ -94,11 +91,10 @@ int host_meminfo_read(const char *proc_meminfo, const char *sys_node_dir, host_m
             continue;
         char path[512];
         snprintf(path, sizeof(path), "%s/%s/meminfo", sys_node_dir, e->d_name);
-        char *nt = small_file_read(path, 1 << 20);
+        g_autofree char *nt = small_file_read(path, 1 << 20);
         node_meminfo nm = { .node = id };
         if (nt && node_meminfo_parse(nt, &nm) == 0)
             out->nodes[out->n_nodes++] = nm;
-        free(nt);
     }
     closedir(d);
     qsort(out->nodes, out->n_nodes, sizeof(out->nodes[0]), cmp_node);

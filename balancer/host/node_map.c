@@ -1,6 +1,7 @@
 /* Page frame -> NUMA node through sysfs memory blocks; see node_map.h. */
 #include "host/node_map.h"
 
+#include <glib.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,20 +19,17 @@ static uint64_t read_hex_file(const char *path)
     return v;
 }
 
-static int set_block(node_map *m, size_t block, int node)
+static void set_block(node_map *m, size_t block, int node)
 {
     if (block >= m->n_blocks) {
         size_t n = block + 1 > m->n_blocks * 2 ? block + 1 : m->n_blocks * 2;
-        int16_t *nb = realloc(m->block_node, n * sizeof(*nb));
-        if (!nb)
-            return -1;
+        int16_t *nb = g_renew(int16_t, m->block_node, n);
         for (size_t i = m->n_blocks; i < n; i++)
             nb[i] = -1;
         m->block_node = nb;
         m->n_blocks = n;
     }
     m->block_node[block] = (int16_t)node;
-    return 0;
 }
 
 int node_map_load(node_map *m, const char *sys_root, uint64_t page_bytes)
@@ -48,8 +46,7 @@ int node_map_load(node_map *m, const char *sys_root, uint64_t page_bytes)
     if (!nodes)
         return 0;
     struct dirent *nd;
-    int rc = 0;
-    while (rc == 0 && (nd = readdir(nodes))) {
+    while ((nd = readdir(nodes))) {
         int node;
         if (sscanf(nd->d_name, "node%d", &node) != 1 || node < 0 || node > 32767)
             continue;
@@ -58,21 +55,21 @@ int node_map_load(node_map *m, const char *sys_root, uint64_t page_bytes)
         if (!blocks)
             continue;
         struct dirent *bd;
-        while (rc == 0 && (bd = readdir(blocks))) {
+        while ((bd = readdir(blocks))) {
             unsigned long block;
             char tail;
             if (sscanf(bd->d_name, "memory%lu%c", &block, &tail) == 1 && block < (1UL << 24))
-                rc = set_block(m, block, node);
+                set_block(m, block, node);
         }
         closedir(blocks);
     }
     closedir(nodes);
-    return rc;
+    return 0;
 }
 
 void node_map_free(node_map *m)
 {
-    free(m->block_node);
+    g_free(m->block_node);
     memset(m, 0, sizeof(*m));
 }
 

@@ -12,6 +12,7 @@
 #ifndef MEMBAL_HV_BACKEND_H
 #define MEMBAL_HV_BACKEND_H
 
+#include <glib.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,13 +70,13 @@ typedef struct backend_ops {
      * running guests: mark every guest seen or not, add new ones, remove
      * the unseen.  -1 if the hypervisor is unreachable. */
     int (*sync)(hv_ctx *hv);
-    /* Read one guest's stats.  -1 with err filled on failure. */
-    int (*sample)(hv_ctx *hv, hv_guest *g, guest_sample *out, char *err, size_t errlen);
+    /* Read one guest's stats.  -1 with the reason on failure. */
+    int (*sample)(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error);
     /* Feed what the guest's agent sent since the last call into st;
      * guest_bytes bounds the sizes it may claim. */
     void (*agent_drain)(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t guest_bytes);
     /* Set the balloon target (bytes). */
-    int (*set_target)(hv_ctx *hv, hv_guest *g, uint64_t bytes, char *err, size_t errlen);
+    int (*set_target)(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error);
     /* The QEMU process's pid (host-side reclaim), or -1. */
     int (*qemu_pid)(hv_ctx *hv, hv_guest *g);
     /* Free what the backend attached to g (g->backend_data). */

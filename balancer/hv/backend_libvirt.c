@@ -20,6 +20,7 @@
 #include "agent/agent_conn.h"
 #include "hv/backend.h"
 #include "policies/vm_policy.h"
+#include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
 
@@ -88,7 +89,7 @@ static void read_policy(hv_ctx *hv, hv_guest *g)
         return;
     }
     hv->inv->policy_xml(hv->inv_ctx, g, xml);
-    free(xml);
+    free(xml); /* libvirt's allocation */
 }
 
 
@@ -318,19 +319,19 @@ static void lv_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gu
         agent_conn_drain(&lg->agent, st, guest_bytes);
 }
 
-static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, char *err, size_t errlen)
+static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
 {
     (void)hv;
     virDomainPtr dom = dom_of(g);
     virDomainInfo info;
     if (!dom || virDomainGetInfo(dom, &info) < 0) {
-        snprintf(err, errlen, "%s", dom ? last_error() : "not attached");
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", dom ? last_error() : "not attached");
         return -1;
     }
     virDomainMemoryStatStruct st[VIR_DOMAIN_MEMORY_STAT_NR];
     int n = virDomainMemoryStats(dom, st, VIR_DOMAIN_MEMORY_STAT_NR, 0);
     if (n < 0) {
-        snprintf(err, errlen, "%s", last_error());
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", last_error());
         return -1;
     }
     memset(out, 0xff, sizeof(*out)); /* every field -1: not reported */
@@ -362,16 +363,16 @@ static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, char *err, size
     return 0;
 }
 
-static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, char *err, size_t errlen)
+static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
 {
     (void)hv;
     virDomainPtr dom = dom_of(g);
     if (!dom) {
-        snprintf(err, errlen, "not attached");
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not attached");
         return -1;
     }
     if (virDomainSetMemoryFlags(dom, (unsigned long)(bytes / 1024), VIR_DOMAIN_AFFECT_LIVE) < 0) {
-        snprintf(err, errlen, "%s", last_error());
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", last_error());
         return -1;
     }
     return 0;

@@ -16,6 +16,7 @@
 
 #include "agent/agent_conn.h"
 #include "hv/backend.h"
+#include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
 #include "qmp/qmp.h"
@@ -148,7 +149,7 @@ static void q_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gue
         agent_conn_drain(&t->agent, st, guest_bytes);
 }
 
-static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, char *err, size_t errlen)
+static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
 {
     (void)hv;
     qmp_target *t = g->backend_data;
@@ -156,12 +157,12 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, char *err, size_
     uint64_t actual;
     qmp_guest_stats gs;
     if (!t || !t->conn) {
-        snprintf(err, errlen, "not connected");
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not connected");
         return -1;
     }
     if (qmp_query_balloon(t->conn, &actual, QMP_TIMEOUT_MS, &e) < 0 ||
         qmp_get_guest_stats(t->conn, BALLOON_QOM_PATH, &gs, QMP_TIMEOUT_MS, &e) < 0) {
-        snprintf(err, errlen, "%s", e.msg);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", e.msg);
         return -1;
     }
     out->actual_bytes = (int64_t)actual;
@@ -182,17 +183,17 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, char *err, size_
     return 0;
 }
 
-static int q_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, char *err, size_t errlen)
+static int q_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
 {
     (void)hv;
     qmp_target *t = g->backend_data;
     qmp_error e;
     if (!t || !t->conn) {
-        snprintf(err, errlen, "not connected");
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not connected");
         return -1;
     }
     if (qmp_balloon(t->conn, bytes, QMP_TIMEOUT_MS, &e) < 0) {
-        snprintf(err, errlen, "%s", e.msg);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", e.msg);
         return -1;
     }
     return 0;

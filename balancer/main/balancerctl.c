@@ -21,6 +21,7 @@
 
 #include "config/config.h"
 #include "config/size_parse.h"
+#include "util/error.h"
 
 #define MAX_REPLY (1 << 20)
 
@@ -53,33 +54,35 @@ static const char *sz(uint64_t v, char *buf)
     return size_format(v, buf, 24);
 }
 
-static char *request(const char *path, const char *line, char **err)
+static char *request(const char *path, const char *line, GError **error)
 {
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
     if (strlen(path) >= sizeof(addr.sun_path)) {
-        *err = g_strdup_printf("socket path too long: %s", path);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "socket path too long: %s", path);
         return NULL;
     }
     strcpy(addr.sun_path, path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-        *err = g_strdup_printf("cannot reach balancerd at %s: %s (is it running? are you root?)",
-                               path, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED,
+                    "cannot reach balancerd at %s: %s (is it running? are you root?)", path, strerror(errno));
         if (fd >= 0)
             close(fd);
         return NULL;
     }
     if (send(fd, line, strlen(line), MSG_NOSIGNAL) < 0) {
-        *err = g_strdup_printf("sending to %s: %s", path, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "sending to %s: %s", path, strerror(errno));
         close(fd);
         return NULL;
     }
-    GString *reply = g_string_new(NULL);
+    g_autoptr(GString) reply = g_string_new(NULL);
     char buf[4096];
+    bool failed = false;
     for (;;) {
         struct pollfd p = { .fd = fd, .events = POLLIN };
         if (poll(&p, 1, 10000) <= 0) {
-            *err = g_strdup("no reply from balancerd within 10 s");
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "no reply from balancerd within 10 s");
+            failed = true;
             break;
         }
         ssize_t n = read(fd, buf, sizeof(buf));
@@ -87,16 +90,13 @@ static char *request(const char *path, const char *line, char **err)
             break;
         g_string_append_len(reply, buf, n);
         if (reply->len > MAX_REPLY) {
-            *err = g_strdup("reply too long");
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "reply too long");
+            failed = true;
             break;
         }
     }
     close(fd);
-    if (*err) {
-        g_string_free(reply, TRUE);
-        return NULL;
-    }
-    return g_string_free(reply, FALSE);
+    return failed ? NULL : g_string_free(g_steal_pointer(&reply), FALSE);
 }
 
 static void print_status(json_object *r)
@@ -218,12 +218,11 @@ int main(int argc, char **argv)
         json_object_object_add(req, "domain", json_object_new_string(dom));
     char *line = g_strdup_printf("%s\n", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
     json_object_put(req);
-    char *err = NULL;
+    g_autoptr(GError) err = NULL;
     char *reply = request(sock, line, &err);
     g_free(line);
     if (!reply) {
-        fprintf(stderr, "balancerctl: %s\n", err);
-        g_free(err);
+        fprintf(stderr, "balancerctl: %s\n", err->message);
         return 1;
     }
     json_object *r = json_tokener_parse(reply);

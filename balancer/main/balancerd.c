@@ -116,10 +116,9 @@ static gboolean reload(daemon_ctx *d)
 {
     balancer_config c;
     config_defaults(&c);
-    char *err = NULL;
+    g_autoptr(GError) err = NULL;
     if (config_load(&c, d->config_path, d->config_explicit, &err) < 0) {
-        log_err("reload: %s; keeping the running configuration", err);
-        g_free(err);
+        log_err("reload: %s; keeping the running configuration", err->message);
         config_clear(&c);
         return G_SOURCE_CONTINUE;
     }
@@ -128,8 +127,7 @@ static gboolean reload(daemon_ctx *d)
     if (strcmp(c.connect_uri, now->connect_uri) != 0)
         log_warn("reload: connect URI changes take effect on restart");
     if (strcmp(c.policy, now->policy) != 0 && balancer_set_policy(d->b, c.policy, &err) < 0) {
-        log_err("reload: %s; keeping the running configuration", err);
-        g_free(err);
+        log_err("reload: %s; keeping the running configuration", err->message);
         config_clear(&c);
         return G_SOURCE_CONTINUE;
     }
@@ -184,9 +182,9 @@ int main(int argc, char **argv)
         "    --set '<policy priority=\"high\" min=\"1GiB\" max=\"8GiB\" mode=\"auto\"/>'\n"
         "See balancerd(8) / README.md.");
     g_option_context_add_main_entries(octx, entries, NULL);
-    GError *gerr = NULL;
-    if (!g_option_context_parse(octx, &argc, &argv, &gerr)) {
-        fprintf(stderr, "balancerd: %s (try --help)\n", gerr->message);
+    g_autoptr(GError) err = NULL;
+    if (!g_option_context_parse(octx, &argc, &argv, &err)) {
+        fprintf(stderr, "balancerd: %s (try --help)\n", err->message);
         return 2;
     }
     g_option_context_free(octx);
@@ -209,9 +207,8 @@ int main(int argc, char **argv)
     d.config_path = config ? config : g_strdup(CONFIG_DEFAULT_PATH);
     balancer_config cfg;
     config_defaults(&cfg);
-    char *err = NULL;
     if (config_load(&cfg, d.config_path, d.config_explicit, &err) < 0) {
-        fprintf(stderr, "balancerd: %s\n", err);
+        fprintf(stderr, "balancerd: %s\n", err->message);
         return 1;
     }
     apply_overrides(&d, &cfg);
@@ -220,7 +217,7 @@ int main(int argc, char **argv)
     gvir_event_register();
     d.b = balancer_new(&cfg, qmp ? &backend_qmp : &backend_libvirt, qmp, dry_run, &err);
     if (!d.b) {
-        fprintf(stderr, "balancerd: %s\n", err);
+        fprintf(stderr, "balancerd: %s\n", err->message);
         return 1;
     }
     const balancer_config *c = balancer_config_get(d.b);
@@ -230,7 +227,7 @@ int main(int argc, char **argv)
     if (c->metrics_listen[0]) {
         d.metrics = metrics_start(c->metrics_listen, &err);
         if (!d.metrics) {
-            fprintf(stderr, "balancerd: %s\n", err);
+            fprintf(stderr, "balancerd: %s\n", err->message);
             return 1;
         }
         log_info("metrics on http://%s/metrics", c->metrics_listen);
@@ -238,7 +235,7 @@ int main(int argc, char **argv)
     if (c->control_socket[0]) {
         d.control = control_start(c->control_socket, &control, d.b, &err);
         if (!d.control) {
-            fprintf(stderr, "balancerd: %s\n", err);
+            fprintf(stderr, "balancerd: %s\n", err->message);
             return 1;
         }
     }

@@ -15,6 +15,7 @@
  */
 #include "reclaim/cold_source.h"
 
+#include <glib.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "util/small_file.h"
+#include "util/error.h"
 
 typedef struct {
     uint64_t start, end;      /* physical byte addresses */
@@ -78,7 +80,7 @@ static void damon_stop(damon_source *d)
 }
 
 /* The context's monitoring attributes, target ranges and stat scheme. */
-static int damon_configure(damon_source *d, char *err, size_t errlen)
+static int damon_configure(damon_source *d, GError **error)
 {
     char ctx[320], path[400];
     snprintf(ctx, sizeof(ctx), "%s/contexts/0", d->dir);
@@ -91,7 +93,7 @@ static int damon_configure(damon_source *d, char *err, size_t errlen)
         wr(ctx, "monitoring_attrs/nr_regions/min", "%u", min_regions) ||
         wr(ctx, "monitoring_attrs/nr_regions/max", "%u", p->max_regions > min_regions ? p->max_regions : min_regions) ||
         wr(ctx, "targets/nr_targets", "1") || wr(path, "nr_regions", "%zu", d->n_ranges)) {
-        snprintf(err, errlen, "DAMON: configuring %s: %s", ctx, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: configuring %s: %s", ctx, strerror(errno));
         return -1;
     }
     for (size_t i = 0; i < d->n_ranges; i++) {
@@ -100,7 +102,7 @@ static int damon_configure(damon_source *d, char *err, size_t errlen)
         /* end first when growing past the old end keeps start < end */
         if (wr(reg, "start", "0") || wr(reg, "end", "%" PRIu64, d->ranges[2 * i + 1]) ||
             wr(reg, "start", "%" PRIu64, d->ranges[2 * i])) {
-            snprintf(err, errlen, "DAMON: region %s: %s", reg, strerror(errno));
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: region %s: %s", reg, strerror(errno));
             return -1;
         }
     }
@@ -111,7 +113,7 @@ static int damon_configure(damon_source *d, char *err, size_t errlen)
         wr(sch, "access_pattern/nr_accesses/min", "0") ||
         wr(sch, "access_pattern/nr_accesses/max", "%u", UINT32_MAX) || wr(sch, "access_pattern/age/min", "0") ||
         wr(sch, "access_pattern/age/max", "%u", UINT32_MAX)) {
-        snprintf(err, errlen, "DAMON: scheme %s: %s", sch, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: scheme %s: %s", sch, strerror(errno));
         return -1;
     }
     return 0;
@@ -130,7 +132,7 @@ static uint64_t *present_pfns(const cold_target *t, size_t n, size_t *count)
     for (size_t g = 0; g < n; g++)
         for (size_t i = 0; i < t[g].ram->n_pages; i++)
             total += (t[g].pagemap[i] & PM_PRESENT) && (t[g].pagemap[i] & PM_PFN_MASK);
-    uint64_t *pfn = malloc((total ? total : 1) * sizeof(*pfn));
+    uint64_t *pfn = g_new(uint64_t, total ? total : 1);
     size_t k = 0;
     for (size_t g = 0; g < n; g++)
         for (size_t i = 0; i < t[g].ram->n_pages; i++)
@@ -160,8 +162,8 @@ static bool covered(const damon_source *d, uint64_t addr)
  * most limit remain. */
 static void build_ranges(damon_source *d, const uint64_t *pfn, size_t n, uint64_t page, size_t limit)
 {
-    free(d->ranges);
-    d->ranges = malloc((n ? n : 1) * 2 * sizeof(uint64_t));
+    g_free(d->ranges);
+    d->ranges = g_new(uint64_t, (n ? n : 1) * 2);
     size_t r = 0;
     for (size_t i = 0; i < n; i++) {
         if (r && d->ranges[2 * r - 1] == pfn[i] * page) {
@@ -198,18 +200,18 @@ static void build_ranges(damon_source *d, const uint64_t *pfn, size_t n, uint64_
 }
 
 static int damon_start(damon_source *d, const uint64_t *pfn, size_t n, uint64_t page, uint64_t now_us,
-                       char *err, size_t errlen)
+                       GError **error)
 {
     damon_stop(d);
     build_ranges(d, pfn, n, page, d->p.max_regions / 2 ? d->p.max_regions / 2 : 1);
     if (!d->n_ranges) {
-        snprintf(err, errlen, "DAMON: no present guest pages to monitor");
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: no present guest pages to monitor");
         return -1;
     }
-    if (damon_configure(d, err, errlen) < 0)
+    if (damon_configure(d, error) < 0)
         return -1;
     if (wr(d->dir, "state", "on")) {
-        snprintf(err, errlen, "DAMON: starting kdamond: %s", strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: starting kdamond: %s", strerror(errno));
         return -1;
     }
     d->running = true;
@@ -225,17 +227,17 @@ static int cmp_region(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
-static int read_regions(damon_source *d, char *err, size_t errlen)
+static int read_regions(damon_source *d, GError **error)
 {
     if (wr(d->dir, "state", "update_schemes_tried_regions")) {
-        snprintf(err, errlen, "DAMON: update_schemes_tried_regions: %s", strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: update_schemes_tried_regions: %s", strerror(errno));
         return -1;
     }
     char tried[400];
     snprintf(tried, sizeof(tried), "%s/contexts/0/schemes/0/tried_regions", d->dir);
     DIR *dir = opendir(tried);
     if (!dir) {
-        snprintf(err, errlen, "DAMON: %s: %s", tried, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: %s: %s", tried, strerror(errno));
         return -1;
     }
     d->n_regions = 0;
@@ -257,7 +259,7 @@ static int read_regions(damon_source *d, char *err, size_t errlen)
         r.age = age > UINT32_MAX ? UINT32_MAX : (uint32_t)age;
         if (d->n_regions == cap) {
             cap = cap ? cap * 2 : 256;
-            d->regions = realloc(d->regions, cap * sizeof(*d->regions));
+            d->regions = g_renew(damon_region, d->regions, cap);
         }
         d->regions[d->n_regions++] = r;
     }
@@ -281,7 +283,7 @@ static const damon_region *region_of(const damon_source *d, uint64_t addr)
     return NULL;
 }
 
-static int damon_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_us, char *err, size_t errlen)
+static int damon_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_us, GError **error)
 {
     damon_source *d = (damon_source *)s;
     if (!n)
@@ -296,17 +298,17 @@ static int damon_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_
     if (!d->running || outside > npfn / 10) {
         /* everything resident counts as referenced until DAMON has
          * watched a while; paged-out chunks are judged by refaults only */
-        rc = damon_start(d, pfn, npfn, page, now_us, err, errlen);
+        rc = damon_start(d, pfn, npfn, page, now_us, error);
         for (size_t g = 0; g < n; g++)
             for (size_t c = 0; c < t[g].lru->n_chunks; c++)
                 if (t[g].lru->chunks[c].list != CHUNK_EVICTED)
                     t[g].obs[c].referenced = true;
-        free(pfn);
+        g_free(pfn);
         d->last_us = now_us;
         return rc;
     }
-    free(pfn);
-    if (read_regions(d, err, errlen) < 0) {
+    g_free(pfn);
+    if (read_regions(d, error) < 0) {
         damon_stop(d);
         return -1;
     }
@@ -371,9 +373,9 @@ static void damon_destroy(cold_source *s)
      * directory is busy (EBUSY) */
     for (int i = 0; i < 100 && wr(d->admin, "kdamonds/nr_kdamonds", "0") < 0 && errno == EBUSY; i++)
         usleep(20000);
-    free(d->ranges);
-    free(d->regions);
-    free(d);
+    g_free(d->ranges);
+    g_free(d->regions);
+    g_free(d);
 }
 
 static const cold_source_ops damon_ops = {
@@ -384,28 +386,28 @@ static const cold_source_ops damon_ops = {
     .destroy = damon_destroy,
 };
 
-damon_state damon_check(const char *admin_dir, char *why, size_t whylen)
+damon_state damon_check(const char *admin_dir, GError **error)
 {
     uint64_t nr = 0;
     if (rd_u64(admin_dir, "kdamonds/nr_kdamonds", &nr) < 0) {
-        snprintf(why, whylen, "DAMON sysfs not available at %s", admin_dir);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "DAMON sysfs not available at %s", admin_dir);
         return DAMON_ABSENT;
     }
     if (nr != 0) {
-        snprintf(why, whylen,
-                 "DAMON is in use by %" PRIu64 " kdamond(s) that membal did not create (%s/kdamonds); they are "
-                 "not ours to touch, and DAMON's sysfs cannot add another while they exist",
-                 nr, admin_dir);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE,
+                    "DAMON is in use by %" PRIu64 " kdamond(s) that membal did not create (%s/kdamonds); they are "
+                    "not ours to touch, and DAMON's sysfs cannot add another while they exist",
+                    nr, admin_dir);
         return DAMON_BUSY;
     }
     return DAMON_FREE;
 }
 
-cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, char *err, size_t errlen)
+cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, GError **error)
 {
-    if (damon_check(admin_dir, err, errlen) != DAMON_FREE)
+    if (damon_check(admin_dir, error) != DAMON_FREE)
         return NULL;
-    damon_source *d = calloc(1, sizeof(*d));
+    damon_source *d = g_new0(damon_source, 1);
     d->base.ops = &damon_ops;
     d->p = *p;
     snprintf(d->admin, sizeof(d->admin), "%s", admin_dir);
@@ -413,12 +415,13 @@ cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p,
     char ops[256] = "";
     if (wr(admin_dir, "kdamonds/nr_kdamonds", "1") || wr(d->dir, "contexts/nr_contexts", "1") ||
         small_file_read_at(d->dir, "contexts/0/avail_operations", ops, sizeof(ops)) < 0) {
-        snprintf(err, errlen, "DAMON: setting up a kdamond under %s: %s", admin_dir, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: setting up a kdamond under %s: %s", admin_dir,
+                    strerror(errno));
         damon_destroy(&d->base);
         return NULL;
     }
     if (!strstr(ops, "paddr")) {
-        snprintf(err, errlen, "DAMON here has no physical-address monitoring (operations: %s)", ops);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON here has no physical-address monitoring (operations: %s)", ops);
         damon_destroy(&d->base);
         return NULL;
     }

@@ -8,6 +8,7 @@
  */
 #include "reclaim/cold_source.h"
 
+#include <glib.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -19,10 +20,9 @@ typedef struct {
 } probe_source;
 
 /* References were already found in pagemap by host_reclaim.c. */
-static int probe_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_us, char *err,
-                         size_t errlen)
+static int probe_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_us, GError **error)
 {
-    (void)s, (void)t, (void)n, (void)now_us, (void)err, (void)errlen;
+    (void)s, (void)t, (void)n, (void)now_us, (void)error;
     return 0;
 }
 
@@ -78,7 +78,7 @@ static uint64_t probe_settle(cold_source *s, cold_target *t, size_t n)
     uint64_t total = 0;
     for (size_t g = 0; g < n; g++) {
         cold_target *tg = &t[g];
-        ram_range *rr = malloc(tg->lru->n_chunks * p->probes * sizeof(*rr));
+        g_autofree ram_range *rr = g_new(ram_range, tg->lru->n_chunks * p->probes);
         size_t nr = 0;
         for (size_t c = 0; c < tg->lru->n_chunks; c++)
             if (tg->lru->chunks[c].list != CHUNK_EVICTED)
@@ -86,7 +86,6 @@ static uint64_t probe_settle(cold_source *s, cold_target *t, size_t n)
         int64_t done = nr ? guest_ram_advise(tg->ram, rr, nr, MADV_PAGEOUT) : 0;
         if (done > 0)
             total += (uint64_t)done;
-        free(rr);
     }
     return total;
 }
@@ -97,7 +96,7 @@ static double probe_cpu(const cold_source *s)
     return 0; /* all of it is in this process */
 }
 
-static void probe_destroy(cold_source *s) { free(s); }
+static void probe_destroy(cold_source *s) { g_free(s); }
 
 static const cold_source_ops probe_ops = {
     .name = "probe",
@@ -109,9 +108,7 @@ static const cold_source_ops probe_ops = {
 
 cold_source *cold_source_probe_new(unsigned probes_per_chunk)
 {
-    probe_source *p = calloc(1, sizeof(*p));
-    if (!p)
-        return NULL;
+    probe_source *p = g_new0(probe_source, 1);
     p->base.ops = &probe_ops;
     p->probes = probes_per_chunk ? probes_per_chunk : 1;
     p->seed = 2463534242u;

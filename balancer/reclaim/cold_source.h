@@ -25,6 +25,7 @@
 #ifndef MEMBAL_COLD_SOURCE_H
 #define MEMBAL_COLD_SOURCE_H
 
+#include <glib.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,8 +46,8 @@ typedef struct cold_source cold_source;
 typedef struct {
     const char *name;
     /* Mark chunks accessed since the previous scan.  now_us is a
-     * monotonic timestamp of this scan.  0, or -1 with err. */
-    int (*observe)(cold_source *s, cold_target *t, size_t n, uint64_t now_us, char *err, size_t errlen);
+     * monotonic timestamp of this scan.  0, or -1 with the reason. */
+    int (*observe)(cold_source *s, cold_target *t, size_t n, uint64_t now_us, GError **error);
     /* After this scan's pageouts: arm detection of the next accesses.
      * Returns the bytes the source paged out itself (probes). */
     uint64_t (*settle)(cold_source *s, cold_target *t, size_t n);
@@ -72,14 +73,14 @@ typedef enum {
     DAMON_BUSY,     /* kdamonds exist that we did not create: never touched */
 } damon_state;
 
-/* Whether DAMON can be ours, with the reason in why when it cannot.  Reads
+/* Whether DAMON can be ours, with the reason when it cannot.  Reads
  * only; writes nothing. */
-damon_state damon_check(const char *admin_dir, char *why, size_t whylen);
+damon_state damon_check(const char *admin_dir, GError **error);
 
-/* NULL with err if DAMON's sysfs is absent, has no "paddr" operations, or
+/* NULL with the reason if DAMON's sysfs is absent, has no "paddr" operations, or
  * a kdamond exists that we did not create (someone else's, maybe the
  * machine's own from boot: we never write to it). */
-cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, char *err, size_t errlen);
+cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, GError **error);
 cold_source *cold_source_probe_new(unsigned probes_per_chunk);
 
 #endif

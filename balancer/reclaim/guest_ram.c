@@ -1,6 +1,7 @@
 /* A guest's RAM inside its QEMU process; see guest_ram.h. */
 #include "reclaim/guest_ram.h"
 
+#include <glib.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "util/small_file.h"
+#include "util/error.h"
 
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT 21
@@ -59,20 +61,14 @@ typedef struct {
 static map_entry *parse_entries(const char *text, size_t *n)
 {
     size_t cap = 64, k = 0;
-    map_entry *v = malloc(cap * sizeof(*v));
-    for (const char *p = text; v && p && *p;) {
+    map_entry *v = g_new(map_entry, cap);
+    for (const char *p = text; p && *p;) {
         map_entry m = { 0, 0, false, 0 };
         bool header = false;
         m.anon_rw = parse_anon_rw(p, &m.s, &m.e, &header);
         if (header) {
-            if (k == cap) {
-                map_entry *nv = realloc(v, (cap *= 2) * sizeof(*v));
-                if (!nv) {
-                    free(v);
-                    return NULL;
-                }
-                v = nv;
-            }
+            if (k == cap)
+                v = g_renew(map_entry, v, cap *= 2);
             v[k++] = m;
         } else if (k) {
             v[k - 1].rss += rss_line(p);
@@ -93,14 +89,10 @@ static bool better(uint64_t rss, uint64_t len, uint64_t best_rss, uint64_t best_
 }
 
 int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, uint64_t *len,
-                   char *err, size_t errlen)
+                   GError **error)
 {
     size_t n = 0;
-    map_entry *v = parse_entries(maps_text ? maps_text : "", &n);
-    if (!v) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    g_autofree map_entry *v = parse_entries(maps_text ? maps_text : "", &n);
     uintptr_t best_s = 0;
     uint64_t best_len = 0, best_rss = 0, closest = 0;
     /* an entry of exactly the guest's size first (QEMU maps RAM alone) */
@@ -134,13 +126,12 @@ int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, 
     for (size_t i = 0; !best_len && !closest && i < n; i++)
         if (v[i].anon_rw && v[i].e - v[i].s >= ram_bytes)
             closest = v[i].e - v[i].s;
-    free(v);
     if (!best_len && !closest) {
-        snprintf(err, errlen, "no anonymous read-write mapping of %" PRIu64 " MiB or more", ram_bytes >> 20);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "no anonymous read-write mapping of %" PRIu64 " MiB or more", ram_bytes >> 20);
         return -1;
     }
     if (!best_len) {
-        snprintf(err, errlen,
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED,
                  "the closest anonymous mapping (%" PRIu64 " MiB) is much larger than the guest's %" PRIu64
                  " MiB; not guessing",
                  closest >> 20, ram_bytes >> 20);
@@ -174,7 +165,7 @@ static uint64_t zero_page_pfn(void)
     return (e & PM_PRESENT) ? e & PM_PFN_MASK : 0;
 }
 
-int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_t errlen)
+int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, GError **error)
 {
     memset(r, 0, sizeof(*r));
     r->pidfd = r->pagemap_fd = -1;
@@ -184,23 +175,21 @@ int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_
      * could be someone else's, so re-check the pidfd is alive below */
     r->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (r->pidfd < 0) {
-        snprintf(err, errlen, "pidfd_open(%d): %s", (int)pid, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "pidfd_open(%d): %s", (int)pid, strerror(errno));
         return -1;
     }
     char path[64];
     /* smaps: the maps lines plus each mapping's Rss, which tells the
      * guest's RAM from same-sized reservations */
     snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-    char *maps = small_file_read(path, 256u << 20);
+    g_autofree char *maps = small_file_read(path, 256u << 20);
     if (!maps) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s: %s", path, strerror(errno));
         guest_ram_close(r);
         return -1;
     }
     uint64_t len = 0;
-    int rc = guest_ram_find(maps, ram_bytes, &r->start, &len, err, errlen);
-    free(maps);
-    if (rc < 0) {
+    if (guest_ram_find(maps, ram_bytes, &r->start, &len, error) < 0) {
         guest_ram_close(r);
         return -1;
     }
@@ -209,7 +198,7 @@ int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_
     snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
     r->pagemap_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (r->pagemap_fd < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s: %s", path, strerror(errno));
         guest_ram_close(r);
         return -1;
     }

@@ -11,6 +11,7 @@
 #define MEMBAL_GUEST_RAM_H
 
 #include <stdbool.h>
+#include <glib.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -44,13 +45,13 @@ static inline bool guest_ram_page_resident(const guest_ram *r, uint64_t entry)
  * adjacent anonymous private read-write entries are joined (madvise can
  * split one mapping); of the runs at least ram_bytes and at most 1/8
  * longer, the most resident (smaps Rss) wins, then the shortest.  A
- * larger run only is refused as ambiguous.  Returns 0, or -1 with err.
+ * larger run only is refused as ambiguous.  Returns 0, or -1 with the reason.
  */
 int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, uint64_t *len,
-                   char *err, size_t errlen);
+                   GError **error);
 
-/* Open pid's RAM of ram_bytes.  Returns 0, or -1 with err. */
-int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, char *err, size_t errlen);
+/* Open pid's RAM of ram_bytes.  Returns 0, or -1 with the reason. */
+int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, GError **error);
 void guest_ram_close(guest_ram *r);
 
 /* Read the pagemap entries of all n_pages pages into entries.

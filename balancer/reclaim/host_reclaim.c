@@ -1,31 +1,32 @@
 /* Host-side reclaim rounds; see host_reclaim.h. */
 #include "reclaim/host_reclaim.h"
 
+#include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "util/error.h"
 
-int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const cold_tunables *t, char *err,
-                       size_t errlen)
+int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const cold_tunables *t, GError **error)
 {
     memset(g, 0, sizeof(*g));
-    if (guest_ram_open(&g->ram, pid, ram_bytes, err, errlen) < 0)
+    if (guest_ram_open(&g->ram, pid, ram_bytes, error) < 0)
         return -1;
     size_t n_chunks = (size_t)((g->ram.bytes + RECLAIM_CHUNK_BYTES - 1) / RECLAIM_CHUNK_BYTES);
     if (cold_lru_init(&g->lru, n_chunks, RECLAIM_CHUNK_BYTES, g->ram.page_bytes, t) < 0) {
-        snprintf(err, errlen, "guest RAM of %llu bytes cannot be split into chunks",
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "guest RAM of %llu bytes cannot be split into chunks",
                  (unsigned long long)g->ram.bytes);
         guest_ram_close(&g->ram);
         return -1;
     }
     /* the pagemap snapshot (8 bytes a page) lives only during a scan;
      * between scans one bit a page remembers what was out */
-    g->was_out = calloc((g->ram.n_pages + 7) / 8, 1);
-    g->obs = calloc(g->lru.n_chunks, sizeof(*g->obs));
-    g->chunk_node = calloc(g->lru.n_chunks, sizeof(*g->chunk_node));
+    g->was_out = g_try_new0(uint8_t, (g->ram.n_pages + 7) / 8);
+    g->obs = g_try_new0(chunk_obs, g->lru.n_chunks);
+    g->chunk_node = g_try_new0(int16_t, g->lru.n_chunks);
     if (!g->was_out || !g->obs || !g->chunk_node) {
-        snprintf(err, errlen, "out of memory");
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "out of memory");
         reclaim_guest_close(g);
         return -1;
     }
@@ -36,10 +37,10 @@ void reclaim_guest_close(reclaim_guest *g)
 {
     guest_ram_close(&g->ram);
     cold_lru_free(&g->lru);
-    free(g->pm);
-    free(g->was_out);
-    free(g->obs);
-    free(g->chunk_node);
+    g_free(g->pm);
+    g_free(g->was_out);
+    g_free(g->obs);
+    g_free(g->chunk_node);
     g->pm = NULL;
     g->was_out = NULL;
     g->obs = NULL;
@@ -96,14 +97,14 @@ static void fill_target(cold_target *t, reclaim_guest *g)
 }
 
 int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_map *nodes, uint64_t now_us,
-                      bool *failed, char *err, size_t errlen)
+                      bool *failed, GError **error)
 {
-    cold_target *t = calloc(n ? n : 1, sizeof(*t));
-    reclaim_guest **ok = calloc(n ? n : 1, sizeof(*ok));
+    g_autofree cold_target *t = g_new0(cold_target, n ? n : 1);
+    g_autofree reclaim_guest **ok = g_new0(reclaim_guest *, n ? n : 1);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (!g[i]->pm)
-            g[i]->pm = malloc(g[i]->ram.n_pages * sizeof(*g[i]->pm));
+            g[i]->pm = g_try_new(uint64_t, g[i]->ram.n_pages); /* 8 bytes a guest page: may fail */
         bool bad = !g[i]->pm || guest_ram_pagemap(&g[i]->ram, g[i]->pm) < 0;
         if (failed)
             failed[i] = bad;
@@ -113,22 +114,20 @@ int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_
         ok[k] = g[i];
         fill_target(&t[k++], g[i]);
     }
-    int rc = src ? src->ops->observe(src, t, k, now_us, err, errlen) : 0;
+    int rc = src ? src->ops->observe(src, t, k, now_us, error) : 0;
     for (size_t i = 0; i < k; i++) {
         cold_lru_age(&ok[i]->lru, ok[i]->obs);
         ok[i]->cold_bytes = cold_lru_cold_bytes(&ok[i]->lru, ok[i]->obs);
     }
-    free(t);
-    free(ok);
     return rc;
 }
 
 uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
 {
     chunk_obs *obs = g->obs;
-    chunk_obs *masked = NULL;
+    g_autofree chunk_obs *masked = NULL;
     if (node >= 0) {
-        masked = malloc(g->lru.n_chunks * sizeof(*masked));
+        masked = g_new(chunk_obs, g->lru.n_chunks);
         for (size_t c = 0; c < g->lru.n_chunks; c++) {
             masked[c] = g->obs[c];
             if (g->chunk_node[c] != node)
@@ -136,12 +135,12 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
         }
         obs = masked;
     }
-    size_t *pick = malloc(g->lru.n_chunks * sizeof(*pick));
+    g_autofree size_t *pick = g_new(size_t, g->lru.n_chunks);
     uint64_t bytes = 0;
     size_t k = cold_lru_pick(&g->lru, obs, budget, pick, g->lru.n_chunks, &bytes);
     uint64_t done = 0;
     if (k) {
-        ram_range *rr = malloc(k * sizeof(*rr));
+        g_autofree ram_range *rr = g_new(ram_range, k);
         for (size_t j = 0; j < k; j++)
             rr[j] = (ram_range){ pick[j] * g->lru.chunk_bytes, g->lru.chunk_bytes };
         int64_t got = guest_ram_advise(&g->ram, rr, k, MADV_PAGEOUT);
@@ -155,10 +154,7 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
             g->paged_out_bytes += bytes;
             g->cold_bytes = g->cold_bytes > bytes ? g->cold_bytes - bytes : 0;
         }
-        free(rr);
     }
-    free(pick);
-    free(masked);
     return done;
 }
 
@@ -178,7 +174,7 @@ void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n)
                 if (g[i]->pm[p] & PM_SWAPPED)
                     g[i]->was_out[p / 8] |= (uint8_t)(1u << (p % 8));
         }
-        free(g[i]->pm);
+        g_free(g[i]->pm);
         g[i]->pm = NULL;
     }
 }

@@ -13,6 +13,7 @@
 #define MEMBAL_HOST_RECLAIM_H
 
 #include <stdbool.h>
+#include <glib.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -41,18 +42,17 @@ typedef struct {
     uint64_t pageout_errors;
 } reclaim_guest;
 
-/* Open pid's guest RAM (ram_bytes) for reclaim.  0, or -1 with err. */
-int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const cold_tunables *t, char *err,
-                       size_t errlen);
+/* Open pid's guest RAM (ram_bytes) for reclaim.  0, or -1 with the reason. */
+int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const cold_tunables *t, GError **error);
 void reclaim_guest_close(reclaim_guest *g);
 
 /* Read every guest's pagemap, find refaults (pages we paged out that are
  * present again), let the source mark references, age the lists.
  * now_us: a monotonic clock.  Guests whose process is gone are reported
- * through failed[i] (may be NULL).  0, or -1 with err if the source
+ * through failed[i] (may be NULL).  0, or -1 with the reason if the source
  * failed (the lists still aged on what pagemap showed). */
 int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_map *nodes, uint64_t now_us,
-                      bool *failed, char *err, size_t errlen);
+                      bool *failed, GError **error);
 
 /* Page out up to budget bytes of g's coldest chunks; only chunks on node
  * when node >= 0.  Returns the bytes paged out. */

@@ -9,6 +9,7 @@
 
 #include "policies/reclaim_plan.h"
 #include "reclaim/host_reclaim.h"
+#include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
 #include "reclaim/qemu_memcg.h"
@@ -74,9 +75,8 @@ void host_swap_free(host_swap *hs)
     g_free(hs);
 }
 
-host_swap *host_swap_new(const balancer_config *cfg, char **err)
+host_swap *host_swap_new(const balancer_config *cfg, GError **error)
 {
-    *err = NULL;
     if (!cfg->hr_enabled)
         return NULL;
     host_swap *hs = g_new0(host_swap, 1);
@@ -88,21 +88,22 @@ host_swap *host_swap_new(const balancer_config *cfg, char **err)
     hs->scan_interval = cfg->hr_scan_interval;
     hs->protect = cfg->hr_protect;
     const char *want = cfg->hr_source;
-    char why[512] = "";
+    g_autoptr(GError) why = NULL;
     if (strcmp(want, "probe") != 0) {
         damon_params dp;
         damon_params_default(&dp);
-        hs->src = cold_source_damon_new(DAMON_ADMIN_DIR, &dp, why, sizeof(why));
+        hs->src = cold_source_damon_new(DAMON_ADMIN_DIR, &dp, &why);
         if (!hs->src && strcmp(want, "damon") == 0) {
-            *err = g_strdup_printf("[host_reclaim] source = damon: %s", why);
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "[host_reclaim] source = damon: %s",
+                        why->message);
             g_free(hs);
             return NULL;
         }
     }
     if (!hs->src) {
         hs->src = cold_source_probe_new(cfg->hr_probes);
-        if (why[0])
-            log_info("host reclaim: DAMON not usable (%s); using the probe scanner", why);
+        if (why)
+            log_info("host reclaim: DAMON not usable (%s); using the probe scanner", why->message);
     }
     node_map_load(&hs->nodes, "/sys/devices/system", 4096);
     log_info("host reclaim: enabled, %s source, scan every %u s, cold after %u-%u scans, up to %llu MiB per guest "
@@ -124,12 +125,12 @@ static bool ensure_open(host_swap *hs, host_swap_target *t, uint64_t scan)
     guest_close(h);
     if (scan < h->retry_scan)
         return false;
-    char err[256];
+    g_autoptr(GError) err = NULL;
     if (pid <= 0) {
-        snprintf(err, sizeof(err), "QEMU's pid is not known");
+        g_set_error(&err, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "QEMU's pid is not known");
     } else if (!t->view->max_bytes) {
-        snprintf(err, sizeof(err), "guest memory size not known yet");
-    } else if (reclaim_guest_open(&h->rg, pid, t->view->max_bytes, &hs->tun, err, sizeof(err)) == 0) {
+        g_set_error(&err, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "guest memory size not known yet");
+    } else if (reclaim_guest_open(&h->rg, pid, t->view->max_bytes, &hs->tun, &err) == 0) {
         h->open = true;
         h->pid = pid;
         h->error[0] = '\0';
@@ -139,9 +140,9 @@ static bool ensure_open(host_swap *hs, host_swap_target *t, uint64_t scan)
                  h->cg_own ? h->cg.dir : "");
         return true;
     }
-    if (strcmp(err, h->error) != 0)
-        log_warn("guest %s: no host reclaim: %s", t->name, err);
-    snprintf(h->error, sizeof(h->error), "%s", err);
+    if (strcmp(err->message, h->error) != 0)
+        log_warn("guest %s: no host reclaim: %s", t->name, err->message);
+    snprintf(h->error, sizeof(h->error), "%s", err->message);
     h->retry_scan = scan + REOPEN_SCANS;
     return false;
 }
@@ -227,12 +228,12 @@ void host_swap_tick(host_swap *hs, host_swap_target *t, size_t n, const host_swa
         }
     }
     g_autofree bool *failed = g_new0(bool, k ? k : 1);
-    char err[256];
-    if (host_reclaim_scan(hs->src, rgs, k, &hs->nodes, (uint64_t)now * 1000, failed, err, sizeof(err)) < 0) {
+    g_autoptr(GError) err = NULL;
+    if (host_reclaim_scan(hs->src, rgs, k, &hs->nodes, (uint64_t)now * 1000, failed, &err) < 0) {
         hs->scan_errors++;
-        if (strcmp(err, hs->last_error) != 0)
-            log_warn("host reclaim: %s source: %s", hs->src->ops->name, err);
-        snprintf(hs->last_error, sizeof(hs->last_error), "%s", err);
+        if (strcmp(err->message, hs->last_error) != 0)
+            log_warn("host reclaim: %s source: %s", hs->src->ops->name, err->message);
+        snprintf(hs->last_error, sizeof(hs->last_error), "%s", err->message);
     }
     /* a guest whose QEMU went away is re-opened next scan */
     size_t live = 0;

@@ -13,6 +13,7 @@
 #ifndef MEMBAL_HOST_SWAP_H
 #define MEMBAL_HOST_SWAP_H
 
+#include <glib.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -62,8 +63,8 @@ typedef struct {
 } host_swap_round;
 
 /* The stage for cfg's [host_reclaim] (copied): NULL when it is disabled,
- * or with *err when source = damon but DAMON is not usable. */
-host_swap *host_swap_new(const balancer_config *cfg, char **err);
+ * or with the reason when source = damon but DAMON is not usable. */
+host_swap *host_swap_new(const balancer_config *cfg, GError **error);
 void host_swap_free(host_swap *hs);
 /* A round, when scan_interval has passed since the last. */
 void host_swap_tick(host_swap *hs, host_swap_target *t, size_t n, const host_swap_round *r);

@@ -1,6 +1,7 @@
 /* A QEMU's memory cgroup: find, protect, reclaim; see qemu_memcg.h. */
 #include "reclaim/qemu_memcg.h"
 
+#include <glib.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -107,17 +108,13 @@ int qemu_memcg_find(pid_t pid, qemu_memcg *out)
 {
     memset(out, 0, sizeof(*out));
     char path[64], v2[512], v1[512];
-    char *mi = small_file_read("/proc/self/mountinfo", 1 << 20);
+    g_autofree char *mi = small_file_read("/proc/self/mountinfo", 1 << 20);
     snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-    char *cg = small_file_read(path, 1 << 16);
-    int rc = -1;
-    if (mi && cg) {
-        memcg_mounts(mi, v2, sizeof(v2), v1, sizeof(v1));
-        rc = memcg_resolve(cg, v2, v1, out);
-    }
-    free(mi);
-    free(cg);
-    return rc;
+    g_autofree char *cg = small_file_read(path, 1 << 16);
+    if (!mi || !cg)
+        return -1;
+    memcg_mounts(mi, v2, sizeof(v2), v1, sizeof(v1));
+    return memcg_resolve(cg, v2, v1, out);
 }
 
 int memcg_sole_owner(const qemu_memcg *m, pid_t pid)

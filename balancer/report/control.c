@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "util/log.h"
+#include "util/error.h"
 
 #define CONTROL_MAX_REQUEST 4096
 #define CONTROL_MAX_CLIENTS 16
@@ -291,16 +292,16 @@ static gboolean accept_ready(gint fd, GIOCondition cond, gpointer data)
     return G_SOURCE_CONTINUE;
 }
 
-control_server *control_start(const char *path, const control_ops *ops, void *ctx, char **err)
+control_server *control_start(const char *path, const control_ops *ops, void *ctx, GError **error)
 {
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
     if (strlen(path) >= sizeof(addr.sun_path)) {
-        *err = g_strdup_printf("control socket path too long: %s", path);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "control socket path too long: %s", path);
         return NULL;
     }
     char *dir = g_path_get_dirname(path);
     if (g_mkdir_with_parents(dir, 0700) < 0) {
-        *err = g_strdup_printf("cannot create %s: %s", dir, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "cannot create %s: %s", dir, strerror(errno));
         g_free(dir);
         return NULL;
     }
@@ -312,7 +313,7 @@ control_server *control_start(const char *path, const control_ops *ops, void *ct
     int rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&addr, sizeof(addr));
     umask(old);
     if (rc < 0 || listen(fd, 8) < 0) {
-        *err = g_strdup_printf("cannot listen on %s: %s", path, strerror(errno));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "cannot listen on %s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
         return NULL;

@@ -15,7 +15,7 @@ typedef struct {
     void (*set_paused)(void *ctx, bool paused);
 } control_ops;
 
-control_server *control_start(const char *path, const control_ops *ops, void *ctx, char **err);
+control_server *control_start(const char *path, const control_ops *ops, void *ctx, GError **error);
 void control_stop(control_server *s);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "util/error.h"
 
 
 /* Label values are escaped as the exposition format requires. */
@@ -254,12 +255,12 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     return ret;
 }
 
-metrics_server *metrics_start(const char *listen, char **err)
+metrics_server *metrics_start(const char *listen, GError **error)
 {
     char *host = g_strdup(listen);
     char *colon = strrchr(host, ':');
     if (!colon || colon == host || !colon[1]) {
-        *err = g_strdup_printf("metrics address '%s': expected host:port", listen);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "metrics address '%s': expected host:port", listen);
         g_free(host);
         return NULL;
     }
@@ -274,7 +275,7 @@ metrics_server *metrics_start(const char *listen, char **err)
     struct addrinfo *ai = NULL;
     int gai = getaddrinfo(h, port, &hints, &ai);
     if (gai != 0) {
-        *err = g_strdup_printf("metrics address '%s': %s", listen, gai_strerror(gai));
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "metrics address '%s': %s", listen, gai_strerror(gai));
         g_free(host);
         return NULL;
     }
@@ -289,7 +290,7 @@ metrics_server *metrics_start(const char *listen, char **err)
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!m->mhd) {
-        *err = g_strdup_printf("cannot listen on %s for metrics (address in use?)", listen);
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "cannot listen on %s for metrics (address in use?)", listen);
         g_string_free(m->text, TRUE);
         pthread_mutex_destroy(&m->lock);
         g_free(m);

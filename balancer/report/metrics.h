@@ -16,8 +16,8 @@ typedef struct metrics_server metrics_server;
 /* Render the exposition text for one tick's snapshot. */
 GString *metrics_render(const snapshot *s);
 
-/* Listen on "host:port" (IPv4/IPv6 literal or name).  NULL with *err set. */
-metrics_server *metrics_start(const char *listen, char **err);
+/* Listen on "host:port" (IPv4/IPv6 literal or name).  NULL with the reason. */
+metrics_server *metrics_start(const char *listen, GError **error);
 /* Replace the text served (takes ownership of text). */
 void metrics_publish(metrics_server *m, GString *text);
 void metrics_stop(metrics_server *m);

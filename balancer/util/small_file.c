@@ -1,6 +1,7 @@
 /* Whole small files; see small_file.h. */
 #include "util/small_file.h"
 
+#include <glib.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,26 +13,18 @@ char *small_file_read(const char *path, size_t max)
     if (!f)
         return NULL;
     size_t cap = 16384, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
+    char *buf = g_malloc(cap);
+    for (;;) {
         size_t want = cap - len - 1;
         size_t n = fread(buf + len, 1, want, f);
         len += n;
         if (n < want || cap >= max)
             break; /* end of file, or as much as the caller allows */
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            errno = ENOMEM;
-            break;
-        }
-        buf = nb;
         cap *= 2;
+        buf = g_realloc(buf, cap);
     }
     fclose(f);
-    if (buf)
-        buf[len] = '\0';
+    buf[len] = '\0';
     return buf;
 }
 

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The file's text (malloc'ed), at most max bytes of it; NULL with errno. */
+/* The file's text (g_free it), at most max bytes of it; NULL with errno. */
 char *small_file_read(const char *path, size_t max);
 /* dir/file into buf (len bytes with the NUL).  0, or -1 with errno. */
 int small_file_read_at(const char *dir, const char *file, char *buf, size_t len);

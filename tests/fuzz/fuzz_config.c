@@ -13,18 +13,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     balancer_config c;
     config_defaults(&c);
-    char *err = NULL;
+    g_autoptr(GError) err = NULL;
     if (config_load_text(&c, (const char *)data, size, "fuzz.conf", &err) == 0) {
         watermarks wm;
-        char *werr = NULL;
+        g_autoptr(GError) werr = NULL;
         /* accepted files were checked on a 64 GiB host */
         if (config_watermarks(&c, 64ULL << 30, &wm, &werr) < 0 || !policy_lookup(c.policy))
             abort();
-        g_free(werr);
-    } else if (!err || !*err) {
+    } else if (!err || !err->message[0]) {
         abort(); /* a refusal always says why */
     }
-    g_free(err);
     config_clear(&c);
     return 0;
 }

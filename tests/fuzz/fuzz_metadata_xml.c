@@ -4,6 +4,7 @@
  * policy or a clear error, never a crash, a leak or a policy with
  * min > max.
  */
+#include <glib.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -12,12 +13,14 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     vm_policy p;
-    char err[200];
-    if (metadata_policy_parse((const char *)data, size, &p, err, sizeof(err)) == 0) {
+    g_autoptr(GError) err = NULL;
+    if (metadata_policy_parse((const char *)data, size, &p, &err) == 0) {
         if (p.min_bytes && p.max_bytes && p.min_bytes > p.max_bytes)
             abort();
         if (p.shares < 1 || p.shares > 1000000)
             abort();
+    } else if (!err || !err->message[0]) {
+        abort(); /* a refusal always says why */
     }
     return 0;
 }

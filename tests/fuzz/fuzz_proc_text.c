@@ -23,12 +23,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 0: {
         uintptr_t start = 0;
         uint64_t len = 0;
-        char err[200];
+        g_autoptr(GError) err = NULL;
         uint64_t want = 1ULL << (12 + data[0] % 20);
-        if (guest_ram_find(text, want, &start, &len, err, sizeof(err)) == 0) {
+        if (guest_ram_find(text, want, &start, &len, &err) == 0) {
             if (len < want || len - want > want / 8)
                 abort();
-        } else if (!err[0]) {
+        } else if (!err || !err->message[0]) {
             abort();
         }
         break;

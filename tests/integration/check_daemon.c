@@ -748,8 +748,8 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
      * whole (2 MiB) at once; chunks whose use is a few pages (guest
      * kernel memory, and under TCG the code pages it re-translates) come
      * back with a few dozen pages. */
-    char why[512];
-    bool damon = damon_check("/sys/kernel/mm/damon/admin", why, sizeof(why)) == DAMON_FREE;
+    g_autoptr(GError) why = NULL;
+    bool damon = damon_check("/sys/kernel/mm/damon/admin", &why) == DAMON_FREE;
     if (damon) {
         /* DAMON samples every region ~100 times a second and sees even a
          * sparse chunk's use before it is paged out */
@@ -779,7 +779,7 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     } else {
         ck_assert(log_has("host reclaim: enabled, probe source"));
         ck_assert_int_eq(count_log("DAMON not usable"), 1);
-        fprintf(stderr, "host reclaim e2e: probe source (%s)\n", why);
+        fprintf(stderr, "host reclaim e2e: probe source (%s)\n", why->message);
     }
     /* what it decided is visible to the operator too */
     char *ex = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' explain qmp.sock", test_top(), workdir);

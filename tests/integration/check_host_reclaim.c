@@ -210,8 +210,8 @@ static void run_reclaim(cold_source *src, const char *label, second_set set, int
     cold_tunables t;
     cold_tunables_default(&t);
     reclaim_guest g;
-    char err[256];
-    ck_assert_msg(reclaim_guest_open(&g, pid, RAM, &t, err, sizeof(err)) == 0, "%s", err);
+    g_autoptr(GError) err = NULL;
+    ck_assert_msg(reclaim_guest_open(&g, pid, RAM, &t, &err) == 0, "%s", err ? err->message : "");
     ck_assert_uint_eq(g.ram.bytes, RAM);
     node_map nodes;
     ck_assert_int_eq(node_map_load(&nodes, "/sys/devices/system", g.ram.page_bytes), 0);
@@ -222,8 +222,8 @@ static void run_reclaim(cold_source *src, const char *label, second_set set, int
     long majflt_mark = 0;
     for (int s = 0; s < scans; s++) {
         bool failed = false;
-        int rc = host_reclaim_scan(src, gs, 1, &nodes, mono_us(), &failed, err, sizeof(err));
-        ck_assert_msg(rc == 0, "%s scan %d: %s", label, s, err);
+        int rc = host_reclaim_scan(src, gs, 1, &nodes, mono_us(), &failed, &err);
+        ck_assert_msg(rc == 0, "%s scan %d: %s", label, s, err ? err->message : "");
         ck_assert(!failed);
         uint64_t out = reclaim_guest_pageout(&g, UINT64_MAX, -1);
         if (getenv("MEMBAL_DEBUG"))
@@ -310,14 +310,14 @@ END_TEST
  * reason; the probe case above still runs. */
 START_TEST(damon_swaps_cold_keeps_hot)
 {
-    char err[512];
-    if (damon_check(DAMON_ADMIN, err, sizeof(err)) != DAMON_FREE)
-        CHECK_SKIP("%s", err);
+    g_autoptr(GError) err = NULL;
+    if (damon_check(DAMON_ADMIN, &err) != DAMON_FREE)
+        CHECK_SKIP("%s", err->message);
     ensure_swap();
     damon_params dp;
     damon_params_default(&dp);
-    cold_source *src = cold_source_damon_new(DAMON_ADMIN, &dp, err, sizeof(err));
-    ck_assert_msg(src != NULL, "%s", err);
+    cold_source *src = cold_source_damon_new(DAMON_ADMIN, &dp, &err);
+    ck_assert_msg(src != NULL, "%s", err ? err->message : "");
     cleanup_register("(echo off > %s/kdamonds/0/state; echo 0 > %s/kdamonds/nr_kdamonds) 2>/dev/null", DAMON_ADMIN,
                      DAMON_ADMIN);
     outcome o;
@@ -339,10 +339,9 @@ START_TEST(refaults_lift_the_cold_age)
     ensure_swap();
     damon_params dp;
     damon_params_default(&dp);
-    char err[512];
-    cold_source *src = damon_check(DAMON_ADMIN, err, sizeof(err)) == DAMON_FREE
-                           ? cold_source_damon_new(DAMON_ADMIN, &dp, err, sizeof(err))
-                           : NULL;
+    g_autoptr(GError) err = NULL;
+    cold_source *src = damon_check(DAMON_ADMIN, &err) == DAMON_FREE ? cold_source_damon_new(DAMON_ADMIN, &dp, &err)
+                                                                   : NULL;
     if (src)
         cleanup_register("(echo off > %s/kdamonds/0/state; echo 0 > %s/kdamonds/nr_kdamonds) 2>/dev/null",
                          DAMON_ADMIN, DAMON_ADMIN);
@@ -464,7 +463,7 @@ END_TEST
 
 START_TEST(maps_lookup)
 {
-    char err[200];
+    g_autoptr(GError) err = NULL;
     uintptr_t s;
     uint64_t len;
     const char *maps = "55d0c0000000-55d0c0100000 r-xp 00000000 fe:01 1234 /usr/bin/qemu-system-x86_64\n"
@@ -474,17 +473,19 @@ START_TEST(maps_lookup)
                        "7f1000000000-7f1001000000 rw-p 00000000 00:00 0\n"
                        "7ffd00000000-7ffd40000000 rw-p 00000000 00:00 0 [stack]\n";
     /* two adjacent halves of a split 512 MiB mapping are joined */
-    ck_assert_int_eq(guest_ram_find(maps, 512 * MIB, &s, &len, err, sizeof(err)), 0);
+    ck_assert_int_eq(guest_ram_find(maps, 512 * MIB, &s, &len, &err), 0);
     ck_assert_uint_eq(s, 0x7f0000000000ULL);
     ck_assert_uint_eq(len, 512 * MIB);
     /* the smallest that fits: 16 MiB for a 16 MiB guest */
-    ck_assert_int_eq(guest_ram_find(maps, 16 * MIB, &s, &len, err, sizeof(err)), 0);
+    ck_assert_int_eq(guest_ram_find(maps, 16 * MIB, &s, &len, &err), 0);
     ck_assert_uint_eq(s, 0x7f1000000000ULL);
     /* 100 MiB: only the 512 MiB run is large enough, and that is no match */
-    ck_assert_int_eq(guest_ram_find(maps, 100 * MIB, &s, &len, err, sizeof(err)), -1);
-    ck_assert_ptr_nonnull(strstr(err, "much larger"));
-    ck_assert_int_eq(guest_ram_find(maps, 2048 * MIB, &s, &len, err, sizeof(err)), -1);
-    ck_assert_ptr_nonnull(strstr(err, "no anonymous"));
+    ck_assert_int_eq(guest_ram_find(maps, 100 * MIB, &s, &len, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err->message, "much larger"));
+    g_clear_error(&err);
+    ck_assert_int_eq(guest_ram_find(maps, 2048 * MIB, &s, &len, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err->message, "no anonymous"));
+    g_clear_error(&err);
     /* smaps: two 256 MiB runs, the resident one is the guest's RAM */
     const char *smaps = "7e0000000000-7e0010000000 rw-p 00000000 00:00 0 \n"
                         "Size:             262144 kB\nRss:                   0 kB\n"
@@ -492,18 +493,19 @@ START_TEST(maps_lookup)
                         "Size:             262144 kB\nRss:              200000 kB\n"
                         "7f0010000000-7f0010001000 ---p 00000000 00:00 0 \n"
                         "Size:                  4 kB\nRss:                   0 kB\n";
-    ck_assert_int_eq(guest_ram_find(smaps, 256 * MIB, &s, &len, err, sizeof(err)), 0);
+    ck_assert_int_eq(guest_ram_find(smaps, 256 * MIB, &s, &len, &err), 0);
     ck_assert_uint_eq(s, 0x7f0000000000ULL);
     ck_assert_uint_eq(len, 256 * MIB);
     /* an exact-size entry beats a joined run that contains it (ASan puts
      * its own mappings right next to ours) */
     const char *adjacent = "7f0000000000-7f0000100000 rw-p 00000000 00:00 0 \n"
                            "7f0000100000-7f0010100000 rw-p 00000000 00:00 0 \n";
-    ck_assert_int_eq(guest_ram_find(adjacent, 256 * MIB, &s, &len, err, sizeof(err)), 0);
+    ck_assert_int_eq(guest_ram_find(adjacent, 256 * MIB, &s, &len, &err), 0);
     ck_assert_uint_eq(s, 0x7f0000100000ULL);
     ck_assert_uint_eq(len, 256 * MIB);
-    ck_assert_int_eq(guest_ram_find("", 1, &s, &len, err, sizeof(err)), -1);
-    ck_assert_int_eq(guest_ram_find("garbage\n\n-\n", 1, &s, &len, err, sizeof(err)), -1);
+    ck_assert_int_eq(guest_ram_find("", 1, &s, &len, &err), -1);
+    g_clear_error(&err);
+    ck_assert_int_eq(guest_ram_find("garbage\n\n-\n", 1, &s, &len, &err), -1);
 }
 END_TEST
 

@@ -26,7 +26,10 @@ static const char *real_line =
 
 static int parse(const char *line, agent_report *r, agent_reject *why, char *err)
 {
-    return agent_parse(line, strlen(line), r, why, err, 160);
+    g_autoptr(GError) e = NULL;
+    int rc = agent_parse(line, strlen(line), r, why, &e);
+    snprintf(err, 160, "%s", e ? e->message : "");
+    return rc;
 }
 
 START_TEST(parses_what_the_agent_sends)
@@ -84,8 +87,9 @@ START_TEST(rejects_with_reasons)
     memset(big, ' ', sizeof(big) - 1);
     agent_report r;
     agent_reject why;
-    char err[160];
-    ck_assert_int_eq(agent_parse(big, sizeof(big) - 1, &r, &why, err, sizeof(err)), -1);
+    g_autoptr(GError) err = NULL;
+    ck_assert_int_eq(agent_parse(big, sizeof(big) - 1, &r, &why, &err), -1);
+    ck_assert_ptr_nonnull(err);
     ck_assert_int_eq(why, AGENT_REJ_TOO_LONG);
 }
 END_TEST

@@ -62,9 +62,13 @@ END_TEST
 
 /* ---- metadata ---- */
 
+/* err gets the message (256 bytes), "" on success */
 static int parse(const char *xml, vm_policy *p, char *err)
 {
-    return metadata_policy_parse(xml, strlen(xml), p, err, 256);
+    g_autoptr(GError) e = NULL;
+    int rc = metadata_policy_parse(xml, strlen(xml), p, &e);
+    snprintf(err, 256, "%s", e ? e->message : "");
+    return rc;
 }
 
 START_TEST(metadata_full_element)
@@ -138,9 +142,9 @@ START_TEST(metadata_rejects_with_reasons)
     memcpy(big, "<policy", 7);
     memcpy(big + sizeof(big) - 3, "/>", 3);
     vm_policy p;
-    char err[256];
-    ck_assert_int_eq(metadata_policy_parse(big, sizeof(big) - 1, &p, err, sizeof(err)), -1);
-    ck_assert_msg(strstr(err, "more than 4096") != NULL, "%s", err);
+    g_autoptr(GError) err = NULL;
+    ck_assert_int_eq(metadata_policy_parse(big, sizeof(big) - 1, &p, &err), -1);
+    ck_assert_msg(strstr(err->message, "more than 4096") != NULL, "%s", err->message);
 }
 END_TEST
 
@@ -166,12 +170,13 @@ START_TEST(config_defaults_and_load)
 {
     balancer_config c;
     config_defaults(&c);
-    char *err = NULL;
+    g_autoptr(GError) err = NULL;
     ck_assert_int_eq(config_load(&c, "/nonexistent/balancer.conf", false, &err), 0);
+    ck_assert_ptr_null(err);
     ck_assert_str_eq(c.policy, "split-lru");
     ck_assert_int_eq(config_load(&c, "/nonexistent/balancer.conf", true, &err), -1);
-    ck_assert_msg(strstr(err, "/nonexistent/balancer.conf") != NULL, "%s", err);
-    g_free(err);
+    ck_assert_msg(strstr(err->message, "/nonexistent/balancer.conf") != NULL, "%s", err->message);
+    g_clear_error(&err);
     const char *path = write_conf("ok.conf",
                                   "# comment\n[balancer]\npolicy = mom\ntick = 3\n"
                                   "[watermarks]\nmin = 256MiB\nlow = 1GiB\nhigh = 3%\n"
@@ -189,7 +194,7 @@ START_TEST(config_defaults_and_load)
     ck_assert_uint_eq(wm.high, (uint64_t)(64.0 * GIB * 0.03));
     /* too small a host for these absolute watermarks: order check */
     ck_assert_int_eq(config_watermarks(&c, 16 * GIB, &wm, &err), -1);
-    g_free(err);
+    ck_assert_ptr_nonnull(err);
     config_clear(&c);
 }
 END_TEST
@@ -215,14 +220,13 @@ START_TEST(config_errors_name_key_and_line)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         balancer_config c;
         config_defaults(&c);
-        char *err = NULL;
+        g_autoptr(GError) err = NULL;
         const char *path = write_conf("bad.conf", bad[i].text);
         ck_assert_msg(config_load(&c, path, true, &err) == -1, "accepted: %s", bad[i].text);
-        ck_assert_msg(strstr(err, bad[i].msg) != NULL, "got '%s', wanted '%s'", err, bad[i].msg);
+        ck_assert_msg(strstr(err->message, bad[i].msg) != NULL, "got '%s', wanted '%s'", err->message, bad[i].msg);
         /* the previous configuration is untouched */
         ck_assert_uint_eq(c.tick_seconds, 5);
         ck_assert_str_eq(c.policy, "split-lru");
-        g_free(err);
         config_clear(&c);
     }
 }
@@ -249,8 +253,8 @@ START_TEST(shipped_config_states_the_defaults)
     balancer_config c, d;
     config_defaults(&c);
     config_defaults(&d);
-    char *err = NULL;
-    ck_assert_msg(config_load(&c, path, true, &err) == 0, "%s", err ? err : "");
+    g_autoptr(GError) err = NULL;
+    ck_assert_msg(config_load(&c, path, true, &err) == 0, "%s", err ? err->message : "");
     ck_assert_str_eq(c.connect_uri, d.connect_uri);
     ck_assert_str_eq(c.policy, d.policy);
     ck_assert_uint_eq(c.tick_seconds, d.tick_seconds);
@@ -405,21 +409,21 @@ START_TEST(cgroup_v1_and_v2_as_host)
 {
     char dir[160];
     host_view v;
-    char err[600];
+    g_autoptr(GError) err = NULL;
     /* v2 with a limit */
     snprintf(dir, sizeof(dir), "%s/cg2", tmpdir);
     mkdir(dir, 0700);
     write_conf("cg2/memory.current", "734003200\n");
     write_conf("cg2/memory.max", "1073741824\n");
     write_conf("cg2/memory.stat", "anon 600000000\nfile 100000000\ninactive_file 52428800\n");
-    ck_assert_msg(host_cgroup_read(dir, 32 * GIB, &v, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(host_cgroup_read(dir, 32 * GIB, &v, &err) == 0, "%s", err ? err->message : "");
     ck_assert_uint_eq(v.total_bytes, GIB);
     ck_assert_uint_eq(v.free_bytes, GIB - 734003200ULL);
     ck_assert_uint_eq(v.available_bytes, GIB - 734003200ULL + 52428800ULL);
     ck_assert_uint_eq(v.cached_bytes, 100000000ULL);
     /* v2 without a limit: the machine is the bound */
     write_conf("cg2/memory.max", "max\n");
-    ck_assert_int_eq(host_cgroup_read(dir, 32 * GIB, &v, err, sizeof(err)), 0);
+    ck_assert_int_eq(host_cgroup_read(dir, 32 * GIB, &v, &err), 0);
     ck_assert_uint_eq(v.total_bytes, 32 * GIB);
     /* v1, over its limit (usage can exceed a lowered limit) */
     snprintf(dir, sizeof(dir), "%s/cg1", tmpdir);
@@ -427,20 +431,21 @@ START_TEST(cgroup_v1_and_v2_as_host)
     write_conf("cg1/memory.usage_in_bytes", "900000000\n");
     write_conf("cg1/memory.limit_in_bytes", "891289600\n");
     write_conf("cg1/memory.stat", "cache 5\ntotal_cache 4096\ntotal_inactive_file 0\n");
-    ck_assert_int_eq(host_cgroup_read(dir, 32 * GIB, &v, err, sizeof(err)), 0);
+    ck_assert_int_eq(host_cgroup_read(dir, 32 * GIB, &v, &err), 0);
     ck_assert_uint_eq(v.total_bytes, 891289600ULL);
     ck_assert_uint_eq(v.free_bytes, 0);
     ck_assert_uint_eq(v.available_bytes, 0);
     ck_assert_uint_eq(v.cached_bytes, 4096);
     write_conf("cg1/memory.limit_in_bytes", "9223372036854771712\n");
-    ck_assert_int_eq(host_cgroup_read(dir, 32 * GIB, &v, err, sizeof(err)), 0);
+    ck_assert_int_eq(host_cgroup_read(dir, 32 * GIB, &v, &err), 0);
     ck_assert_uint_eq(v.total_bytes, 32 * GIB);
     /* not a cgroup */
-    ck_assert_int_eq(host_cgroup_read(tmpdir, 32 * GIB, &v, err, sizeof(err)), -1);
-    ck_assert_msg(strstr(err, "not a memory cgroup") != NULL, "%s", err);
+    ck_assert_int_eq(host_cgroup_read(tmpdir, 32 * GIB, &v, &err), -1);
+    ck_assert_msg(strstr(err->message, "not a memory cgroup") != NULL, "%s", err->message);
+    g_clear_error(&err);
     /* the real v1 root here, if mounted */
     if (access("/sys/fs/cgroup/memory/memory.usage_in_bytes", R_OK) == 0) {
-        ck_assert_int_eq(host_cgroup_read("/sys/fs/cgroup/memory", 32 * GIB, &v, err, sizeof(err)), 0);
+        ck_assert_int_eq(host_cgroup_read("/sys/fs/cgroup/memory", 32 * GIB, &v, &err), 0);
         ck_assert_uint_gt(v.total_bytes, 0);
     }
 }
