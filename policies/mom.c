@@ -1,24 +1,59 @@
 /*
- * mom: oVirt MoM's default balloon policy (doc/balloon.rules), faithfully,
- * as the baseline we compare split-lru against.
+ * mom: oVirt MoM's balloon policy as upstream ships it, the baseline we
+ * compare split-lru against.  Source: github.com/oVirt/mom, doc/balloon.rules
+ * at HEAD (unchanged since commit e0f3d3b, 2013-11-26), its defaults in
+ * doc/mom-balloon.conf, mom/Entity.py (StatAvg) and mom/PolicyEngine.py.
  *
- *   host_free_percent = avg(MemFree + Buffers + Cached) / MemTotal
- *   if host_free_percent < pressure_threshold (0.20): shrink every guest
- *     guest_free_percent = host <= pressure_critical (0.05)
- *                          ? host_free_percent - 0.05       (force swapping)
- *                          : min_guest_free_percent (0.20) * host / 0.20
- *     used   = avg(balloon_cur) - avg(mem_unused)
- *     lowest = min(balloon_min, used + guest_free_percent * balloon_cur)
- *     target = max(balloon_cur * (1 - max_balloon_change_percent), lowest)
- *   else: grow every ballooned guest
- *     target = min(balloon_cur * (1 + 0.05), balloon_max), raised to
- *              min(balloon_min, used + 0.20 * balloon_cur)
- *   act only if |target - cur| > min_balloon_change_percent (0.0025) * cur.
+ * The rules, quoted (Lisp-like MoM policy language):
  *
- * MoM averages each statistic over its sample history (10 samples by
- * default); so do we.  balloon_min is the guest's floor, balloon_max its
- * ceiling.  In the grow path MoM's rules refer to guest_free_percent, which
- * only the shrink path defines; min_guest_free_percent is what it means.
+ *   (defvar pressure_threshold 0.20)  (defvar pressure_critical 0.05)
+ *   (defvar min_guest_free_percent 0.20)
+ *   (defvar max_balloon_change_percent 0.05)
+ *   (defvar min_balloon_change_percent 0.0025)
+ *   (def change_big_enough (guest new_val)
+ *       (if (> (abs (- new_val guest.balloon_cur))
+ *              (* min_balloon_change_percent guest.balloon_cur)) 1 0))
+ *   (def shrink_guest (guest) {
+ *       (if (<= host_free_percent pressure_critical)
+ *           (defvar guest_free_percent (+ -0.05 host_free_percent))
+ *           (defvar guest_free_percent (* min_guest_free_percent
+ *                                       (/ host_free_percent pressure_threshold))))
+ *       (defvar guest_used_mem (- (guest.StatAvg "balloon_cur") (guest.StatAvg "mem_unused")))
+ *       (defvar balloon_min (max guest.balloon_min (+ guest_used_mem
+ *                              (* guest_free_percent guest.balloon_cur))))
+ *       (defvar balloon_size (* guest.balloon_cur (- 1 max_balloon_change_percent)))
+ *       (if (< balloon_size balloon_min) (set balloon_size balloon_min) 0)
+ *       (if (and (<= balloon_size guest.balloon_cur) (change_big_enough guest balloon_size))
+ *           (guest.Control "balloon_target" balloon_size) 0) })
+ *   (def grow_guest (guest) {
+ *       (if (< guest.balloon_cur guest.balloon_max) {
+ *           (defvar guest_used_mem (- (guest.StatAvg "balloon_cur") (guest.StatAvg "mem_unused")))
+ *           (defvar balloon_min (max guest.balloon_min (+ guest_used_mem
+ *                                  (* min_guest_free_percent guest.balloon_cur))))
+ *           (defvar balloon_size (* guest.balloon_cur (+ 1 max_balloon_change_percent)))
+ *           (if (< balloon_size balloon_min) (set balloon_size balloon_min) 0)
+ *           (if (> balloon_size guest.balloon_max) (set balloon_size guest.balloon_max) 0)
+ *           (if (change_big_enough guest balloon_size)
+ *               (guest.Control "balloon_target" balloon_size) 0) } 0) })
+ *   (defvar host_free_percent (/ (Host.StatAvg "mem_free") Host.mem_available))
+ *   (if (< host_free_percent pressure_threshold)
+ *       (with Guests guest (shrink_guest guest))
+ *       (with Guests guest (grow_guest guest)))
+ *
+ * Inputs, as MoM's collectors define them: Host mem_free = MemFree + Buffers
+ * + Cached and mem_available = MemTotal (mom/Collectors/HostMemory.py);
+ * guest mem_unused = the balloon driver's "unused" (MemFree: page cache
+ * counts as used), balloon_cur/balloon_max = current and maximum memory,
+ * balloon_min = the guest's guaranteed memory (libvirt <memtune>
+ * <min_guarantee>; here the guest's floor).  StatAvg is the mean over the
+ * monitor's history of sample-history-length (10) samples; host and guest
+ * monitors sample every 5 s and the policy engine sleeps 10 s before each
+ * run (doc/mom-balloon.conf: host-monitor-interval 5,
+ * guest-monitor-interval 5, policy-engine-interval 10, sample-history-length
+ * 10).  This policy keeps that cadence whatever balancerd's tick is: it
+ * samples when 5 s have passed (policy_input.now_s) and decides when 10 s
+ * have, and between those it asks for no change.  Guests without balloon
+ * stats are skipped, as MoM's guest monitor drops them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +67,9 @@
 #define MOM_MIN_GUEST_FREE_PERCENT 0.20
 #define MOM_MAX_BALLOON_CHANGE_PERCENT 0.05
 #define MOM_MIN_BALLOON_CHANGE_PERCENT 0.0025
-#define MOM_HISTORY 10
+#define MOM_HISTORY 10          /* sample-history-length */
+#define MOM_SAMPLE_S 5.0        /* host-/guest-monitor-interval */
+#define MOM_POLICY_S 10.0       /* policy-engine-interval */
 #define MOM_MAX_TRACKED 4096
 
 typedef struct {
@@ -50,6 +87,8 @@ typedef struct {
     ring host_free;
     mom_guest *guests;
     size_t n, cap;
+    bool started;
+    double next_sample_s, next_policy_s;
 } mom_state;
 
 static void ring_push(ring *r, double v)
@@ -120,74 +159,109 @@ static bool change_big_enough(double cur, double target)
     return fabs(target - cur) > MOM_MIN_BALLOON_CHANGE_PERCENT * cur;
 }
 
+/* The monitors: one sample of the host and of every guest with stats. */
+static void mom_sample(mom_state *s, const policy_input *in)
+{
+    ring_push(&s->host_free, (double)(in->host.free_bytes + in->host.cached_bytes));
+    for (size_t i = 0; i < in->n_guests; i++) {
+        const guest_view *g = &in->guests[i];
+        mom_guest *h = history_for(s, g->uuid ? g->uuid : "");
+        if (!h)
+            continue;
+        h->seen = true;
+        if (!g->stats_valid)
+            continue; /* no row this time; the history stays */
+        ring_push(&h->cur, (double)g->actual_bytes);
+        ring_push(&h->unused, (double)g->free_bytes);
+    }
+    history_sweep(s);
+}
+
+/* shrink_guest: the target, or a negative value for no change. */
+static double shrink_guest(const guest_view *g, const mom_guest *h, double host_free_percent)
+{
+    double cur = (double)g->actual_bytes;
+    double guest_free_percent = host_free_percent <= MOM_PRESSURE_CRITICAL
+                                    ? -0.05 + host_free_percent
+                                    : MOM_MIN_GUEST_FREE_PERCENT * (host_free_percent / MOM_PRESSURE_THRESHOLD);
+    double used = ring_avg(&h->cur) - ring_avg(&h->unused);
+    double balloon_min = fmax((double)g->floor_bytes, used + guest_free_percent * cur);
+    double balloon_size = cur * (1 - MOM_MAX_BALLOON_CHANGE_PERCENT);
+    if (balloon_size < balloon_min)
+        balloon_size = balloon_min;
+    return balloon_size <= cur && change_big_enough(cur, balloon_size) ? balloon_size : -1;
+}
+
+/* grow_guest: the target, or a negative value for no change. */
+static double grow_guest(const guest_view *g, const mom_guest *h)
+{
+    double cur = (double)g->actual_bytes, balloon_max = (double)g->ceiling_bytes;
+    if (!(cur < balloon_max))
+        return -1;
+    double used = ring_avg(&h->cur) - ring_avg(&h->unused);
+    double balloon_min = fmax((double)g->floor_bytes, used + MOM_MIN_GUEST_FREE_PERCENT * cur);
+    double balloon_size = cur * (1 + MOM_MAX_BALLOON_CHANGE_PERCENT);
+    if (balloon_size < balloon_min)
+        balloon_size = balloon_min;
+    if (balloon_size > balloon_max)
+        balloon_size = balloon_max;
+    return change_big_enough(cur, balloon_size) ? balloon_size : -1;
+}
+
+static mom_guest *find_history(mom_state *s, const char *uuid)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->guests[i].uuid, uuid ? uuid : "") == 0)
+            return &s->guests[i];
+    return NULL;
+}
+
 static void mom_decide(const policy_input *in, void *state, policy_output *out)
 {
     mom_state *s = state;
+    if (!s->started) {
+        s->started = true;
+        s->next_sample_s = in->now_s;
+        s->next_policy_s = in->now_s + MOM_POLICY_S; /* the engine sleeps first */
+    }
+    if (in->now_s >= s->next_sample_s) {
+        mom_sample(s, in);
+        s->next_sample_s = in->now_s + MOM_SAMPLE_S;
+    }
+    bool run = in->now_s >= s->next_policy_s;
+    if (run)
+        s->next_policy_s = in->now_s + MOM_POLICY_S;
     double total = (double)in->host.total_bytes;
-    ring_push(&s->host_free, (double)(in->host.free_bytes + in->host.cached_bytes));
-    double host_free_percent = total > 0 ? ring_avg(&s->host_free) / total : 1.0;
+    double host_free_percent = total > 0 && s->host_free.n ? ring_avg(&s->host_free) / total : 1.0;
     bool pressure = host_free_percent < MOM_PRESSURE_THRESHOLD;
 
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         guest_decision *d = &out->decisions[i];
-        double cur = (double)g->actual_bytes;
-        decision_set(d, g->actual_bytes, g->actual_bytes, 1, "mom: no change");
+        decision_set(d, g->actual_bytes, g->actual_bytes, 1, run ? "mom: no change" : "mom: between policy runs");
         if (g->policy.mode == VM_MODE_OFF) {
             snprintf(d->reason, sizeof(d->reason), "mode=off: left alone");
             continue;
         }
-        mom_guest *h = history_for(s, g->uuid ? g->uuid : "");
-        if (h)
-            h->seen = true;
-        if (!h || !g->stats_valid)
+        const mom_guest *h = find_history(s, g->uuid);
+        if (!run || !h || !h->cur.n || !g->stats_valid)
             continue; /* MoM skips guests without balloon stats */
-        ring_push(&h->cur, cur);
-        ring_push(&h->unused, (double)g->free_bytes);
-        double used = ring_avg(&h->cur) - ring_avg(&h->unused);
-        double balloon_min = (double)g->floor_bytes;
-        double balloon_max = (double)g->ceiling_bytes;
-        double target;
-        const char *why;
-        if (pressure) {
-            double guest_free_percent = host_free_percent <= MOM_PRESSURE_CRITICAL
-                                            ? -0.05 + host_free_percent
-                                            : MOM_MIN_GUEST_FREE_PERCENT *
-                                                  (host_free_percent / MOM_PRESSURE_THRESHOLD);
-            double lowest = fmin(balloon_min, used + guest_free_percent * cur);
-            target = cur * (1 - MOM_MAX_BALLOON_CHANGE_PERCENT);
-            if (target < lowest)
-                target = lowest;
-            if (!(target <= cur && change_big_enough(cur, target)))
-                continue;
-            why = host_free_percent <= MOM_PRESSURE_CRITICAL ? "mom: shrink (critical)"
-                                                             : "mom: shrink (host pressure)";
-        } else {
-            if (cur >= balloon_max)
-                continue;
-            double lowest = fmin(balloon_min, used + MOM_MIN_GUEST_FREE_PERCENT * cur);
-            target = cur * (1 + MOM_MAX_BALLOON_CHANGE_PERCENT);
-            if (target > balloon_max)
-                target = balloon_max;
-            if (target < lowest)
-                target = lowest;
-            if (!change_big_enough(cur, target))
-                continue;
-            why = "mom: grow (no host pressure)";
-        }
+        double target = pressure ? shrink_guest(g, h, host_free_percent) : grow_guest(g, h);
         if (target < 0)
-            target = 0;
+            continue;
+        const char *why = !pressure ? "mom: grow (no host pressure)"
+                          : host_free_percent <= MOM_PRESSURE_CRITICAL ? "mom: shrink (critical)"
+                                                                       : "mom: shrink (host pressure)";
         decision_set(d, g->actual_bytes, (uint64_t)target, 1, why);
     }
-    history_sweep(s);
     out->reclaiming = pressure;
-    snprintf(out->summary, sizeof(out->summary), "mom: host free %.1f%% (%s)",
-             host_free_percent * 100, pressure ? "pressure" : "no pressure");
+    snprintf(out->summary, sizeof(out->summary), "mom: host free %.1f%% (%s)", host_free_percent * 100,
+             pressure ? "pressure" : "no pressure");
 }
 
 const policy_ops policy_mom = {
     .name = "mom",
-    .description = "oVirt MoM's default balloon rules (baseline for comparison)",
+    .description = "oVirt MoM's balloon rules and cadence, as upstream ships them (baseline for comparison)",
     .state_new = mom_state_new,
     .state_free = mom_state_free,
     .decide = mom_decide,

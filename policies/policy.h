@@ -72,6 +72,7 @@ typedef struct {
 void policy_tunables_default(policy_tunables *t);
 
 typedef struct {
+    double now_s;              /* a monotonic clock (policies with their own cadence) */
     host_view host;
     watermarks wm;
     policy_tunables tun;

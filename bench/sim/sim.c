@@ -134,6 +134,7 @@ static void run(const policy_ops *ops, size_t n, unsigned ticks, double overcomm
                 s->short_ticks += deficit > 0;
             }
         }
+        in.now_s = t * 5.0; /* a tick is 5 s */
         in.host.available_bytes = host_total > used ? host_total - used : 0;
         in.host.free_bytes = in.host.available_bytes;
         in.host.cached_bytes = 0;

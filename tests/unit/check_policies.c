@@ -377,7 +377,20 @@ START_TEST(stale_stats_hold)
 }
 END_TEST
 
-/* ---- mom ---- */
+/* ---- mom: expected values from oVirt/mom doc/balloon.rules, case by case ---- */
+
+/* MoM samples every 5 s and its policy engine first runs 10 s after the
+ * start: feed the same state at t = 0, 5, 10 and return the decision of
+ * that first run (every earlier call asks for no change). */
+static void mom_first_run(sim *s)
+{
+    for (int t = 0; t <= 10; t += 5) {
+        s->in.now_s = 1000.0 + t;
+        s->ops->decide(&s->in, s->state, &s->out);
+        if (t < 10)
+            ck_assert_msg(!s->d[0].change, "decided at t=%d, before the 10 s policy interval", t);
+    }
+}
 
 START_TEST(mom_shrinks_5_percent_under_pressure)
 {
@@ -385,9 +398,11 @@ START_TEST(mom_shrinks_5_percent_under_pressure)
     sim_init(&s, &policy_mom, 1, 0);
     guest_init(&s, 0, "a", 4 * GIB, 512 * MIB, 0);
     s.v[0].floor_bytes = 0;
-    s.host_base = 4 * GIB + 800 * MIB; /* 800 MiB of 4.8 GiB free: 16.7% < 20% */
+    s.host_base = 4 * GIB + 800 * MIB; /* 800 MiB of 4.8 GiB free: 16.7% < pressure_threshold 20% */
     model_refresh(&s);
-    s.ops->decide(&s.in, s.state, &s.out);
+    mom_first_run(&s);
+    /* guest_free_percent = 0.20 * 0.167 / 0.20; balloon_min = max(0, 512 MiB
+     * + 0.167 * 4 GiB) = 1.2 GiB; balloon_size = 4 GiB * (1 - 0.05) wins */
     ck_assert(s.d[0].change);
     ck_assert_uint_eq(s.d[0].target_bytes, (uint64_t)(4.0 * GIB * 0.95));
     ck_assert_str_eq(s.d[0].reason, "mom: shrink (host pressure)");
@@ -395,29 +410,37 @@ START_TEST(mom_shrinks_5_percent_under_pressure)
 }
 END_TEST
 
-START_TEST(mom_floor_is_min_of_guaranteed_and_need)
+/* (defvar balloon_min (max guest.balloon_min (+ guest_used_mem ...))): the
+ * guaranteed memory is a floor (upstream commit 8974f3d, 2013, changed min
+ * to max: "guest.balloon_min cannot act as a floor value as it is intended
+ * to"). */
+START_TEST(mom_balloon_min_is_the_larger_of_guaranteed_and_need)
 {
     sim s;
     sim_init(&s, &policy_mom, 1, 0);
     guest_init(&s, 0, "a", 1100 * MIB, 1000 * MIB, 0);
-    s.v[0].floor_bytes = 2 * GIB; /* guaranteed above need: the need wins */
+    s.v[0].floor_bytes = 2 * GIB; /* guaranteed above the current size */
     s.host_base = 1200 * MIB;     /* host free 100/1200 = 8.3%: pressure */
     model_refresh(&s);
-    s.ops->decide(&s.in, s.state, &s.out);
-    double hfp = 100.0 / 1200.0;
-    double want = 1000.0 * MIB + (0.20 * hfp / 0.20) * 1100.0 * MIB;
-    ck_assert(s.d[0].change);
-    ck_assert_msg(llabs((long long)s.d[0].target_bytes - (long long)want) < 4096,
-                  "target %llu want %.0f", (unsigned long long)s.d[0].target_bytes, want);
+    mom_first_run(&s);
+    /* balloon_size = max(1045 MiB, balloon_min 2 GiB) = 2 GiB > balloon_cur:
+     * (<= balloon_size guest.balloon_cur) fails, nothing is set */
+    ck_assert(!s.d[0].change);
     sim_free(&s);
 
     sim_init(&s, &policy_mom, 1, 0);
     guest_init(&s, 0, "a", 1100 * MIB, 1000 * MIB, 0);
-    s.v[0].floor_bytes = 1050 * MIB; /* guaranteed below need: guaranteed wins */
+    s.v[0].floor_bytes = 1050 * MIB; /* guaranteed below the need */
     s.host_base = 1200 * MIB;
     model_refresh(&s);
-    s.ops->decide(&s.in, s.state, &s.out);
-    ck_assert_uint_eq(s.d[0].target_bytes, 1050 * MIB);
+    mom_first_run(&s);
+    /* used = 1100 - 100 MiB free; need = used + (0.20 * 0.0833 / 0.20) *
+     * 1100 MiB = 1091.7 MiB > 1050 MiB guaranteed and > 1045 MiB (-5%) */
+    double hfp = 100.0 / 1200.0;
+    double need = 1000.0 * MIB + (0.20 * hfp / 0.20) * 1100.0 * MIB;
+    ck_assert(s.d[0].change);
+    ck_assert_msg(llabs((long long)s.d[0].target_bytes - (long long)need) < 4096, "target %llu want %.0f",
+                  (unsigned long long)s.d[0].target_bytes, need);
     sim_free(&s);
 }
 END_TEST
@@ -430,13 +453,63 @@ START_TEST(mom_grows_without_pressure_and_ignores_tiny_changes)
     s.v[0].ceiling_bytes = s.v[0].max_bytes = (uint64_t)(2.0 * GIB * 1.002);
     s.host_base = 20 * GIB;
     model_refresh(&s);
-    s.ops->decide(&s.in, s.state, &s.out);
-    /* +5% would pass the ceiling; the ceiling is only 0.2% away: too small */
+    mom_first_run(&s);
+    /* +5% is clamped to balloon_max, 0.2% away: not > min_balloon_change_percent 0.25% */
     ck_assert(!s.d[0].change);
     s.v[0].ceiling_bytes = s.v[0].max_bytes = 4 * GIB;
+    s.in.now_s += 10; /* the next policy run */
     s.ops->decide(&s.in, s.state, &s.out);
     ck_assert(s.d[0].change);
     ck_assert_uint_eq(s.d[0].target_bytes, (uint64_t)(2.0 * GIB * 1.05));
+    /* and not again until 10 s later */
+    s.in.now_s += 5;
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert(!s.d[0].change);
+    sim_free(&s);
+}
+END_TEST
+
+/* grow_guest clamps to balloon_min first, then to balloon_max (upstream
+ * commit e0f3d3b "Reorder limit checks in grow guest"): the maximum wins. */
+START_TEST(mom_grow_maximum_wins_over_need)
+{
+    sim s;
+    sim_init(&s, &policy_mom, 1, 0);
+    guest_init(&s, 0, "a", 1 * GIB, 1 * GIB, 0); /* all used: need = used + 20% */
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 1100 * MIB;
+    s.host_base = 20 * GIB;
+    model_refresh(&s);
+    mom_first_run(&s);
+    ck_assert(s.d[0].change);
+    ck_assert_uint_eq(s.d[0].target_bytes, 1100 * MIB);
+    sim_free(&s);
+}
+END_TEST
+
+/* StatAvg: the need is the mean of the last 10 samples, 5 s apart. */
+START_TEST(mom_need_is_averaged_over_its_history)
+{
+    sim s;
+    sim_init(&s, &policy_mom, 1, 0);
+    guest_init(&s, 0, "a", 2 * GIB, 2 * GIB, 0); /* no free memory */
+    s.v[0].floor_bytes = 0;
+    s.host_base = 2 * GIB + 200 * MIB; /* 9.1% free: pressure */
+    model_refresh(&s);
+    s.in.now_s = 0;
+    s.ops->decide(&s.in, s.state, &s.out); /* sample 1: unused 0 */
+    s.v[0].free_bytes = 1 * GIB;            /* the guest frees 1 GiB */
+    s.in.now_s = 5;
+    s.ops->decide(&s.in, s.state, &s.out); /* sample 2: unused 1 GiB */
+    s.in.now_s = 10;
+    s.ops->decide(&s.in, s.state, &s.out); /* sample 3 and the first run */
+    /* used = 2 GiB - (0 + 1 + 1) / 3 GiB; need = used + (0.2 * hfp / 0.2) * 2 GiB */
+    double hfp = 200.0 / (2048.0 + 200.0);
+    double need = 2.0 * GIB - 2.0 / 3.0 * GIB + hfp * 2.0 * GIB;
+    double step = 2.0 * GIB * 0.95;
+    double want = need > step ? need : step;
+    ck_assert(s.d[0].change);
+    ck_assert_msg(llabs((long long)s.d[0].target_bytes - (long long)want) < 4096, "target %llu want %.0f",
+                  (unsigned long long)s.d[0].target_bytes, want);
     sim_free(&s);
 }
 END_TEST
@@ -448,10 +521,13 @@ START_TEST(mom_critical_forces_below_need)
     guest_init(&s, 0, "a", 4 * GIB, 3900 * MIB, 0);
     s.v[0].floor_bytes = 0;
     s.host_base = 4 * GIB + 100 * MIB; /* 2.4% free: critical */
-    for (int t = 0; t < 10; t++)
+    for (int t = 0; t < 40; t++) {
+        s.in.now_s = 5.0 * t;
         sim_tick(&s);
-    /* MoM squeezes a guest below its used memory (forcing it to swap):
-     * exactly the behaviour split-lru avoids */
+    }
+    /* guest_free_percent = -0.05 + host_free_percent < 0: MoM squeezes a
+     * guest below its used memory (forcing it to swap), exactly the
+     * behaviour split-lru avoids */
     ck_assert_uint_lt(s.v[0].actual_bytes, 3900 * MIB);
     sim_free(&s);
 }
@@ -615,7 +691,9 @@ int main(void)
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("mom_none");
     tcase_add_test(tm, mom_shrinks_5_percent_under_pressure);
-    tcase_add_test(tm, mom_floor_is_min_of_guaranteed_and_need);
+    tcase_add_test(tm, mom_balloon_min_is_the_larger_of_guaranteed_and_need);
+    tcase_add_test(tm, mom_grow_maximum_wins_over_need);
+    tcase_add_test(tm, mom_need_is_averaged_over_its_history);
     tcase_add_test(tm, mom_grows_without_pressure_and_ignores_tiny_changes);
     tcase_add_test(tm, mom_critical_forces_below_need);
     tcase_add_test(tm, none_never_changes);
