@@ -156,7 +156,6 @@ $(GUEST_DIR)/.built: tests/guest/build-guest.sh tests/guest/init $(wildcard test
 	touch $@
 
 # ---- tests ----
-replay_inputs = $(wildcard tests/fuzz/corpus/$(1)/* tests/fuzz/regressions/$(1)/*)
 VALGRIND := valgrind -q --leak-check=full --show-leak-kinds=definite,indirect \
 	    --errors-for-leak-kinds=definite,indirect --error-exitcode=99
 
@@ -165,23 +164,22 @@ VALGRIND := valgrind -q --leak-check=full --show-leak-kinds=definite,indirect \
 RESULTS := $(BUILD)/test-results.txt
 RUN     := tests/run-suite.sh $(RESULTS)
 
+# Each suite runs even when one before it failed; the target fails at the end.
+REPLAY_TARGETS := qmp_reader agent_line metadata_xml config proc_text
 unit: $(UNIT_TESTS) $(REPLAYS)
-	@rc=0; for t in $(UNIT_TESTS); do echo "== $$t"; $(RUN) $$t || rc=1; done; exit $$rc
-	$(RUN) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
-	$(RUN) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
-	$(RUN) $(BUILD)/tests/replay_metadata_xml $(call replay_inputs,metadata_xml)
-	$(RUN) $(BUILD)/tests/replay_config $(call replay_inputs,config)
-	$(RUN) $(BUILD)/tests/replay_proc_text $(call replay_inputs,proc_text)
-	$(RUN) tests/layers.sh
+	@rc=0; for t in $(UNIT_TESTS); do echo "== $$t"; $(RUN) $$t || rc=1; done; \
+	  for r in $(REPLAY_TARGETS); do \
+	    $(RUN) $(BUILD)/tests/replay_$$r $$(ls tests/fuzz/corpus/$$r/* tests/fuzz/regressions/$$r/* 2>/dev/null) || rc=1; \
+	  done; \
+	  $(RUN) tests/layers.sh || rc=1; exit $$rc
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@rc=0; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
-	  CK_FORK=no $(RUN) $(VALGRIND) $$t || rc=1; done; exit $$rc
-	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_qmp_reader $(call replay_inputs,qmp_reader)
-	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_agent_line $(call replay_inputs,agent_line)
-	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_metadata_xml $(call replay_inputs,metadata_xml)
-	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_config $(call replay_inputs,config)
-	$(RUN) $(VALGRIND) $(BUILD)/tests/replay_proc_text $(call replay_inputs,proc_text)
+	  CK_FORK=no $(RUN) $(VALGRIND) $$t || rc=1; done; \
+	  for r in $(REPLAY_TARGETS); do \
+	    $(RUN) $(VALGRIND) $(BUILD)/tests/replay_$$r \
+	      $$(ls tests/fuzz/corpus/$$r/* tests/fuzz/regressions/$$r/* 2>/dev/null) || rc=1; \
+	  done; exit $$rc
 
 # balancerd runs under valgrind in the end-to-end tests (not under ASan)
 DAEMON_WRAPPER ?= $(if $(SAN),,$(VALGRIND))

@@ -109,6 +109,7 @@ size_t cold_lru_age(cold_lru *l, const chunk_obs *obs)
                 uint32_t distance = c->idle_at_evict + since;
                 if (distance <= l->tun.max_cold_age) {
                     refaults++;
+                    l->refault_pages_total += obs[i].back_pages;
                     if (distance > worst_distance)
                         worst_distance = distance;
                 }

@@ -74,6 +74,7 @@ typedef struct {
     uint32_t calm;            /* scans since the last refault */
     /* totals for metrics */
     uint64_t refaults_total;
+    uint64_t refault_pages_total;  /* pages back (obs back_pages) in those refaults */
     uint64_t evictions_total;
     uint64_t evicted_bytes_total;
 } cold_lru;

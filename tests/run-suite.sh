@@ -34,7 +34,11 @@ awk -v rc="$rc" -v prog="$prog" '
             print "skip " prog ": " (all != "" ? all : "exit status 77, no reason printed")
             exit
         }
-        if (seen) print c - f - e - s, f + e, s + 0
+        if (seen && rc != 0 && f + e == 0) {
+            # every check passed but the program failed (valgrind, a sanitizer)
+            print c - s - 1, 1, s + 0
+            print "fail " prog ": exit status " rc " after its checks passed"
+        } else if (seen) print c - f - e - s, f + e, s + 0
         else if (rc == 0) print 1, 0, 0
         else print 0, 1, 0
         for (i = 1; i <= s; i++) print "skip " prog ": " reason[i]

@@ -64,6 +64,7 @@ void balancer_replace_config(balancer *b, balancer_config *cfg)
     /* a changed [host_reclaim] starts over (cold ages are relearned) */
     if (!same)
         set_host_reclaim(b);
+    b->snap_stale = true;
 }
 
 const balancer_config *balancer_config_get(const balancer *b)
@@ -88,6 +89,7 @@ int balancer_set_policy(balancer *b, const char *name, GError **error)
         b->policy->state_free(b->policy_state);
     b->policy = p;
     b->policy_state = state;
+    b->snap_stale = true;
     return 0;
 }
 
@@ -114,6 +116,7 @@ static hv_guest *inv_add(void *ctx, const char *name, const char *uuid)
     guest_init(g, name, uuid);
     g->hv.seen = true;
     g_ptr_array_add(b->guests, g);
+    b->snap_stale = true;
     log_info("guest %s (%s): now managed", g->hv.name, g->hv.uuid);
     return &g->hv;
 }
@@ -129,6 +132,7 @@ static void inv_remove(void *ctx, hv_guest *h)
         b->backend->guest_release(&b->hv, &g->hv);
     g_ptr_array_remove(b->guests, g);
     g_free(g);
+    b->snap_stale = true;
 }
 
 static size_t inv_count(void *ctx)
@@ -145,7 +149,9 @@ static void apply_policy_xml(balancer *b, guest *g, const char *xml);
 
 static void inv_policy_xml(void *ctx, hv_guest *h, const char *xml)
 {
-    apply_policy_xml(ctx, guest_of(h), xml);
+    balancer *b = ctx;
+    apply_policy_xml(b, guest_of(h), xml);
+    b->snap_stale = true;
 }
 
 static const hv_inventory inventory = {
@@ -207,21 +213,24 @@ void balancer_free(balancer *b)
     g_free(b);
 }
 
-const snapshot *balancer_snapshot(const balancer *b)
-{
-    return b->snap;
-}
-
 static void publish_snapshot(balancer *b)
 {
     snapshot_free(b->snap);
     b->snap = balancer_snapshot_build(b);
+    b->snap_stale = false;
+}
+
+const snapshot *balancer_snapshot(balancer *b)
+{
+    if (b->snap_stale)
+        publish_snapshot(b);
+    return b->snap;
 }
 
 void balancer_set_paused(balancer *b, bool paused)
 {
     b->paused = paused;
-    publish_snapshot(b);
+    b->snap_stale = true;
 }
 
 static void describe_policy(const vm_policy *p, char *buf, size_t len)
@@ -316,8 +325,8 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
 /* The host-reclaim actuator's round: every guest, with what it needs. */
 static void host_reclaim_round(balancer *b, uint64_t balloon_reclaim)
 {
-    if (!b->hswap)
-        return;
+    if (!host_swap_due(b->hswap))
+        return; /* not a scan tick: nothing to look up */
     size_t n = b->guests->len;
     g_autofree host_swap_target *t = g_new0(host_swap_target, n ? n : 1);
     for (size_t i = 0; i < n; i++) {
@@ -371,8 +380,8 @@ static bool tick_round(balancer *b)
         }
         views[i] = g->view;
     }
-    policy_input in = { .host = b->host.host, .wm = b->wm, .tun = b->cfg.tun,
-                        .n_guests = n, .guests = views };
+    policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host, .wm = b->wm,
+                        .tun = b->cfg.tun, .n_guests = n, .guests = views };
     policy_output out = { .decisions = dec };
     b->policy->decide(&in, b->policy_state, &out);
     if (out.reclaiming != b->reclaiming)

@@ -38,8 +38,9 @@ int balancer_set_policy(balancer *b, const char *name, GError **error);
 void balancer_set_paused(balancer *b, bool paused);
 
 void balancer_tick(balancer *b);
-/* What the last tick saw and did (after a pause, with it), owned by b
- * and valid until the next tick or pause. */
-const snapshot *balancer_snapshot(const balancer *b);
+/* What the last tick saw and did, with what changed since (a pause, a
+ * reload, guests and policies from hypervisor events); owned by b and
+ * valid until the next call that changes b. */
+const snapshot *balancer_snapshot(balancer *b);
 
 #endif

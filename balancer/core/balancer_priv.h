@@ -35,6 +35,7 @@ struct balancer {
     uint64_t ticks;
     tick_histogram tick_hist;
     snapshot *snap;
+    bool snap_stale;                /* state changed since snap was built (events, reload) */
 
     /* counters */
     uint64_t policy_errors;         /* metadata documents rejected */

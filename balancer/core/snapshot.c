@@ -33,6 +33,7 @@ static void guest_row(const guest *g, snapshot_guest *r)
     const agent_state *a = &g->agent;
     r->agent_refaults_anon = a->have ? a->cur.vmstat[AV_REFAULT_ANON] : -1;
     r->agent_refaults_file = a->have ? a->cur.vmstat[AV_REFAULT_FILE] : -1;
+    r->agent_psi_some = g->view.agent_fresh ? a->cur.psi_some_avg10 : -1;
     r->agent_messages = a->messages;
     r->agent_resets = a->resets;
     r->agent_clamped = a->clamped;

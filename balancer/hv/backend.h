@@ -35,7 +35,7 @@ typedef struct {
 /* What the hypervisor layer knows of one guest. */
 typedef struct {
     char name[256];
-    char uuid[40];
+    char uuid[300];           /* libvirt's, or "qmp:SOCKET" for a QEMU without -uuid */
     bool seen;                /* present in the latest domain list */
     void *backend_data;       /* virDomainPtr or qmp target, owned by the backend */
 } hv_guest;

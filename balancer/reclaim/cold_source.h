@@ -11,8 +11,12 @@
  *          chunk are paged out as probes; a probe faulted back in means
  *          the chunk was accessed.  A chunk whose probes stay out is cold.
  *          A page that came back (a probe, or part of a paged-out chunk)
- *          was seen in use, so the next probes go there first: a chunk
- *          whose use is a few pages keeps being watched where it is used.
+ *          was seen in use, so the next probes go there first (and the
+ *          chunk remembers it): a chunk whose use is a few pages keeps
+ *          being watched where it is used.  A chunk none of whose pages
+ *          was out at the last scan's end (the kernel did not page its
+ *          probes out: pinned, locked, or just faulted-in pages) was not
+ *          observed, and counts as used.
  *          Costs one swap-in per probe of a hot chunk per scan (by
  *          default 2 pages of 512) and splits transparent huge pages.
  *
@@ -37,6 +41,7 @@ typedef struct {
     const guest_ram *ram;
     const uint64_t *pagemap;   /* entries read at the start of this scan */
     const uint8_t *was_out;    /* bitmap: swapped at the previous scan's end, NULL if unknown */
+    uint16_t *hint;            /* per chunk, a page seen in use (index + 1, 0 none): the probe source's */
     const cold_lru *lru;       /* chunk lists and sizes (evicted chunks need no probes) */
     chunk_obs *obs;            /* the source sets referenced where it saw accesses */
 } cold_target;

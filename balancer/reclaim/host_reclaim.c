@@ -25,7 +25,8 @@ int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const co
     g->was_out = g_try_new0(uint8_t, (g->ram.n_pages + 7) / 8);
     g->obs = g_try_new0(chunk_obs, g->lru.n_chunks);
     g->chunk_node = g_try_new0(int16_t, g->lru.n_chunks);
-    if (!g->was_out || !g->obs || !g->chunk_node) {
+    g->hint = g_try_new0(uint16_t, g->lru.n_chunks);
+    if (!g->was_out || !g->obs || !g->chunk_node || !g->hint) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "out of memory");
         reclaim_guest_close(g);
         return -1;
@@ -41,10 +42,12 @@ void reclaim_guest_close(reclaim_guest *g)
     g_free(g->was_out);
     g_free(g->obs);
     g_free(g->chunk_node);
+    g_free(g->hint);
     g->pm = NULL;
     g->was_out = NULL;
     g->obs = NULL;
     g->chunk_node = NULL;
+    g->hint = NULL;
 }
 
 static size_t pages_per_chunk(const reclaim_guest *g) { return (size_t)(g->lru.chunk_bytes / g->ram.page_bytes); }
@@ -80,9 +83,7 @@ static void summarise(reclaim_guest *g, const node_map *nodes)
         o->back_pages = (uint32_t)back;
         /* the first scan after open has nothing armed to see references
          * with: unknown counts as used, so no chunk ages on a blind scan */
-        o->referenced = !g->have_prev || back >= (evicted ? REFAULT_MIN_PAGES : 1);
-        if (evicted && back >= REFAULT_MIN_PAGES)
-            g->refault_bytes += (uint64_t)back * g->ram.page_bytes;
+        o->referenced = (!g->have_prev && !evicted) || back >= (evicted ? REFAULT_MIN_PAGES : 1);
         g->resident_bytes += (uint64_t)o->resident_pages * g->ram.page_bytes;
     }
 }
@@ -92,6 +93,7 @@ static void fill_target(cold_target *t, reclaim_guest *g)
     t->ram = &g->ram;
     t->pagemap = g->pm;
     t->was_out = g->have_prev ? g->was_out : NULL;
+    t->hint = g->hint;
     t->lru = &g->lru;
     t->obs = g->obs;
 }

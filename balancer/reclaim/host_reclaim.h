@@ -30,6 +30,7 @@ typedef struct {
     cold_lru lru;          /* its n_chunks and chunk_bytes describe the split */
     uint64_t *pm;          /* pagemap during a scan (NULL between scans) */
     uint8_t *was_out;      /* bitmap: page swapped after the previous scan's pageouts */
+    uint16_t *hint;        /* per chunk, a page the probe source saw in use */
     bool have_prev;
     chunk_obs *obs;
     int16_t *chunk_node;   /* NUMA node of each chunk's memory, -1 unknown */
@@ -37,7 +38,6 @@ typedef struct {
     uint64_t resident_bytes, swapped_bytes, cold_bytes;
     /* totals */
     uint64_t paged_out_bytes;   /* by reclaim, not counting probes */
-    uint64_t refault_bytes;     /* pages that came back in chunks that refaulted */
     uint64_t probe_bytes;       /* paged out as probes (probe source) */
     uint64_t pageout_errors;
 } reclaim_guest;

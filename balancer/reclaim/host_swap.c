@@ -207,13 +207,16 @@ static void page_out_round(host_swap *hs, host_swap_target **open, size_t k, con
         hs->paged_out_bytes += page_out(givers, ng, wants[i].bytes, wants[i].node);
 }
 
+bool host_swap_due(const host_swap *hs)
+{
+    return hs && mono_ms() >= hs->next_scan_ms;
+}
+
 void host_swap_tick(host_swap *hs, host_swap_target *t, size_t n, const host_swap_round *r)
 {
-    if (!hs)
+    if (!host_swap_due(hs))
         return;
     int64_t now = mono_ms();
-    if (now < hs->next_scan_ms)
-        return;
     hs->next_scan_ms = now + (int64_t)hs->scan_interval * 1000;
     double cpu0 = cpu_now();
     uint64_t scan = hs->scans++;
@@ -284,7 +287,7 @@ bool host_swap_guest_stats_get(const hswap_guest *h, host_swap_guest_stats *out)
     out->paged_out_bytes = h->rg.paged_out_bytes;
     out->probe_bytes = h->rg.probe_bytes;
     out->refaults = h->rg.lru.refaults_total;
-    out->refault_bytes = h->rg.refault_bytes;
+    out->refault_bytes = h->rg.lru.refault_pages_total * h->rg.ram.page_bytes;
     out->cold_age_scans = h->rg.lru.cold_age;
     out->budget_bytes = h->rg.lru.budget_bytes;
     out->protected_bytes = h->protected_bytes;

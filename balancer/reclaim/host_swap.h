@@ -66,7 +66,9 @@ typedef struct {
  * or with the reason when source = damon but DAMON is not usable. */
 host_swap *host_swap_new(const balancer_config *cfg, GError **error);
 void host_swap_free(host_swap *hs);
-/* A round, when scan_interval has passed since the last. */
+/* scan_interval has passed since the last round. */
+bool host_swap_due(const host_swap *hs);
+/* A round, when it is due. */
 void host_swap_tick(host_swap *hs, host_swap_target *t, size_t n, const host_swap_round *r);
 /* Close what was scanned of a guest and free its state. */
 void host_swap_guest_free(hswap_guest *h);

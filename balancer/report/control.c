@@ -158,7 +158,6 @@ static json_object *status_reply(const snapshot *b)
 
 static char *control_handle(const control_server *srv, const char *line)
 {
-    const snapshot *b = srv->ops->snapshot(srv->ctx);
     json_tokener *tok = json_tokener_new_ex(8);
     json_object *req = json_tokener_parse_ex(tok, line, (int)strlen(line));
     bool ok = req && json_tokener_get_error(tok) == json_tokener_success &&
@@ -173,7 +172,7 @@ static char *control_handle(const control_server *srv, const char *line)
     const char *cmd = json_object_get_string(cmdv);
     const char *dom = json_object_object_get_ex(req, "domain", &domv) ? json_object_get_string(domv) : NULL;
     if (strcmp(cmd, "status") == 0) {
-        r = status_reply(b);
+        r = status_reply(srv->ops->snapshot(srv->ctx));
     } else if (strcmp(cmd, "pause") == 0 || strcmp(cmd, "resume") == 0) {
         bool paused = cmd[0] == 'p';
         srv->ops->set_paused(srv->ctx, paused);
@@ -182,6 +181,7 @@ static char *control_handle(const control_server *srv, const char *line)
         json_object_object_add(r, "ok", json_object_new_boolean(1));
         json_object_object_add(r, "paused", json_object_new_boolean(paused));
     } else if (strcmp(cmd, "policy") == 0 || strcmp(cmd, "explain") == 0) {
+        const snapshot *b = srv->ops->snapshot(srv->ctx);
         const snapshot_guest *g = snapshot_find(b, dom);
         if (!dom) {
             r = error_reply("%s needs a \"domain\"", cmd);

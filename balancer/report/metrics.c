@@ -75,7 +75,7 @@ GUEST_COUNTER(gv_ref_file, agent_refaults_file)
 static double gv_agent_msgs(const snapshot_guest *g) { return (double)g->agent_messages; }
 static double gv_agent_resets(const snapshot_guest *g) { return (double)g->agent_resets; }
 static double gv_agent_clamped(const snapshot_guest *g) { return (double)g->agent_clamped; }
-static double gv_agent_psi(const snapshot_guest *g) { return g->view.agent_fresh && g->view.agent_psi_some >= 0 ? g->view.agent_psi_some : 0; }
+static double gv_agent_psi(const snapshot_guest *g) { return g->agent_psi_some >= 0 ? g->agent_psi_some : 0; }
 static double gv_agent_up(const snapshot_guest *g) { return g->view.agent_fresh; }
 
 /* Host-side reclaim, per guest (0 for a guest not being scanned). */

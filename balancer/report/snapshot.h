@@ -31,7 +31,7 @@ void tick_histogram_observe(tick_histogram *h, double seconds);
 
 typedef struct {
     char name[256];
-    char uuid[40];
+    char uuid[300];
     guest_view view;            /* name and uuid point at the fields above */
     vm_policy policy;           /* effective now (view.policy is as of the last stats) */
     bool policy_from_metadata;
@@ -47,6 +47,7 @@ typedef struct {
     int64_t swap_in_bytes, swap_out_bytes, major_faults; /* guest counters, -1 not reported */
     /* the in-guest agent */
     int64_t agent_refaults_anon, agent_refaults_file;     /* -1 unknown */
+    double agent_psi_some;      /* memory PSI some avg10 while the agent is fresh, -1 unknown */
     uint64_t agent_messages, agent_resets, agent_clamped;
     uint64_t agent_rejected[AGENT_REJ_COUNT];
     /* host-side reclaim: reclaim.active when the guest is scanned */

@@ -48,6 +48,8 @@ static void model_scan(model *m, trace_fn touched, uint32_t scan, uint64_t budge
     size_t n = m->l.n_chunks;
     for (size_t i = 0; i < n; i++) {
         bool t = touched(i, scan);
+        /* a touched chunk that was out comes back whole */
+        m->obs[i].back_pages = t && m->out[i] ? PAGES_PER_CHUNK : 0;
         if (t)
             m->out[i] = false;
         m->obs[i].referenced = t;
@@ -150,6 +152,7 @@ START_TEST(refault_raises_threshold_and_cuts_budget)
     /* the periodic chunks were paged out once at idle 3 and came back at
      * distance 6: one round of refaults, then the threshold (7) keeps them */
     ck_assert_uint_eq(m.refaults, 10);
+    ck_assert_uint_eq(m.l.refault_pages_total, 10 * PAGES_PER_CHUNK);
     ck_assert_uint_eq(m.l.cold_age, 7);
     ck_assert_uint_eq(m.l.budget_bytes, t.max_budget_bytes / 2);
     ck_assert_uint_eq(count_out(&m, 0, 10), 0);
@@ -219,17 +222,23 @@ START_TEST(budget_oldest_first)
 }
 END_TEST
 
-START_TEST(partial_pageout_keeps_aging)
+/* One chunk, idle for 5 scans, then paged out whole. */
+static void one_evicted_chunk(cold_lru *l)
 {
     cold_tunables t;
     cold_tunables_default(&t);
-    cold_lru l;
-    ck_assert_int_eq(cold_lru_init(&l, 1, CHUNK, PAGE, &t), 0);
+    ck_assert_int_eq(cold_lru_init(l, 1, CHUNK, PAGE, &t), 0);
     chunk_obs o = { false, PAGES_PER_CHUNK, 0 };
     for (int s = 0; s < 5; s++)
-        cold_lru_age(&l, &o);
-    cold_lru_mark_evicted(&l, 0, CHUNK);
-    o.resident_pages = 10; /* some pages did not go out */
+        cold_lru_age(l, &o);
+    cold_lru_mark_evicted(l, 0, CHUNK);
+}
+
+START_TEST(partial_pageout_keeps_aging)
+{
+    cold_lru l;
+    one_evicted_chunk(&l);
+    chunk_obs o = { false, 10, 0 }; /* some pages did not go out */
     cold_lru_age(&l, &o);
     ck_assert_int_eq(l.chunks[0].list, CHUNK_EVICTED);
     cold_lru_age(&l, &o);
@@ -248,15 +257,9 @@ END_TEST
  * again from the start instead of being paged out at once. */
 START_TEST(few_pages_back_age_from_the_start)
 {
-    cold_tunables t;
-    cold_tunables_default(&t);
     cold_lru l;
-    ck_assert_int_eq(cold_lru_init(&l, 1, CHUNK, PAGE, &t), 0);
-    chunk_obs o = { false, PAGES_PER_CHUNK, 0 };
-    for (int s = 0; s < 5; s++)
-        cold_lru_age(&l, &o);
-    cold_lru_mark_evicted(&l, 0, CHUNK);
-    o = (chunk_obs){ false, 3, 3 }; /* 3 pages came back */
+    one_evicted_chunk(&l);
+    chunk_obs o = { false, 3, 3 }; /* 3 pages came back */
     ck_assert_uint_eq(cold_lru_age(&l, &o), 0);
     ck_assert_int_eq(l.chunks[0].list, CHUNK_INACTIVE);
     ck_assert_uint_eq(l.chunks[0].idle_scans, 0);
