@@ -8,7 +8,8 @@
  *              its share of the watermarks: classzone) is short of its
  *              high watermark once this tick's balloon moves land; nothing
  *              unless it is below low.
- *   who        never a thrashing guest, one with mode=off or protect=yes.
+ *   who        never a thrashing guest, one with mode=off or protect=yes;
+ *              such guests are not even scanned (probes are pageouts).
  *   order      streaming guests first, then whoever has the most cold
  *              memory.
  */
@@ -44,7 +45,7 @@ uint64_t reclaim_shortfall(uint64_t avail, uint64_t low, uint64_t high, uint64_t
 size_t reclaim_plan_wants(const host_view *host, const watermarks *wm, const reclaim_node *nodes, size_t n_nodes,
                           uint64_t balloon_reclaim, reclaim_want *out);
 
-/* A guest that may give to host reclaim at all. */
+/* A guest that may give to host reclaim at all, and be scanned by it. */
 bool reclaim_may_take(const guest_view *v);
 
 /* One guest offered to host reclaim. */

@@ -10,6 +10,7 @@
 #include "config/metadata_xml.h"
 #include "config/size_parse.h"
 #include "host/host_cgroup.h"
+#include "policies/reclaim_plan.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
@@ -322,19 +323,23 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
     log_info("guest %s: balloon %s -> %s (%s)", g->hv.name, from, to, d->reason);
 }
 
-/* The host-reclaim actuator's round: every guest, with what it needs. */
+/* The host-reclaim actuator's round.  A dry run and a pause write
+ * nothing (probes are pageouts too); guests that may not give (mode=off,
+ * protect=yes, thrashing) are not scanned. */
 static void host_reclaim_round(balancer *b, uint64_t balloon_reclaim)
 {
-    if (!host_swap_due(b->hswap))
-        return; /* not a scan tick: nothing to look up */
-    size_t n = b->guests->len;
-    g_autofree host_swap_target *t = g_new0(host_swap_target, n ? n : 1);
-    for (size_t i = 0; i < n; i++) {
+    if (b->dry_run || b->paused || !host_swap_due(b->hswap))
+        return; /* nothing to write, or not a scan tick */
+    size_t n = 0;
+    g_autofree host_swap_target *t = g_new0(host_swap_target, b->guests->len ? b->guests->len : 1);
+    for (guint i = 0; i < b->guests->len; i++) {
         guest *g = g_ptr_array_index(b->guests, i);
-        t[i] = (host_swap_target){ g->hv.name, b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : -1,
-                                   &g->view, &g->hswap };
+        if (!reclaim_may_take(&g->view))
+            continue;
+        t[n++] = (host_swap_target){ g->hv.name, b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : -1,
+                                     &g->view, &g->hswap };
     }
-    host_swap_round r = { &b->host, &b->wm, balloon_reclaim, b->reclaiming, !b->dry_run && !b->paused };
+    host_swap_round r = { &b->host, &b->wm, balloon_reclaim, b->reclaiming };
     host_swap_tick(b->hswap, t, n, &r);
 }
 

@@ -254,7 +254,7 @@ void host_swap_tick(host_swap *hs, host_swap_target *t, size_t n, const host_swa
     if (!can_swap && !hs->warned_no_swap && r->reclaiming)
         log_warn("host reclaim: the host has no swap; nothing can be paged out");
     hs->warned_no_swap = hs->warned_no_swap || (!can_swap && r->reclaiming);
-    if (can_swap && r->actuate)
+    if (can_swap)
         page_out_round(hs, open, k, r);
     protect_working_sets(hs, open, k);
     host_reclaim_settle(hs->src, rgs, k);

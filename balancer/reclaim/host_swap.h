@@ -45,7 +45,9 @@ typedef struct {
     double source_cpu_seconds;   /* kdamond CPU (damon) */
 } host_swap_stats;
 
-/* One guest offered to a round. */
+/* One guest offered to a round: only guests that may give are (see
+ * reclaim_may_take()), and no round runs in a dry run or while paused:
+ * a probe is a pageout too. */
 typedef struct {
     const char *name;            /* for the log */
     int qemu_pid;                /* -1 unknown */
@@ -59,7 +61,6 @@ typedef struct {
     const watermarks *wm;
     uint64_t balloon_reclaim;    /* bytes this tick's balloon moves take back */
     bool reclaiming;             /* the host is between low and high */
-    bool actuate;                /* false in a dry run and while paused */
 } host_swap_round;
 
 /* The stage for cfg's [host_reclaim] (copied): NULL when it is disabled,

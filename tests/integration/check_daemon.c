@@ -787,6 +787,25 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     fprintf(stderr, "%s", strstr(ex, "  host reclaim"));
     g_free(ex);
     g_free(m);
+    /* paused means no writes: no probes, no pageouts (hot chunks' probes
+     * come back every scan, so a scanning daemon would page out more) */
+    char *pz = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' pause", test_top(), workdir);
+    ck_assert_str_eq(pz, "balancing paused\n");
+    g_free(pz);
+    sleep(2); /* a scan in flight when we paused */
+    m = try_metrics();
+    double probes0 = metric_value(m, "balancer_guest_host_probe_bytes_total{");
+    double paged0 = metric_value(m, "balancer_guest_host_paged_out_bytes_total{");
+    g_free(m);
+    sleep(4);
+    m = try_metrics();
+    double probes1 = metric_value(m, "balancer_guest_host_probe_bytes_total{");
+    double paged1 = metric_value(m, "balancer_guest_host_paged_out_bytes_total{");
+    g_free(m);
+    fprintf(stderr, "host reclaim paused: probes %.0f -> %.0f bytes, paged out %.0f -> %.0f bytes in 4 s\n", probes0,
+            probes1, paged0, paged1);
+    ck_assert(probes0 > 0);
+    ck_assert(probes1 == probes0 && paged1 == paged0);
     ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
     if (made_swap)
