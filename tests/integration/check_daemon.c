@@ -804,7 +804,8 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     g_free(m);
     fprintf(stderr, "host reclaim paused: probes %.0f -> %.0f bytes, paged out %.0f -> %.0f bytes in 4 s\n", probes0,
             probes1, paged0, paged1);
-    ck_assert(probes0 > 0);
+    if (!damon)
+        ck_assert(probes0 > 0); /* the probe source was probing before the pause */
     ck_assert(probes1 == probes0 && paged1 == paged0);
     ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
