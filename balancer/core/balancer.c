@@ -180,15 +180,12 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->sys_node_dir = "/sys/devices/system/node";
     classify_params_default(&b->cp);
     limits_from_config(b);
-    if (balancer_set_policy(b, b->cfg.policy, error) < 0) {
-        g_ptr_array_free(b->guests, TRUE);
-        config_clear(&b->cfg);
-        return NULL;
-    }
     g_autoptr(GError) hr_err = NULL;
-    b->hswap = host_swap_new(&b->cfg, &hr_err);
-    if (hr_err) {
-        g_propagate_error(error, g_steal_pointer(&hr_err));
+    if (balancer_set_policy(b, b->cfg.policy, error) == 0)
+        b->hswap = host_swap_new(&b->cfg, &hr_err);
+    if (!b->policy || hr_err) {
+        if (hr_err)
+            g_propagate_error(error, g_steal_pointer(&hr_err));
         balancer_free(g_steal_pointer(&b));
         return NULL;
     }
@@ -409,7 +406,6 @@ void balancer_tick(balancer *b)
 {
     int64_t t0 = mono_ms();
     b->ticks++;
-    limits_from_config(b);
     if (tick_round(b)) {
         double seconds = (double)(mono_ms() - t0) / 1000.0;
         tick_histogram_observe(&b->tick_hist, seconds);

@@ -21,7 +21,7 @@ typedef struct {
 
 static bool was_out(const cold_target *t, size_t page)
 {
-    return t->was_out && (t->was_out[page / 8] >> (page % 8) & 1);
+    return t->was_out && page_bitmap_test(t->was_out, page);
 }
 
 static void chunk_pages(const cold_target *t, size_t c, size_t *first, size_t *end)

@@ -30,11 +30,18 @@
 #define MEMBAL_COLD_SOURCE_H
 
 #include <glib.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "policies/cold_lru.h"
 #include "reclaim/guest_ram.h"
+
+/* Bit page of a one-bit-per-page bitmap (was_out). */
+static inline bool page_bitmap_test(const uint8_t *bits, size_t page)
+{
+    return bits[page / 8] >> (page % 8) & 1;
+}
 
 /* One guest's RAM during a scan. */
 typedef struct {

@@ -74,7 +74,7 @@ static void summarise(reclaim_guest *g, const node_map *nodes)
                 o->resident_pages++;
                 if (g->chunk_node[c] < 0 && nodes)
                     g->chunk_node[c] = (int16_t)node_map_node_of(nodes, e & PM_PFN_MASK);
-                back += g->have_prev && (g->was_out[i / 8] >> (i % 8) & 1);
+                back += g->have_prev && page_bitmap_test(g->was_out, i);
             } else if (e & PM_SWAPPED) {
                 g->swapped_bytes += g->ram.page_bytes;
             }
