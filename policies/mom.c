@@ -54,6 +54,34 @@
  * samples when 5 s have passed (policy_input.now_s) and decides when 10 s
  * have, and between those it asks for no change.  Guests without balloon
  * stats are skipped, as MoM's guest monitor drops them.
+ *
+ * mom-vdsm: the variant oVirt runs in production, from github.com/oVirt/vdsm
+ * static/etc/vdsm/mom.d/ (00-defines.policy, 02-balloon.policy) and
+ * static/etc/vdsm/mom.conf.in, at HEAD (fd4b0df, 2026-06).  Differences
+ * from doc/balloon.rules, quoted:
+ *   - grow_guest scales the free target with host pressure as shrink does:
+ *       (if (<= host_free_percent pressure_critical)
+ *           (defvar guest_free_percent (+ -0.05 host_free_percent))
+ *           (defvar guest_free_percent (* min_guest_free_percent
+ *                                       (/ host_free_percent pressure_threshold))))
+ *     and uses it in (+ guest_used_mem (* guest_free_percent guest.balloon_cur));
+ *   - shrinking is gated by the engine's switch:
+ *       (if (and (< host_free_percent pressure_threshold) balloonEnabled)
+ *           (shrink_guest g) (grow_guest g))
+ *     00-defines.policy sets (defvar balloonEnabled 0) and the oVirt engine
+ *     sets it to 1 through setMOMPolicyParameters when the cluster has
+ *     "memory balloon optimization" on; this baseline is that cluster
+ *     (with it off, MoM-in-vdsm only ever deflates);
+ *   - guests without stats are skipped with
+ *       (if (valid guest.balloon_cur (guest.Stat "mem_unused")) ...)
+ *   - a QoS rule after the balloon rules lifts any guest below its guarantee:
+ *       (def guest_qos (quest) { (if (< guest.balloon_cur guest.balloon_min)
+ *           (guest.Control "balloon_target" guest.balloon_min) 0) })
+ *       (with Guests guest (guest_qos guest))
+ *   - mom.conf.in: host-monitor-interval 15, guest-monitor-interval 15,
+ *     policy-engine-interval 15, sample-history-length 10.
+ * vdsm's mem_unused is libvirt's balloon "unused" as in MoM
+ * (lib/vdsm/virt/vmstats.py: mem_stats['mem_unused'] = 'balloon.unused').
  */
 #include <math.h>
 #include <stdio.h>
@@ -67,10 +95,20 @@
 #define MOM_MIN_GUEST_FREE_PERCENT 0.20
 #define MOM_MAX_BALLOON_CHANGE_PERCENT 0.05
 #define MOM_MIN_BALLOON_CHANGE_PERCENT 0.0025
-#define MOM_HISTORY 10          /* sample-history-length */
-#define MOM_SAMPLE_S 5.0        /* host-/guest-monitor-interval */
-#define MOM_POLICY_S 10.0       /* policy-engine-interval */
+#define MOM_HISTORY 10          /* sample-history-length, both variants */
 #define MOM_MAX_TRACKED 4096
+
+/* What differs between MoM as upstream ships it and MoM inside vdsm. */
+typedef struct {
+    const char *name;
+    double sample_s;            /* host-/guest-monitor-interval */
+    double policy_s;            /* policy-engine-interval */
+    bool grow_scales_free;      /* grow_guest uses the pressure-scaled guest_free_percent */
+    bool guest_qos;             /* lift a guest below balloon_min back to it */
+} mom_variant;
+
+static const mom_variant variant_mom = { "mom", 5.0, 10.0, false, false };
+static const mom_variant variant_vdsm = { "mom-vdsm", 15.0, 15.0, true, true };
 
 typedef struct {
     double v[MOM_HISTORY];
@@ -84,6 +122,7 @@ typedef struct {
 } mom_guest;
 
 typedef struct {
+    const mom_variant *v;
     ring host_free;
     mom_guest *guests;
     size_t n, cap;
@@ -107,9 +146,22 @@ static double ring_avg(const ring *r)
     return r->n ? s / r->n : 0;
 }
 
+static void *state_new_variant(const mom_variant *v)
+{
+    mom_state *s = calloc(1, sizeof(mom_state));
+    if (s)
+        s->v = v;
+    return s;
+}
+
 static void *mom_state_new(void)
 {
-    return calloc(1, sizeof(mom_state));
+    return state_new_variant(&variant_mom);
+}
+
+static void *vdsm_state_new(void)
+{
+    return state_new_variant(&variant_vdsm);
 }
 
 static void mom_state_free(void *p)
@@ -177,13 +229,19 @@ static void mom_sample(mom_state *s, const policy_input *in)
     history_sweep(s);
 }
 
+/* The free memory a guest should keep, scaled by host pressure. */
+static double scaled_guest_free_percent(double host_free_percent)
+{
+    return host_free_percent <= MOM_PRESSURE_CRITICAL
+               ? -0.05 + host_free_percent
+               : MOM_MIN_GUEST_FREE_PERCENT * (host_free_percent / MOM_PRESSURE_THRESHOLD);
+}
+
 /* shrink_guest: the target, or a negative value for no change. */
 static double shrink_guest(const guest_view *g, const mom_guest *h, double host_free_percent)
 {
     double cur = (double)g->actual_bytes;
-    double guest_free_percent = host_free_percent <= MOM_PRESSURE_CRITICAL
-                                    ? -0.05 + host_free_percent
-                                    : MOM_MIN_GUEST_FREE_PERCENT * (host_free_percent / MOM_PRESSURE_THRESHOLD);
+    double guest_free_percent = scaled_guest_free_percent(host_free_percent);
     double used = ring_avg(&h->cur) - ring_avg(&h->unused);
     double balloon_min = fmax((double)g->floor_bytes, used + guest_free_percent * cur);
     double balloon_size = cur * (1 - MOM_MAX_BALLOON_CHANGE_PERCENT);
@@ -193,13 +251,13 @@ static double shrink_guest(const guest_view *g, const mom_guest *h, double host_
 }
 
 /* grow_guest: the target, or a negative value for no change. */
-static double grow_guest(const guest_view *g, const mom_guest *h)
+static double grow_guest(const guest_view *g, const mom_guest *h, double guest_free_percent)
 {
     double cur = (double)g->actual_bytes, balloon_max = (double)g->ceiling_bytes;
     if (!(cur < balloon_max))
         return -1;
     double used = ring_avg(&h->cur) - ring_avg(&h->unused);
-    double balloon_min = fmax((double)g->floor_bytes, used + MOM_MIN_GUEST_FREE_PERCENT * cur);
+    double balloon_min = fmax((double)g->floor_bytes, used + guest_free_percent * cur);
     double balloon_size = cur * (1 + MOM_MAX_BALLOON_CHANGE_PERCENT);
     if (balloon_size < balloon_min)
         balloon_size = balloon_min;
@@ -219,43 +277,56 @@ static mom_guest *find_history(mom_state *s, const char *uuid)
 static void mom_decide(const policy_input *in, void *state, policy_output *out)
 {
     mom_state *s = state;
+    const mom_variant *v = s->v;
     if (!s->started) {
         s->started = true;
         s->next_sample_s = in->now_s;
-        s->next_policy_s = in->now_s + MOM_POLICY_S; /* the engine sleeps first */
+        s->next_policy_s = in->now_s + v->policy_s; /* the engine sleeps first */
     }
     if (in->now_s >= s->next_sample_s) {
         mom_sample(s, in);
-        s->next_sample_s = in->now_s + MOM_SAMPLE_S;
+        s->next_sample_s = in->now_s + v->sample_s;
     }
     bool run = in->now_s >= s->next_policy_s;
     if (run)
-        s->next_policy_s = in->now_s + MOM_POLICY_S;
+        s->next_policy_s = in->now_s + v->policy_s;
     double total = (double)in->host.total_bytes;
     double host_free_percent = total > 0 && s->host_free.n ? ring_avg(&s->host_free) / total : 1.0;
     bool pressure = host_free_percent < MOM_PRESSURE_THRESHOLD;
+    double grow_free_percent =
+        v->grow_scales_free ? scaled_guest_free_percent(host_free_percent) : MOM_MIN_GUEST_FREE_PERCENT;
+    char why[64];
 
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         guest_decision *d = &out->decisions[i];
-        decision_set(d, g->actual_bytes, g->actual_bytes, 1, run ? "mom: no change" : "mom: between policy runs");
+        snprintf(why, sizeof(why), "%s: %s", v->name, run ? "no change" : "between policy runs");
+        decision_set(d, g->actual_bytes, g->actual_bytes, 1, why);
         if (g->policy.mode == VM_MODE_OFF) {
             snprintf(d->reason, sizeof(d->reason), "mode=off: left alone");
             continue;
         }
-        const mom_guest *h = find_history(s, g->uuid);
-        if (!run || !h || !h->cur.n || !g->stats_valid)
-            continue; /* MoM skips guests without balloon stats */
-        double target = pressure ? shrink_guest(g, h, host_free_percent) : grow_guest(g, h);
-        if (target < 0)
+        if (!run)
             continue;
-        const char *why = !pressure ? "mom: grow (no host pressure)"
-                          : host_free_percent <= MOM_PRESSURE_CRITICAL ? "mom: shrink (critical)"
-                                                                       : "mom: shrink (host pressure)";
-        decision_set(d, g->actual_bytes, (uint64_t)target, 1, why);
+        const mom_guest *h = find_history(s, g->uuid);
+        double target = -1;
+        if (h && h->cur.n && g->stats_valid) { /* MoM skips guests without balloon stats */
+            target = pressure ? shrink_guest(g, h, host_free_percent) : grow_guest(g, h, grow_free_percent);
+            snprintf(why, sizeof(why), "%s: %s", v->name,
+                     !pressure                                   ? "grow (no host pressure)"
+                     : host_free_percent <= MOM_PRESSURE_CRITICAL ? "shrink (critical)"
+                                                                 : "shrink (host pressure)");
+        }
+        /* vdsm's guest_qos runs after the balloon rules; its Control wins */
+        if (v->guest_qos && g->actual_bytes < g->floor_bytes) {
+            target = (double)g->floor_bytes;
+            snprintf(why, sizeof(why), "%s: guest_qos (below balloon_min)", v->name);
+        }
+        if (target >= 0)
+            decision_set(d, g->actual_bytes, (uint64_t)target, 1, why);
     }
     out->reclaiming = pressure;
-    snprintf(out->summary, sizeof(out->summary), "mom: host free %.1f%% (%s)", host_free_percent * 100,
+    snprintf(out->summary, sizeof(out->summary), "%s: host free %.1f%% (%s)", v->name, host_free_percent * 100,
              pressure ? "pressure" : "no pressure");
 }
 
@@ -263,6 +334,14 @@ const policy_ops policy_mom = {
     .name = "mom",
     .description = "oVirt MoM's balloon rules and cadence, as upstream ships them (baseline for comparison)",
     .state_new = mom_state_new,
+    .state_free = mom_state_free,
+    .decide = mom_decide,
+};
+
+const policy_ops policy_mom_vdsm = {
+    .name = "mom-vdsm",
+    .description = "oVirt's production MoM policy (vdsm mom.d, balloon optimization on), 15 s cadence (baseline)",
+    .state_new = vdsm_state_new,
     .state_free = mom_state_free,
     .decide = mom_decide,
 };

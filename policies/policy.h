@@ -103,11 +103,13 @@ typedef struct policy_ops {
 
 extern const policy_ops policy_split_lru;
 extern const policy_ops policy_mom;
+extern const policy_ops policy_mom_vdsm;
+extern const policy_ops policy_proxmox;
 extern const policy_ops policy_none;
 
 /* NULL if unknown. */
 const policy_ops *policy_lookup(const char *name);
-/* "split-lru, mom, none" */
+/* "split-lru, mom, mom-vdsm, proxmox, none" */
 const char *policy_names(void);
 
 /* Helpers shared by policies. */

@@ -4,7 +4,8 @@
 
 #include "policies/policy.h"
 
-static const policy_ops *const all[] = { &policy_split_lru, &policy_mom, &policy_none };
+static const policy_ops *const all[] = { &policy_split_lru, &policy_mom, &policy_mom_vdsm, &policy_proxmox,
+                                        &policy_none };
 
 const policy_ops *policy_lookup(const char *name)
 {
@@ -16,7 +17,7 @@ const policy_ops *policy_lookup(const char *name)
 
 const char *policy_names(void)
 {
-    return "split-lru, mom, none";
+    return "split-lru, mom, mom-vdsm, proxmox, none";
 }
 
 void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t min_change,

@@ -28,6 +28,7 @@ typedef struct {
     /* model: anon working set and how much cache each guest wants */
     uint64_t anon[NG], cache_want[NG];
     uint64_t host_base; /* host available when every guest is at 0 */
+    uint64_t free_override[NG]; /* when set, the guest's reported MemFree */
 } sim;
 
 static void guest_init(sim *s, size_t i, const char *name, uint64_t actual, uint64_t anon,
@@ -57,6 +58,8 @@ static void model_refresh(sim *s)
         uint64_t keep_free = 16 * MIB < rest ? 16 * MIB : rest;
         g->cache_bytes = s->cache_want[i] < rest - keep_free ? s->cache_want[i] : rest - keep_free;
         g->free_bytes = rest - g->cache_bytes;
+        if (s->free_override[i])
+            g->free_bytes = s->free_override[i];
         g->available_bytes = g->free_bytes + g->cache_bytes;
         used += g->actual_bytes;
     }
@@ -533,6 +536,189 @@ START_TEST(mom_critical_forces_below_need)
 }
 END_TEST
 
+/* ---- mom-vdsm: expected values from oVirt/vdsm static/etc/vdsm/mom.d ---- */
+
+/* Feed the same state at t = 0, 15 (mom.conf.in: monitors and policy engine
+ * every 15 s, the engine sleeping first) and return the first run. */
+static void vdsm_first_run(sim *s)
+{
+    for (int t = 0; t <= 15; t += 5) {
+        s->in.now_s = 2000.0 + t;
+        s->ops->decide(&s->in, s->state, &s->out);
+        if (t < 15)
+            ck_assert_msg(!s->d[0].change, "decided at t=%d, before the 15 s policy interval", t);
+    }
+}
+
+/* 02-balloon.policy grow_guest: the free target is scaled by host pressure
+ * (guest_free_percent = 0.20 * host_free_percent / 0.20), where
+ * doc/balloon.rules grows to used + 0.20 * balloon_cur. */
+START_TEST(vdsm_grow_scales_free_target_with_host_free)
+{
+    sim s;
+    sim_init(&s, &policy_mom_vdsm, 1, 0);
+    guest_init(&s, 0, "a", 1 * GIB, 1000 * MIB, 0);
+    s.v[0].floor_bytes = 0;
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 4 * GIB;
+    s.host_base = 1 * GIB + 3 * GIB; /* 3 of 4 GiB free: 75%, no pressure */
+    model_refresh(&s);
+    vdsm_first_run(&s);
+    /* used = 1024 - 24 MiB; guest_free_percent = 0.2 * 0.75 / 0.2 = 0.75;
+     * balloon_min = 1000 MiB + 0.75 * 1024 MiB = 1768 MiB > 1.05 * 1 GiB */
+    ck_assert(s.d[0].change);
+    double want = 1000.0 * MIB + 0.75 * 1024.0 * MIB;
+    ck_assert_msg(llabs((long long)s.d[0].target_bytes - (long long)want) < 4096, "target %llu want %.0f",
+                  (unsigned long long)s.d[0].target_bytes, want);
+    ck_assert_str_eq(s.d[0].reason, "mom-vdsm: grow (no host pressure)");
+    sim_free(&s);
+
+    /* the same state under upstream MoM: used + 0.20 * balloon_cur */
+    sim_init(&s, &policy_mom, 1, 0);
+    guest_init(&s, 0, "a", 1 * GIB, 1000 * MIB, 0);
+    s.v[0].floor_bytes = 0;
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 4 * GIB;
+    s.host_base = 4 * GIB;
+    model_refresh(&s);
+    mom_first_run(&s);
+    want = 1000.0 * MIB + 0.20 * 1024.0 * MIB;
+    ck_assert(s.d[0].change);
+    ck_assert_msg(llabs((long long)s.d[0].target_bytes - (long long)want) < 4096, "target %llu want %.0f",
+                  (unsigned long long)s.d[0].target_bytes, want);
+    sim_free(&s);
+}
+END_TEST
+
+/* guest_qos: (if (< guest.balloon_cur guest.balloon_min) (guest.Control
+ * "balloon_target" guest.balloon_min)) runs for every guest, stats or not. */
+START_TEST(vdsm_guest_qos_lifts_to_balloon_min)
+{
+    sim s;
+    sim_init(&s, &policy_mom_vdsm, 1, 0);
+    guest_init(&s, 0, "a", 1 * GIB, 512 * MIB, 0);
+    s.v[0].max_bytes = s.v[0].ceiling_bytes = 4 * GIB;
+    s.v[0].floor_bytes = 1536 * MIB;
+    s.host_base = 1 * GIB + 100 * MIB; /* pressure: the balloon rules would shrink */
+    model_refresh(&s);
+    s.v[0].stats_valid = false;       /* and no stats: the balloon rules skip it */
+    vdsm_first_run(&s);
+    ck_assert(s.d[0].change);
+    ck_assert_uint_eq(s.d[0].target_bytes, 1536 * MIB);
+    ck_assert_str_eq(s.d[0].reason, "mom-vdsm: guest_qos (below balloon_min)");
+    sim_free(&s);
+}
+END_TEST
+
+/* ---- proxmox: expected values from pve-manager PVE/AutoBalloon.pm ---- */
+
+static void pve_host(sim *s, uint64_t total, uint64_t available)
+{
+    model_refresh(s);
+    s->in.host.total_bytes = total;
+    s->in.host.available_bytes = available;
+}
+
+/* pvestatd: the first cycle does nothing, then every 10 s. */
+static void pve_first_run(sim *s)
+{
+    for (int t = 0; t <= 10; t += 2) {
+        s->in.now_s = 3000.0 + t;
+        s->ops->decide(&s->in, s->state, &s->out);
+        if (t < 10)
+            for (size_t i = 0; i < s->n; i++)
+                ck_assert_msg(!s->d[i].change, "decided at t=%d, before the first pvestatd update", t);
+    }
+}
+
+static void pve_guest(sim *s, size_t i, const char *name, uint64_t balloon, uint64_t min, uint64_t max,
+                      uint64_t freemem)
+{
+    guest_init(s, i, name, balloon, 0, 0);
+    s->v[i].floor_bytes = min;
+    s->v[i].max_bytes = s->v[i].ceiling_bytes = max;
+    s->free_override[i] = freemem;
+}
+
+START_TEST(pve_shrinks_vms_with_free_memory_first_in_100mib_steps)
+{
+    sim s;
+    sim_init(&s, &policy_proxmox, 2, 0);
+    /* A: free 600 MiB > 0.25 * balloon_min: idlist2; B: 100 MiB free: idlist1 */
+    pve_guest(&s, 0, "A", 2 * GIB, 1 * GIB, 2 * GIB, 600 * MIB);
+    pve_guest(&s, 1, "B", 2 * GIB, 1 * GIB, 2 * GIB, 100 * MIB);
+    pve_host(&s, 4 * GIB, 512 * MIB);
+    pve_first_run(&s);
+    /* goal = int(4 GiB * 80 / 100 - 3.5 GiB) = -229.6 MiB: A alone desires
+     * 2 GiB + goal, one step of $maxchange (100 MiB) per cycle; B, under
+     * pressure, is only asked if A made no progress */
+    ck_assert(s.d[0].change);
+    ck_assert_uint_eq(s.d[0].target_bytes, 2 * GIB - 100 * MIB);
+    ck_assert(!s.d[1].change);
+    ck_assert_str_eq(s.d[0].reason, "proxmox: shrink toward 80% host use");
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(pve_grows_vms_under_pressure_first)
+{
+    sim s;
+    sim_init(&s, &policy_proxmox, 2, 0);
+    pve_guest(&s, 0, "A", 1 * GIB, 1 * GIB, 2 * GIB, 50 * MIB);         /* idlist1 */
+    pve_guest(&s, 1, "B", 1536 * MIB, 1 * GIB, 2 * GIB, 800 * MIB);     /* idlist2 */
+    pve_host(&s, 4 * GIB, 2 * GIB);
+    pve_first_run(&s);
+    /* goal = 3276.8 - 2048 MiB > 10 MiB: grow; A desires min(2 GiB, 1 GiB +
+     * goal) and gets one 100 MiB step; A progressed, so B is not considered */
+    ck_assert(s.d[0].change);
+    ck_assert_uint_eq(s.d[0].target_bytes, 1 * GIB + 100 * MIB);
+    ck_assert(!s.d[1].change);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(pve_dead_band_and_cadence)
+{
+    sim s;
+    sim_init(&s, &policy_proxmox, 1, 0);
+    pve_guest(&s, 0, "A", 2 * GIB, 1 * GIB, 2 * GIB, 600 * MIB);
+    /* memused = 80% of total - 8 MiB: goal +8 MiB, inside +-10 MiB */
+    uint64_t total = 4 * GIB;
+    pve_host(&s, total, total - (uint64_t)(total * 0.8) + 8 * MIB);
+    pve_first_run(&s);
+    ck_assert(!s.d[0].change);
+    /* now a real shrink goal, but the next cycle is 10 s away */
+    pve_host(&s, total, 512 * MIB);
+    s.in.now_s += 4;
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert(!s.d[0].change);
+    s.in.now_s += 6;
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert(s.d[0].change);
+    sim_free(&s);
+}
+END_TEST
+
+/* Shares: "The larger the number is, the more memory this VM gets." */
+START_TEST(pve_shares_decide_who_gives)
+{
+    sim s;
+    sim_init(&s, &policy_proxmox, 2, 0);
+    pve_guest(&s, 0, "A", 2 * GIB, 1 * GIB, 2 * GIB, 600 * MIB);
+    pve_guest(&s, 1, "B", 2 * GIB, 1 * GIB, 2 * GIB, 600 * MIB);
+    s.v[1].policy.shares = 3000;
+    uint64_t total = 4 * GIB;
+    pve_host(&s, total, total - (uint64_t)(total * 0.8) - 50 * MIB); /* goal -50 MiB */
+    pve_first_run(&s);
+    /* pass 1: A desires 1 GiB + (2048 - 50) MiB / 4, steps 100 MiB down;
+     * B desires more than maxmem (done); pass 2: A alone, alloc_new = 974
+     * MiB: desired 1998 MiB, which is where A ends: all 50 MiB from A */
+    ck_assert(s.d[0].change);
+    ck_assert_msg(llabs((long long)s.d[0].target_bytes - (long long)(1998 * MIB)) < 1024, "A target %llu",
+                  (unsigned long long)s.d[0].target_bytes);
+    ck_assert(!s.d[1].change);
+    sim_free(&s);
+}
+END_TEST
+
 START_TEST(none_never_changes)
 {
     sim s;
@@ -548,6 +734,8 @@ START_TEST(registry_lookup)
 {
     ck_assert_ptr_eq(policy_lookup("split-lru"), &policy_split_lru);
     ck_assert_ptr_eq(policy_lookup("mom"), &policy_mom);
+    ck_assert_ptr_eq(policy_lookup("mom-vdsm"), &policy_mom_vdsm);
+    ck_assert_ptr_eq(policy_lookup("proxmox"), &policy_proxmox);
     ck_assert_ptr_eq(policy_lookup("none"), &policy_none);
     ck_assert_ptr_null(policy_lookup("split_lru"));
     ck_assert_ptr_null(policy_lookup(NULL));
@@ -689,13 +877,19 @@ int main(void)
     tcase_add_test(tc, shares_weight_the_reclaim);
     tcase_add_test(tc, stale_stats_hold);
     suite_add_tcase(s, tc);
-    TCase *tm = tcase_create("mom_none");
+    TCase *tm = tcase_create("baselines");
     tcase_add_test(tm, mom_shrinks_5_percent_under_pressure);
     tcase_add_test(tm, mom_balloon_min_is_the_larger_of_guaranteed_and_need);
     tcase_add_test(tm, mom_grow_maximum_wins_over_need);
     tcase_add_test(tm, mom_need_is_averaged_over_its_history);
     tcase_add_test(tm, mom_grows_without_pressure_and_ignores_tiny_changes);
     tcase_add_test(tm, mom_critical_forces_below_need);
+    tcase_add_test(tm, vdsm_grow_scales_free_target_with_host_free);
+    tcase_add_test(tm, vdsm_guest_qos_lifts_to_balloon_min);
+    tcase_add_test(tm, pve_shrinks_vms_with_free_memory_first_in_100mib_steps);
+    tcase_add_test(tm, pve_grows_vms_under_pressure_first);
+    tcase_add_test(tm, pve_dead_band_and_cadence);
+    tcase_add_test(tm, pve_shares_decide_who_gives);
     tcase_add_test(tm, none_never_changes);
     tcase_add_test(tm, registry_lookup);
     suite_add_tcase(s, tm);
