@@ -7,10 +7,12 @@
 # Usage: boot-guest.sh --run-dir DIR [--guest-dir DIR] [--mem MiB]
 #          [--accel auto|kvm|tcg] [--append "membal.run=..."]
 #          [--disk IMAGE]... [--name NAME] [--cgroup DIR] [--tb-size MiB] [--agent]
-#          [--deadline SECONDS] [-- extra qemu args]
+#          [--balloon-opts OPTS] [--deadline SECONDS] [-- extra qemu args]
 # --disk may be repeated (vda, vdb, ...); --cgroup starts QEMU inside that
 # cgroup (v1 or v2 directory) so all its memory is charged there; --agent
-# adds the virtio-serial port org.membal.agent.0 as DIR/agent.sock.
+# adds the virtio-serial port org.membal.agent.0 as DIR/agent.sock;
+# --balloon-opts appends ",OPTS" to the virtio-balloon-pci device, e.g.
+# --balloon-opts free-page-reporting=on  (comma-separate several).
 # Prints on success:  accel=<kvm|tcg> pid=<pid> qmp=<socket> serial=<log>
 # The KVM probe result is cached in GUEST_DIR/accel-probe.
 set -eu
@@ -18,7 +20,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 guest_dir=${MEMBAL_GUEST_DIR:-$here/../../build/guest}
 run_dir= mem=512 accel=${MEMBAL_ACCEL:-auto} append= disks= deadline=60 kvm_deadline=20
-name= cgroup= tb_size= agent=
+name= cgroup= tb_size= agent= balloon_opts=
 while [ $# -gt 0 ]; do
     case "$1" in
         --run-dir) run_dir=$2; shift 2 ;;
@@ -31,6 +33,7 @@ while [ $# -gt 0 ]; do
         --cgroup) cgroup=$2; shift 2 ;;
         --tb-size) tb_size=$2; shift 2 ;;
         --agent) agent=1; shift ;;
+        --balloon-opts) balloon_opts=$2; shift 2 ;;
         --deadline) deadline=$2; shift 2 ;;
         --) shift; break ;;
         -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -70,7 +73,7 @@ start_qemu() { # $1 = kvm|tcg, then extra qemu args
         -append "console=ttyS0 panic=-1 nokaslr tsc=unstable quiet $append" \
         -serial "file:$run_dir/serial.log" \
         -qmp "unix:$run_dir/qmp.sock,server=on,wait=off" \
-        -device virtio-balloon-pci,id=balloon0 \
+        -device "virtio-balloon-pci,id=balloon0${balloon_opts:+,$balloon_opts}" \
         $drive -pidfile "$run_dir/qemu.pid" -daemonize "$@"
 }
 

@@ -3,7 +3,14 @@
  * every page once, then does random read-modify-write operations on a hot
  * subset (HOT_PCT of the pages) and prints its rate every second:
  *   WSS t=<s> ops=<n> ops_s=<rate> size_mb=<m> hot_mb=<h>
- * Usage: wss SIZE_MB [HOT_PCT=60] [SECONDS=0 (forever)]
+ * (t counts from the "WSS ready" line; size_mb and hot_mb are the current
+ * sizes).
+ * Usage: wss SIZE_MB [HOT_PCT=60] [SECONDS=0 (forever)] [GROW_AT_S=0 GROW_MB=0]
+ * Growth (when GROW_AT_S > 0 and GROW_MB > 0): once t reaches GROW_AT_S it
+ * maps GROW_MB more, writes every new page once and prints
+ *   WSS grew size_mb=<new total> hot_mb=<new hot>
+ * From then on the hot set is HOT_PCT of the new total, spanning both
+ * regions (all of the first region, then the start of the second).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,31 +27,47 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static unsigned char *map_and_fill(size_t pages)
+{
+    unsigned char *mem = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return NULL;
+    for (size_t p = 0; p < pages; p++)
+        mem[p * PAGE] = (unsigned char)p;
+    return mem;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: wss SIZE_MB [HOT_PCT] [SECONDS]\n");
+    if (argc < 2 || argc == 5 || argc > 6) {
+        fprintf(stderr, "usage: wss SIZE_MB [HOT_PCT] [SECONDS] [GROW_AT_S GROW_MB]\n");
         return 2;
     }
     long size_mb = atol(argv[1]);
     long hot_pct = argc > 2 ? atol(argv[2]) : 60;
     long seconds = argc > 3 ? atol(argv[3]) : 0;
-    if (size_mb <= 0 || hot_pct <= 0 || hot_pct > 100 || seconds < 0) {
+    long grow_at = argc > 5 ? atol(argv[4]) : 0;
+    long grow_mb = argc > 5 ? atol(argv[5]) : 0;
+    if (size_mb <= 0 || hot_pct <= 0 || hot_pct > 100 || seconds < 0 || grow_at < 0 ||
+        grow_mb < 0) {
         fprintf(stderr, "wss: bad arguments\n");
         return 2;
     }
     size_t pages = (size_t)size_mb * 1024 * 1024 / PAGE;
     size_t hot = pages * (size_t)hot_pct / 100;
-    unsigned char *mem = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) {
+    unsigned char *mem = map_and_fill(pages);
+    if (!mem) {
         perror("wss: mmap");
         return 1;
     }
-    for (size_t p = 0; p < pages; p++)
-        mem[p * PAGE] = (unsigned char)p;
     printf("WSS ready size_mb=%ld hot_mb=%zu\n", size_mb, hot * PAGE / (1024 * 1024));
     fflush(stdout);
+
+    /* Second region, mapped at GROW_AT_S: hot pages >= pages1 live there. */
+    int grow_pending = grow_at > 0 && grow_mb > 0;
+    size_t pages1 = pages;
+    unsigned char *mem2 = NULL;
 
     uint64_t x = 88172645463325252ULL, ops = 0, last_ops = 0;
     double start = now_s(), last = start;
@@ -52,11 +75,28 @@ int main(int argc, char **argv)
         for (int i = 0; i < 4096; i++) {
             x ^= x << 13; x ^= x >> 7; x ^= x << 17; /* xorshift64 */
             size_t page = (size_t)(x % hot);
-            unsigned char *b = mem + page * PAGE + (size_t)((x >> 40) % (PAGE / 64)) * 64;
+            unsigned char *base = page < pages1 ? mem + page * PAGE
+                                                : mem2 + (page - pages1) * PAGE;
+            unsigned char *b = base + (size_t)((x >> 40) % (PAGE / 64)) * 64;
             b[0] = (unsigned char)(b[0] + 1);
             ops++;
         }
         double t = now_s();
+        if (grow_pending && t - start >= (double)grow_at) {
+            size_t more = (size_t)grow_mb * 1024 * 1024 / PAGE;
+            mem2 = map_and_fill(more);
+            if (!mem2) {
+                perror("wss: mmap (grow)");
+                return 1;
+            }
+            grow_pending = 0;
+            size_mb += grow_mb;
+            pages = pages1 + more;
+            hot = pages * (size_t)hot_pct / 100;
+            printf("WSS grew size_mb=%ld hot_mb=%zu\n", size_mb, hot * PAGE / (1024 * 1024));
+            fflush(stdout);
+            t = now_s();
+        }
         if (t - last >= 1.0) {
             printf("WSS t=%.0f ops=%llu ops_s=%.0f size_mb=%ld hot_mb=%zu\n", t - start,
                    (unsigned long long)ops, (double)(ops - last_ops) / (t - last), size_mb,

@@ -1,0 +1,737 @@
+#!/usr/bin/python3
+"""membal benchmark: every scenario x configuration with real TCG guests.
+
+Usage: bench/bench.py [--scenario NAMES] [--configs NAMES] [--runs N]
+                      [--smoke] [--out DIR] [--list] [--no-gates]
+
+Each scenario (bench/scenarios.py) boots its guests under QEMU inside a
+memory cgroup that stands for the host (plus a swapfile when the machine has
+no swap), lets one configuration balance them (no daemon, free page
+reporting, balancerd with one of its policies), and reads what each workload
+printed over the measure window.  Every scenario x configuration runs --runs
+rounds (default 3); the configuration order is rotated between rounds.
+
+Outputs in OUT (default build/bench): results.csv (one row per guest of every
+run, written as runs finish), summary.csv, bench.png (a panel per scenario),
+balancerd logs and guest consoles of each run, and the tables on stdout.
+Exit status: 0 when every gate is met, 1 when a gate is missed or a run
+measured nothing, 2 on bad arguments.  --no-gates reports gates but exits 0
+unless a run measured nothing (make check's smoke).
+
+Names are comma- or space-separated; --list prints scenarios and configs.
+Needs root (cgroups, swapon).  MEMBAL_ACCEL=tcg|kvm as for
+tests/guest/boot-guest.sh.
+"""
+
+import argparse
+import csv
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from scenarios import CONFIGS, SCENARIOS, SMOKE_CONFIGS, SMOKE_SCENARIOS  # noqa: E402
+
+BOOT = os.path.join(TOP, "tests/guest/boot-guest.sh")
+BALANCERD = os.path.join(TOP, "build/balancerd")
+PAGE = 4096
+
+FIELDS = ["scenario", "config", "run", "order", "accel", "guest", "metric", "value", "done",
+          "oom_kills", "guest_swapin_bytes", "host_swapin_bytes", "host_swapped_bytes",
+          "balloon_moves", "balloon_flips", "balloon_final_mib", "daemon_cpu_s", "daemon_rss_bytes",
+          "host_swapout_bytes", "wall_s"]
+
+
+def log(msg):
+    print("bench: " + msg, file=sys.stderr, flush=True)
+
+
+def names(arg, known, what):
+    out = [n for n in re.split(r"[,\s]+", arg or "") if n]
+    for n in out:
+        if n not in known:
+            sys.exit("bench: unknown %s %r (known: %s)" % (what, n, ", ".join(known)))
+    return out
+
+
+# ---- the host: a memory cgroup and swap ----
+
+def make_cgroup(tag, limit_mb):
+    limit = str(limit_mb * 1024 * 1024)
+    for root, ctl, key in (("/sys/fs/cgroup", "/sys/fs/cgroup/cgroup.controllers", "memory.max"),
+                           ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/unified/cgroup.controllers",
+                            "memory.max"),
+                           ("/sys/fs/cgroup/memory", None, "memory.limit_in_bytes")):
+        if ctl:
+            try:
+                if "memory" not in open(ctl).read().split():
+                    continue
+            except OSError:
+                continue
+        elif not os.path.isdir(root):
+            continue
+        path = os.path.join(root, "membal-bench-%d-%s" % (os.getpid(), tag))
+        os.mkdir(path)
+        with open(os.path.join(path, key), "w") as f:
+            f.write(limit)
+        return path
+    sys.exit("bench: no memory cgroup controller (v1 or v2) on this machine")
+
+
+def remove_cgroup(path):
+    for _ in range(10):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.5)
+    log("could not remove cgroup %s" % path)
+
+
+class Swap:
+    def __init__(self):
+        self.file = None
+
+    def ensure(self):
+        if subprocess.run(["swapon", "--show", "--noheadings"], capture_output=True,
+                          text=True).stdout.strip():
+            return
+        self.file = "/var/tmp/membal-bench-%d.swap" % os.getpid()
+        subprocess.run(["fallocate", "-l", "3G", self.file], check=True)
+        os.chmod(self.file, 0o600)
+        subprocess.run(["mkswap", "-q", self.file], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["swapon", self.file], check=True)
+        log("created and enabled a 3 GiB swapfile (%s); removed at exit" % self.file)
+
+    def remove(self):
+        if self.file:
+            subprocess.run(["swapoff", self.file])
+            os.unlink(self.file)
+            self.file = None
+
+
+# ---- reading the machine and the guests ----
+
+def vmstat(key):
+    with open("/proc/vmstat") as f:
+        for line in f:
+            k, v = line.split()
+            if k == key:
+                return int(v)
+    return 0
+
+
+def proc_majflt(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[9])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def proc_status_kb(pid, key):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def proc_cpu_s(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def console_lines(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def field(line, key):
+    m = re.search(r"\b%s=([-0-9.]+)" % re.escape(key), line)
+    return float(m.group(1)) if m else None
+
+
+def last_pswpin(lines):
+    for line in reversed(lines):
+        if line.startswith("MEMINFO"):
+            return field(line, "pswpin") or 0
+    return 0
+
+
+def oom_kills(lines):
+    return sum(1 for line in lines if "Killed process" in line)
+
+
+SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def parse_size(text):
+    m = re.match(r"([0-9.]+)\s*([KMGT]?i?B)", text)
+    return float(m.group(1)) * SIZE_UNITS.get(m.group(2), 1) if m else None
+
+
+def balloon_moves(daemon_log, guest):
+    """Moves, direction changes and the last target of one guest."""
+    moves = flips = 0
+    last_dir = 0
+    final = None
+    pat = re.compile(r"guest %s: balloon (\S+ \S+) -> (\S+ \S+) \(" % re.escape(guest))
+    for line in console_lines(daemon_log):
+        m = pat.search(line)
+        if not m:
+            continue
+        a, b = parse_size(m.group(1)), parse_size(m.group(2))
+        if a is None or b is None:
+            continue
+        moves += 1
+        d = 1 if b > a else -1
+        if last_dir and d != last_dir:
+            flips += 1
+        last_dir = d
+        final = b
+    return moves, flips, final
+
+
+# ---- one run ----
+
+class Run:
+    def __init__(self, args, scen_name, conf_name, n, order, workdir, images):
+        self.args = args
+        self.sname, self.cname, self.n, self.order = scen_name, conf_name, n, order
+        self.scen = SCENARIOS[scen_name]
+        self.conf = CONFIGS[conf_name]
+        self.dir = os.path.join(workdir, "%s-%s-%d" % (scen_name, conf_name, n))
+        self.images = images
+        self.cg = None
+        self.qemu = {}
+        self.daemon = None
+        self.accel = "unknown"
+
+    def timing(self):
+        warmup, measure = self.scen["warmup"], self.scen["measure"]
+        if self.args.smoke:
+            warmup, measure = max(10, warmup * 2 // 3), max(15, measure * 2 // 3)
+        return warmup, measure
+
+    def guests(self):
+        gs = self.scen["guests"]
+        return [g for g in gs if g.get("solo")] if self.conf.get("solo") else gs
+
+    def image(self, g):
+        if g["disk"] == "swap":
+            path = os.path.join(self.images, "%s-%s-swap.img" % (self.sname, g["name"]))
+            with open(path, "w") as f:
+                f.truncate(0)
+                f.truncate(512 << 20)
+            return path
+        if g["disk"] == "data":
+            path = os.path.join(self.images, "%s-%s-data.img" % (self.sname, g["name"]))
+            if not os.path.exists(path) or os.path.getsize(path) != 4 << 30:
+                with open(path, "w") as f:
+                    f.truncate(4 << 30)
+            return path
+        return None
+
+    def boot(self):
+        warmup, measure = self.timing()
+        subst = {"burst_at": warmup + 2, "grow_at": warmup + measure // 3}
+        procs = []
+        for g in self.guests():
+            run = g["run"].format(**subst)
+            append = "membal.report=1 membal.run=" + run
+            cmd = [BOOT, "--run-dir", os.path.join(self.dir, g["name"]), "--mem", str(g["mem"]),
+                   "--name", g["name"], "--cgroup", self.cg, "--tb-size", "32", "--deadline", "120"]
+            disk = self.image(g)
+            if disk:
+                cmd += ["--disk", disk]
+                if g["disk"] == "swap":
+                    append += " membal.swap=/dev/vda"
+            if self.conf.get("balloon_opts"):
+                cmd += ["--balloon-opts", self.conf["balloon_opts"]]
+            cmd += ["--append", append]
+            procs.append((g, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              text=True)))
+        ok = True
+        for g, p in procs:
+            out, err = p.communicate()
+            m = re.search(r"accel=(\w+) pid=(\d+)", out)
+            if p.returncode != 0 or not m:
+                log("%s/%s run %d: guest %s did not boot: %s" % (self.sname, self.cname, self.n,
+                                                                 g["name"], err.strip()[-300:]))
+                ok = False
+                continue
+            self.accel = m.group(1)
+            self.qemu[g["name"]] = int(m.group(2))
+        return ok
+
+    def write_config(self, path):
+        text = """[balancer]
+tick = 2
+stats_period = 1
+[host]
+memory_cgroup = {cg}
+[watermarks]
+min = 5%
+low = 12%
+high = 18%
+[guests]
+default_floor_percent = 0
+default_floor_min = 160MiB
+[policy]
+step_percent = 20
+""".format(cg=self.cg)
+        if self.conf.get("host_reclaim"):
+            text += "[host_reclaim]\nenabled = true\nsource = auto\nscan_interval = 2\n"
+        with open(path, "w") as f:
+            f.write(text)
+
+    def start_daemon(self):
+        policy = self.conf.get("daemon")
+        if not policy:
+            return
+        conf = os.path.join(self.dir, "balancer.conf")
+        self.write_config(conf)
+        cmd = [BALANCERD, "--config", conf, "--policy", policy, "--metrics-listen", "",
+               "--control-socket", ""]
+        for g in self.guests():
+            cmd += ["--qmp", os.path.join(self.dir, g["name"], "qmp.sock")]
+        self.daemon_log = os.path.join(self.dir, "balancerd.log")
+        self.daemon = subprocess.Popen(cmd, stdout=open(self.daemon_log, "w"), stderr=subprocess.STDOUT)
+
+    def stop(self):
+        if self.daemon and self.daemon.poll() is None:
+            self.daemon.terminate()
+            try:
+                self.daemon.wait(10)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait()
+        for pid in self.qemu.values():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 5
+        for pid in self.qemu.values():
+            while time.time() < deadline and os.path.exists("/proc/%d" % pid):
+                time.sleep(0.1)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.qemu = {}
+        if self.cg:
+            remove_cgroup(self.cg)
+            self.cg = None
+
+    def serial(self, g):
+        return os.path.join(self.dir, g["name"], "serial.log")
+
+    def execute(self):
+        os.makedirs(self.dir, exist_ok=True)
+        warmup, measure = self.timing()
+        self.cg = make_cgroup("%s-%s-%d" % (self.sname, self.cname, self.n), self.scen["limit_mb"])
+        t0 = time.time()
+        rows = []
+        try:
+            booted = self.boot()
+            if booted:
+                self.start_daemon()
+                time.sleep(warmup)
+                start = {}
+                for g in self.guests():
+                    lines = console_lines(self.serial(g))
+                    start[g["name"]] = (len(lines), last_pswpin(lines), proc_majflt(self.qemu[g["name"]]))
+                swout0 = vmstat("pswpout")
+                time.sleep(measure)
+                swout = (vmstat("pswpout") - swout0) * PAGE
+                cpu = rss = 0
+                if self.daemon:
+                    pid = self.daemon.pid
+                    cpu, rss = proc_cpu_s(pid), proc_status_kb(pid, "VmHWM") * 1024
+                    if self.daemon.poll() is not None:
+                        log("%s/%s run %d: balancerd exited early (status %s); see %s" % (
+                            self.sname, self.cname, self.n, self.daemon.returncode, self.daemon_log))
+                for g in self.guests():
+                    rows.append(self.measure_guest(g, start[g["name"]], swout, cpu, rss))
+        finally:
+            self.stop()
+        wall = time.time() - t0
+        for r in rows:
+            r["wall_s"] = "%.0f" % wall
+        if self.daemon:
+            shutil.copy(self.daemon_log, os.path.join(self.args.out, "logs",
+                                                       "balancerd-%s-%s-%d.log" % (self.sname, self.cname,
+                                                                                  self.n)))
+        for g in self.guests():
+            src = self.serial(g)
+            if os.path.exists(src):
+                shutil.copy(src, os.path.join(self.args.out, "logs", "console-%s-%s-%d-%s.log" % (
+                    self.sname, self.cname, self.n, g["name"])))
+        if not rows:  # nothing booted: one row per guest that says so
+            rows = [self.row(g, value="", done=0) for g in self.guests()]
+        return rows
+
+    def row(self, g, **kw):
+        r = dict.fromkeys(FIELDS, "")
+        r.update(scenario=self.sname, config=self.cname, run=self.n, order=self.order, accel=self.accel,
+                 guest=g["name"], metric="%s.%s" % g["metric"] if g.get("metric") else "")
+        r.update(kw)
+        return r
+
+    def measure_guest(self, g, start, swout, cpu, rss):
+        lines = console_lines(self.serial(g))
+        nlines, pswpin0, maj0 = start
+        pid = self.qemu[g["name"]]
+        value, done = "", ""
+        if g.get("metric"):
+            tag, key = g["metric"]
+            if g.get("window") == "once":
+                mine = [line for line in lines if line.startswith(tag + " ")]
+                found = [field(line, key) for line in mine if field(line, key) is not None]
+                # "nan": it ran and never finished (the worst value); "": it printed nothing
+                value, done = ("%.2f" % found[-1], 1) if found else ("nan" if mine else "", 0)
+            else:
+                vals = [field(line, key) for line in lines[nlines:] if line.startswith(tag + " t=")]
+                vals = [v for v in vals if v is not None]
+                value, done = ("%g" % statistics.median(vals), 1) if vals else ("", 0)
+        moves = flips = 0
+        final = None
+        if self.daemon:
+            moves, flips, final = balloon_moves(self.daemon_log, g["name"])
+        return self.row(
+            g, value=value, done=done, oom_kills=oom_kills(lines),
+            guest_swapin_bytes=int((last_pswpin(lines) - pswpin0) * PAGE),
+            host_swapin_bytes=(proc_majflt(pid) - maj0) * PAGE,
+            host_swapped_bytes=proc_status_kb(pid, "VmSwap") * 1024,
+            balloon_moves=moves, balloon_flips=flips,
+            balloon_final_mib="%.0f" % (final / (1 << 20)) if final else g["mem"],
+            daemon_cpu_s="%.2f" % cpu, daemon_rss_bytes=rss, host_swapout_bytes=swout)
+
+
+# ---- summary ----
+
+def med(vals):
+    return statistics.median(vals) if vals else float("nan")
+
+
+def spread(vals):
+    return (max(vals) - min(vals)) if vals else float("nan")
+
+
+def metric_values(rows, scen, conf, guest, better):
+    """The metric of one guest over the runs; a burst that never finished
+    (or a workload that printed nothing) counts as the worst value."""
+    out = []
+    for r in rows:
+        if r["scenario"] != scen or r["config"] != conf or r["guest"] != guest:
+            continue
+        v = float(r["value"]) if r["value"] not in ("", "nan") else float("nan")
+        if math.isnan(v):
+            v = math.inf if better == "lower" else 0.0
+        out.append(v)
+    return out
+
+
+def fmt(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if v == math.inf:
+        return "never"
+    if abs(v) >= 1000:
+        return "%.0f" % v
+    return "%.3g" % v
+
+
+def summarize(rows, scenarios, configs, runs, out):
+    gates = []  # (scenario, text, met)
+    summary = []
+    for s in scenarios:
+        scen = SCENARIOS[s]
+        guests = [g for g in scen["guests"] if g.get("metric")]
+        prim = next(g for g in guests if g["name"] == scen["primary"])
+        present = [c for c in configs if any(r["scenario"] == s and r["config"] == c for r in rows)]
+        if not present:
+            continue
+        print("\n== %s: %s; %d MiB host; %d run(s)" % (s, scen["title"].format(
+            grow_at=scen["warmup"] + scen["measure"] // 3), scen["limit_mb"], runs))
+        head = ["config"]
+        for g in guests:
+            head.append("%s %s" % (g["name"], g["metric"][1] if g["metric"][0] != "BURST" else "burst s"))
+            head.append("(spread)")
+        head += ["%solo", "OOM", "gst sw-in", "host sw-in", "moves", "flips", "dmn CPU", "dmn RSS"]
+        table = [head]
+        solo_v = med(metric_values(rows, s, "solo", prim["name"], prim["better"]))
+        for c in present:
+            rr = [r for r in rows if r["scenario"] == s and r["config"] == c]
+            line = [c]
+            srow = dict(scenario=s, config=c)
+            for g in guests:
+                vals = metric_values(rows, s, c, g["name"], g["better"])
+                line += [fmt(med(vals)), fmt(spread([v for v in vals if v != math.inf]))
+                         if vals else "-"]
+                srow["%s_median" % g["name"]] = med(vals)
+                srow["%s_spread" % g["name"]] = spread([v for v in vals if v != math.inf])
+            pv = med(metric_values(rows, s, c, prim["name"], prim["better"]))
+            pct = float("nan")
+            if solo_v and not math.isnan(solo_v) and not math.isinf(pv) and pv == pv:
+                pct = 100 * pv / solo_v if prim["better"] == "higher" else 100 * solo_v / pv
+            per_run = {}
+            for r in rr:
+                k = r["run"]
+                p = per_run.setdefault(k, dict(oom=0, gin=0, hin=0, moves=0, flips=0, cpu=0.0, rss=0,
+                                               wall=1.0))
+                p["oom"] += int(r["oom_kills"] or 0)
+                p["gin"] += int(r["guest_swapin_bytes"] or 0)
+                p["hin"] += int(r["host_swapin_bytes"] or 0)
+                p["moves"] += int(r["balloon_moves"] or 0)
+                p["flips"] += int(r["balloon_flips"] or 0)
+                p["cpu"] = float(r["daemon_cpu_s"] or 0)
+                p["rss"] = int(r["daemon_rss_bytes"] or 0)
+                p["wall"] = float(r["wall_s"] or 1)
+            pr = list(per_run.values())
+            oom_total = sum(p["oom"] for p in pr)
+            cpu_pct = med([100 * p["cpu"] / p["wall"] for p in pr])
+            line += [fmt(pct) + "%" if pct == pct else "-", str(oom_total),
+                     "%.1f MiB" % (med([p["gin"] for p in pr]) / 2**20),
+                     "%.1f MiB" % (med([p["hin"] for p in pr]) / 2**20),
+                     fmt(med([p["moves"] for p in pr])), fmt(med([p["flips"] for p in pr])),
+                     "%.2f%%" % cpu_pct, "%.1f MiB" % (med([p["rss"] for p in pr]) / 2**20)]
+            srow.update(pct_solo=pct, oom_kills=oom_total, moves=med([p["moves"] for p in pr]),
+                        flips=med([p["flips"] for p in pr]), daemon_cpu_pct=cpu_pct)
+            summary.append(srow)
+            table.append(line)
+        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+        for row in table:
+            print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in
+                            enumerate(zip(row, widths))))
+        gates += scenario_gates(rows, s, scen, guests, prim, present, summary)
+    return summary, gates
+
+
+def scenario_gates(rows, s, scen, guests, prim, present, summary):
+    """The gates for split-lru in one scenario: (scenario, text, met)."""
+    out = []
+    if "split-lru" not in present or "none" not in present:
+        return out
+    srow = {r["config"]: r for r in summary if r["scenario"] == s}
+    sl, no = srow["split-lru"], srow["none"]
+    if no["oom_kills"] == 0:
+        out.append((s, "0 OOM kills (none had 0): split-lru %d" % sl["oom_kills"], sl["oom_kills"] == 0))
+    else:
+        out.append((s, "no more OOM kills than none (%d): split-lru %d" % (no["oom_kills"], sl["oom_kills"]),
+                    sl["oom_kills"] <= no["oom_kills"]))
+    for g in guests:
+        if not g.get("gated"):
+            continue
+        a = metric_values(rows, s, "split-lru", g["name"], g["better"])
+        b = metric_values(rows, s, "none", g["name"], g["better"])
+        sp = max(spread([v for v in a if v != math.inf]) or 0, spread([v for v in b if v != math.inf]) or 0)
+        ma, mb = med(a), med(b)
+        if g["better"] == "higher":
+            met = ma >= mb - sp
+            txt = "%s not below none beyond spread: %s vs %s (spread %s)" % (g["name"], fmt(ma), fmt(mb),
+                                                                           fmt(sp))
+        else:
+            met = ma <= mb + sp
+            txt = "%s not slower than none beyond spread: %s vs %s s (spread %s)" % (
+                g["name"], fmt(ma), fmt(mb), fmt(sp))
+        out.append((s, txt, met))
+    if "solo" in present:
+        pct = sl["pct_solo"]
+        if scen.get("solo_possible", True):
+            out.append((s, "%s >= 95%% of solo: %s%%" % (prim["name"], fmt(pct)), pct == pct and pct >= 95))
+        else:
+            out.append((s, "%s >= 95%% of solo: %s%% -- not physically possible: %s" % (
+                prim["name"], fmt(pct), scen.get("solo_reason", "")), None))
+    if scen.get("idle_gate"):
+        out.append((s, "no pressure: <= 2 balloon moves (%s)" % fmt(sl["moves"]), sl["moves"] <= 2))
+        out.append((s, "no pressure: daemon < 1%% of a core (%.2f%%)" % sl["daemon_cpu_pct"],
+                    sl["daemon_cpu_pct"] < 1))
+    return out
+
+
+def plot(summary, scenarios, configs, runs, out):
+    png = os.path.join(out, "bench.png")
+    if os.path.exists(png):
+        os.unlink(png)
+    if not shutil.which("gnuplot"):
+        log("no gnuplot: no plot")
+        return
+    panels = []
+    for s in scenarios:
+        scen = SCENARIOS[s]
+        prim = next(g for g in scen["guests"] if g["name"] == scen["primary"])
+        dat = os.path.join(out, "plot-%s.dat" % s)
+        rows = [r for r in summary if r["scenario"] == s]
+        if not rows:
+            continue
+        with open(dat, "w") as f:
+            for r in rows:
+                v = r.get("%s_median" % prim["name"], float("nan"))
+                sp = r.get("%s_spread" % prim["name"], 0)
+                label = ""
+                if v == math.inf:  # never finished: a bar as long as the window, labelled
+                    v, sp, label = scen["measure"], 0, "never"
+                elif v != v:
+                    v, sp, label = 0, 0, "no data"
+                f.write('"%s" %g %g "%s"\n' % (r["config"], v, sp if sp == sp else 0, label))
+        unit = "%s burst seconds (lower is better)" % prim["name"] if prim["better"] == "lower" else \
+            "%s %s" % (prim["name"], prim["metric"][1])
+        panels.append('set title "%s: %s"\nplot "%s" using 2:3:xtic(1) lc rgb "#3060c0", '
+                      '"" using 0:2:4 with labels offset char 0,1 tc rgb "#c00000"' % (s, unit, dat))
+    if not panels:
+        return
+    cols = 2
+    nrows = (len(panels) + cols - 1) // cols
+    script = """set terminal png size 1400,%d noenhanced
+set output "%s"
+set style data histograms
+set style histogram errorbars gap 1 lw 1
+set style fill solid 0.8 border -1
+set yrange [0:*]
+set offsets 0,0,graph 0.12,0
+set key off
+set xtics rotate by -30
+set multiplot layout %d,%d title "membal bench: median and spread of %d run(s) per configuration"
+%s
+unset multiplot
+""" % (380 * nrows, png, nrows, cols, runs, "\n".join(panels))
+    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+    if r.returncode != 0:
+        log("gnuplot failed: %s" % r.stderr.strip()[-300:])
+    else:
+        log("plot: %s" % png)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--scenario", default="", help="scenarios to run (default: all)")
+    ap.add_argument("--configs", default="", help="configurations to run (default: all)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true",
+                    help="one short round of %s x %s, gates reported only" % (
+                        "+".join(SMOKE_SCENARIOS), "+".join(SMOKE_CONFIGS)))
+    ap.add_argument("--out", default=os.path.join(TOP, "build/bench"))
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--no-gates", action="store_true")
+    args = ap.parse_args()
+    if args.list:
+        for n, s in SCENARIOS.items():
+            print("scenario %-12s %s" % (n, s["title"].format(grow_at="N")))
+        for n, c in CONFIGS.items():
+            print("config   %-15s %s" % (n, c))
+        return 0
+    scenarios = names(args.scenario, SCENARIOS, "scenario") or list(SCENARIOS)
+    configs = names(args.configs, CONFIGS, "configuration") or list(CONFIGS)
+    if args.smoke:
+        scenarios = names(args.scenario, SCENARIOS, "scenario") or SMOKE_SCENARIOS
+        configs = names(args.configs, CONFIGS, "configuration") or SMOKE_CONFIGS
+        args.runs = 1
+        args.no_gates = True
+    if args.runs < 1:
+        sys.exit("bench: --runs must be at least 1")
+    if os.geteuid() != 0:
+        log("needs root (cgroups, swapon)")
+        return 1
+    for tool in (BOOT, BALANCERD):
+        if not os.access(tool, os.X_OK):
+            log("%s missing: run make (and make guest)" % tool)
+            return 1
+    args.out = os.path.abspath(args.out)
+    os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
+    images = os.path.join(args.out, "images")
+    os.makedirs(images, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="membal-bench-", dir="/var/tmp")
+    swap = Swap()
+    results = os.path.join(args.out, "results.csv")
+    rows = []
+    started = time.time()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
+    try:
+        swap.ensure()
+        with open(results, "w", newline="") as f:
+            w = csv.DictWriter(f, FIELDS)
+            w.writeheader()
+            total = args.runs * len(scenarios) * len(configs)
+            done = 0
+            log("%d scenario(s) x %d configuration(s) x %d round(s) = %d runs" % (
+                len(scenarios), len(configs), args.runs, total))
+            for n in range(1, args.runs + 1):
+                k = (n - 1) % len(configs)
+                order = configs[k:] + configs[:k]  # rotated between rounds
+                for s in scenarios:
+                    for pos, c in enumerate(order):
+                        run = Run(args, s, c, n, pos + 1, workdir, images)
+                        new = run.execute()
+                        for r in new:
+                            w.writerow(r)
+                        f.flush()
+                        rows += new
+                        done += 1
+                        log("%s/%s run %d (%d/%d, %.0f min): %s" % (
+                            s, c, n, done, total, (time.time() - started) / 60, ", ".join(
+                                "%s %s=%s%s" % (r["guest"], r["metric"], r["value"],
+                                                " OOM=%s" % r["oom_kills"] if r["oom_kills"] else "")
+                                for r in new if r["metric"])))
+    finally:
+        swap.remove()
+        shutil.rmtree(workdir, ignore_errors=True)
+    elapsed = time.time() - started
+    # re-read as strings, as a later reader of results.csv would
+    with open(results) as f:
+        rows = list(csv.DictReader(f))
+    print("\nmembal bench: %s; accel %s; %d round(s); %.0f min" % (
+        os.path.basename(results), ",".join(sorted({r["accel"] for r in rows})), args.runs, elapsed / 60))
+    summary, gates = summarize(rows, scenarios, configs, args.runs, args.out)
+    with open(os.path.join(args.out, "summary.csv"), "w", newline="") as f:
+        keys = sorted({k for r in summary for k in r}, key=lambda k: (k not in ("scenario", "config"), k))
+        w = csv.DictWriter(f, keys)
+        w.writeheader()
+        w.writerows(summary)
+    print("\ngates (split-lru):")
+    missed = 0
+    for s, text, met in gates:
+        tag = "met:   " if met else ("n/a:   " if met is None else "MISSED:")
+        missed += met is False
+        print("  %s %s: %s" % (tag, s, text))
+    plot(summary, scenarios, configs, args.runs, args.out)
+    log("results: %s, %s" % (results, os.path.join(args.out, "summary.csv")))
+    empty = [r for r in rows if r["metric"] and r["value"] == ""]
+    if empty:
+        log("%d measurement(s) came back empty (a guest printed nothing in the window): %s" % (
+            len(empty), ", ".join("%s/%s/%s/%s" % (r["scenario"], r["config"], r["run"], r["guest"])
+                                  for r in empty[:8])))
+        return 1
+    if missed and not args.no_gates:
+        log("%d gate(s) missed" % missed)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The benchmark's scenarios and configurations (data only; bench/bench.py runs them).
+
+A scenario is a set of TCG guests started together in a memory cgroup that
+stands for the host.  Every guest runs one workload from tests/guest/workloads
+that prints a line per second (or, for burst, one line when done); `metric`
+says which line and field the harness reads, `better` which way is good.
+
+Guest keys:
+  name      the guest's name (QEMU -name, balancerd's log)
+  mem       RAM in MiB (the balloon's maximum)
+  run       the workload, as membal.run= takes it (colons become spaces)
+  disk      None, "swap" (a fresh zeroed image, the guest's own swap),
+            or "data" (a sparse image the workload reads: /dev/vda)
+  metric    (line tag, field); window "measure" = median over the measure
+            window, "once" = the one value the workload prints (burst)
+  better    "higher" or "lower"
+  solo      the guest runs in the scenario's `solo` reference
+  gated     its metric is held to the gates (bench.py: not below `none`)
+
+Scenario keys: limit_mb (the cgroup: QEMU's own memory, about 70 MiB per
+guest under TCG, is charged there too), warmup and measure (seconds),
+primary (the guest whose metric is compared with solo), solo_possible (False
+with the reason when 95% of solo cannot be reached by any policy).
+"""
+
+WSS = ("WSS", "ops_s")
+STREAM = ("STREAM", "mb_s")
+CACHEDB = ("CACHEDB", "ops_s")
+BURST = ("BURST", "secs")
+
+SCENARIOS = {
+    # The seed mails: a database-like working set next to a streaming job.
+    "seed": dict(
+        title="W (wss 320 MiB, 80% hot, own swap) + S (streams a 4 GiB disk)",
+        limit_mb=640, warmup=15, measure=20, primary="W", solo_possible=True,
+        guests=[
+            dict(name="W", mem=512, run="wss:320:80", disk="swap", metric=WSS, better="higher",
+                 solo=True, gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ]),
+    # Issue 15's mix: a guest with a big page cache idles, then allocates
+    # 300 MiB at once (no swap in it), next to a database and a streamer.
+    "idle-burst": dict(
+        title="B (300 MiB cache, idle, then allocates 300 MiB; no swap) + W (wss 200 MiB) + S (stream)",
+        limit_mb=900, warmup=18, measure=25, primary="B",
+        solo_possible=True,
+        guests=[
+            dict(name="B", mem=512, run="burst:/dev/vda:300:{burst_at}:300:0", disk="data", metric=BURST,
+                 better="lower", window="once", solo=True, gated=True),
+            dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
+                 gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ]),
+    # A buffered-IO database: its working set IS page cache (300 MiB of a
+    # disk re-read at random), next to a streamer whose cache is not.
+    "cachedb": dict(
+        title="C (re-reads 300 MiB of its disk through the page cache) + S (stream)",
+        limit_mb=640, warmup=15, measure=20, primary="C", solo_possible=True,
+        guests=[
+            dict(name="C", mem=512, run="cachedb:/dev/vda:300", disk="data", metric=CACHEDB,
+                 better="higher", solo=True, gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ]),
+    # Many small guests with mixed roles.
+    "many-small": dict(
+        title="6 x 256 MiB: 2 databases (wss 140 MiB), 2 streamers, 2 idle with cache",
+        limit_mb=1100, warmup=15, measure=20, primary="D1",
+        solo_possible=False,
+        solo_reason="six TCG guests share 2 cores: alone, D1 has a core to itself",
+        guests=[
+            dict(name="D1", mem=256, run="wss:140:80", disk="swap", metric=WSS, better="higher",
+                 solo=True, gated=True),
+            dict(name="D2", mem=256, run="wss:140:80", disk="swap", metric=WSS, better="higher",
+                 gated=True),
+            dict(name="S1", mem=256, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+            dict(name="S2", mem=256, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+            dict(name="I1", mem=256, run="burst:/dev/vda:150:100000:1:0", disk="data", metric=None),
+            dict(name="I2", mem=256, run="burst:/dev/vda:150:100000:1:0", disk="data", metric=None),
+        ]),
+    # A working set that grows midway (200 -> 340 MiB) next to a streamer.
+    "growing": dict(
+        title="G (wss 200 MiB, grows by 140 MiB after {grow_at} s) + S (stream)",
+        limit_mb=640, warmup=15, measure=25, primary="G", solo_possible=True,
+        guests=[
+            dict(name="G", mem=512, run="wss:200:80:0:{grow_at}:140", disk="swap", metric=WSS,
+                 better="higher", solo=True, gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ]),
+    # No pressure: the host has room for everything.  A balancer should do
+    # (almost) nothing and cost (almost) nothing.
+    "no-pressure": dict(
+        title="W (wss 200 MiB) + S (stream) in a roomy 2 GiB host",
+        limit_mb=2048, warmup=10, measure=20, primary="W", solo_possible=True,
+        idle_gate=True,
+        guests=[
+            dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
+                 solo=True, gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ]),
+}
+
+# Configuration -> how it runs.  daemon: balancerd's --policy (None: no
+# daemon); balloon_opts: extra virtio-balloon-pci properties; host_reclaim:
+# [host_reclaim] enabled; solo: only the scenario's solo guests.
+CONFIGS = {
+    "solo": dict(daemon=None, solo=True),
+    "none": dict(daemon=None),
+    "none-fpr": dict(daemon=None, balloon_opts="free-page-reporting=on"),
+    "mom": dict(daemon="mom"),
+    "mom-vdsm": dict(daemon="mom-vdsm"),
+    "proxmox": dict(daemon="proxmox"),
+    "split-lru": dict(daemon="split-lru"),
+    "split-lru+host": dict(daemon="split-lru", host_reclaim=True),
+}
+
+SMOKE_SCENARIOS = ["seed", "idle-burst"]
+SMOKE_CONFIGS = ["none", "split-lru"]
