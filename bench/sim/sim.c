@@ -3,8 +3,9 @@
  * N guests on an overcommitted host is stepped for T ticks of TICK_S (2 s,
  * as in the real benchmark); each tick the real classify + policy code
  * (libpolicy) decides, with policy_input.now_s advancing by the tick
- * length (so the baselines keep their own cadence: mom samples every 5 s
- * and decides every 10 s, mom-vdsm every 15 s, proxmox every 10 s), and
+ * length, so the baselines keep their own cadence as they do under
+ * balancerd (mom samples every 5 s and decides every 10 s, mom-vdsm every
+ * 15 s, proxmox every 10 s: on 2 s ticks, every 3, 5, 8 and 5 ticks), and
  * the model applies the balloon targets.  Every policy in the registry is
  * run over the same guests.  Prints the decision cost (ns per guest per
  * tick) and how stable and how good the decisions were.
@@ -43,7 +44,15 @@
  * daemon's default watermarks (2/5/8% of host memory).  The host has
  * sum(max) / overcommit bytes and is charged each guest's balloon size;
  * HOST_CACHE_PERCENT of it, when free, is host page cache (MemFree +
- * Cached = MemAvailable).
+ * Cached = MemAvailable).  Every guest starts at its maximum, so every
+ * policy starts from an over-full host.
+ *
+ * Columns: decision cost; balloon changes and direction reversals per
+ * guest; "host crit", % of ticks with host MemAvailable below the min
+ * watermark; per kind, % of ticks short of its need (and % classified
+ * thrashing), not counting the first 10% of ticks; OOM kills per 100 burst
+ * guests; the burst guests' median give-back latency in ticks ("never"
+ * when most never got their need) and the % that never did.
  *
  * What the model does not capture: CPU (under TCG the real benchmark's
  * guests also compete for 2 cores); host-level swap (an over-full host is
@@ -51,9 +60,9 @@
  * agent (no agent reports); free page reporting; balloon latency beyond
  * one tick (a target is reached exactly at the next tick, however large
  * the change); stats staleness (each tick's sample is exact and fresh);
- * the guest kernel's reclaim costs (cache drops instantly, swap-in is a
- * fixed fraction of the deficit); a burst's allocation time and the
- * stalls before an OOM kill (it all happens within one tick).
+ * the guest kernel's reclaim costs (cache drops and refills instantly,
+ * swap-in is a fixed fraction of the deficit); a burst's allocation time
+ * and the stalls before an OOM kill (it all happens within one tick).
  * Same seed, same output (except the ns/guest/tick timing).
  *
  * Usage: sim [--guests N] [--ticks T] [--overcommit X] [--seed S] [--policy NAME]
@@ -381,7 +390,7 @@ static void print_row(const char *name, const sim_result *r)
             printf(" %15s", "-");
     }
     if (!r->kind_count[K_BURST]) {
-        printf(" | %9s %16s\n", "-", "-");
+        printf(" | %9s %17s\n", "-", "-");
         return;
     }
     char lat[32];
@@ -389,7 +398,7 @@ static void print_row(const char *name, const sim_result *r)
         snprintf(lat, sizeof(lat), "never");
     else
         snprintf(lat, sizeof(lat), "%u", r->median_latency);
-    printf(" | %9.1f %6s (%5.1f%%)\n", r->ooms_per_100_burst, lat, r->never_pct);
+    printf(" | %9.1f %8s (%5.1f%%)\n", r->ooms_per_100_burst, lat, r->never_pct);
 }
 
 int main(int argc, char **argv)
@@ -436,7 +445,7 @@ int main(int argc, char **argv)
         count[tmpl[i].k]++;
 
     printf("sim: %.0f s per tick, %zu guests (%u working-set, %u streaming, %u idle, %u growing at tick %u, "
-           "%u burst at ticks %u-%u, %u cachedb), %u ticks, %.2fx overcommit (host %.0f GiB for %.0f GiB), "
+           "%u burst at ticks %u-%u, %u cachedb), %u ticks, %.2fx overcommit (host %.1f GiB for %.1f GiB of guests), "
            "seed %llu\n\n",
            TICK_S, n, count[K_WORKSET], count[K_STREAM], count[K_IDLE], count[K_GROWING], ticks / 2,
            count[K_BURST], ticks * 4 / 10, ticks * 4 / 10 + ticks / 10 - 1, count[K_CACHEDB], ticks, overcommit,
@@ -447,7 +456,7 @@ int main(int argc, char **argv)
     printf("%-10s %13s %11s %11s %9s |", "policy", "ns/guest/tick", "moves/guest", "flips/guest", "host crit");
     for (size_t k = 0; k < N_SHORT_KINDS; k++)
         printf(" %15s", kind_name[short_kinds[k]]);
-    printf(" | %9s %16s\n", "OOM/100", "give-back (never)");
+    printf(" | %9s %17s\n", "OOM/100", "give-back (never)");
 
     /* every policy in the registry: "split-lru, mom, mom-vdsm, proxmox, none" */
     char *list = strdup(policy_names());
