@@ -45,7 +45,7 @@ BALANCERCTL  := $(BUILD)/balancerctl
 
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
                 $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer \
-                $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru
+                $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru $(BUILD)/tests/check_need
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
                 $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config \
                 $(BUILD)/tests/replay_proc_text
@@ -88,6 +88,9 @@ $(BUILD)/tests/check_policies: $(BUILD)/tests/unit/check_policies.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
 
 $(BUILD)/tests/check_cold_lru: $(BUILD)/tests/unit/check_cold_lru.o $(LIBPOLICY)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
+
+$(BUILD)/tests/check_need: $(BUILD)/tests/unit/check_need.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
 
 $(BUILD)/tests/check_agent: $(BUILD)/tests/unit/check_agent.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)

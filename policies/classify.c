@@ -8,12 +8,42 @@ void classify_params_default(classify_params *p)
     p->stream_cache_fraction = 0.25;
     p->agent_refault_ps = 64.0; /* pages/s coming back soon after eviction */
     p->agent_psi_some = 10.0;
+    p->need_reserve_percent = 5.0;
+    p->need_reserve_min = 32 * MIB;
+    p->need_horizon_s = 10.0;
+    p->need_quiet_exit = 3;
+    p->peak_decay = 0.98;
+}
+
+/* Need: available memory below the reserve, or used memory rising fast
+ * enough to eat the rest of it within the horizon.  need_bytes is what
+ * would restore the reserve plus the growth over the horizon. */
+static void need_update(classify_state *st, const guest_view *g, const classify_params *p)
+{
+    uint64_t used = g->actual_bytes > g->available_bytes ? g->actual_bytes - g->available_bytes : 0;
+    st->peak_used = (double)used > st->peak_used * p->peak_decay ? (double)used : st->peak_used * p->peak_decay;
+    uint64_t reserve = (uint64_t)((double)g->actual_bytes * p->need_reserve_percent / 100.0);
+    if (reserve < p->need_reserve_min)
+        reserve = p->need_reserve_min;
+    double growth = g->used_growth_bps > 0 ? g->used_growth_bps * p->need_horizon_s : 0;
+    double want = (double)reserve + growth;
+    bool falling = g->used_growth_bps > 0;
+    bool need = (g->available_bytes < reserve && falling) || (growth > 0 && (double)g->available_bytes < want);
+    if (need) {
+        st->need = true;
+        st->need_quiet = 0;
+    } else if (st->need && ++st->need_quiet >= p->need_quiet_exit) {
+        st->need = false;
+        st->need_quiet = 0;
+    }
+    st->need_bytes = need && want > (double)g->available_bytes ? (uint64_t)(want - (double)g->available_bytes) : 0;
 }
 
 void classify_update(classify_state *st, const guest_view *g, const classify_params *p)
 {
     if (!g->stats_valid)
         return; /* no new evidence: keep the previous verdict */
+    need_update(st, g, p);
     bool hot = g->swap_in_bps >= p->swap_in_bps_enter ||
                g->major_faults_ps >= p->major_faults_ps_enter;
     if (hot && g->agent_fresh)
@@ -29,7 +59,7 @@ void classify_update(classify_state *st, const guest_view *g, const classify_par
      * no swap-in).  Never both: a thrashing guest is not a donor. */
     bool quiet_faults = g->major_faults_ps < p->major_faults_ps_enter / 4 &&
                         g->swap_in_bps < p->swap_in_bps_enter / 4;
-    st->streaming = !st->thrashing &&
+    st->streaming = !st->thrashing && !st->need &&
                     ((quiet_faults && g->actual_bytes > 0 &&
                       (double)g->cache_bytes >= p->stream_cache_fraction * (double)g->actual_bytes) ||
                      (g->agent_fresh && g->agent_hint_streaming));

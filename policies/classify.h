@@ -4,6 +4,11 @@
  * major faults) is "thrashing" and protected; a guest whose memory is
  * mostly page cache with no fault cost is "streaming" and gives first.
  *
+ * A guest without swap cannot thrash: it shows need by its available
+ * memory running out (used memory rising toward its balloon).  Such a guest
+ * is "in need" for a few samples: it is never a donor and is given memory
+ * at once.  The decaying peak of its used memory is what reclaim leaves it.
+ *
  * The in-guest agent is untrusted: it may only withdraw a thrashing
  * verdict (its refaults and PSI must confirm what the balloon stats show)
  * or add a streaming one.  Either way a lying agent can only make its own
@@ -21,12 +26,22 @@ typedef struct {
     double stream_cache_fraction; /* cache share of actual that may stream */
     double agent_refault_ps;      /* agent refault rate that confirms thrashing */
     double agent_psi_some;        /* agent PSI some avg10 (%) that confirms it */
+    /* need: a guest whose available memory runs out within the horizon */
+    double need_reserve_percent;  /* available memory a guest keeps, % of actual ... */
+    uint64_t need_reserve_min;    /* ... but at least this */
+    double need_horizon_s;        /* how far ahead its used-memory growth is projected */
+    unsigned need_quiet_exit;     /* samples without need before the verdict ends */
+    double peak_decay;            /* per sample: the peak of used memory decays to this fraction */
 } classify_params;
 
 typedef struct {
     bool thrashing;
     bool streaming;
     unsigned quiet;               /* consecutive quiet samples while thrashing */
+    bool need;
+    unsigned need_quiet;          /* consecutive samples without need while in need */
+    uint64_t need_bytes;
+    double peak_used;             /* decaying peak of actual - available */
 } classify_state;
 
 void classify_params_default(classify_params *p);

@@ -36,6 +36,9 @@ typedef struct {
     double swap_in_bps;        /* rates over the last stats interval */
     double swap_out_bps;
     double major_faults_ps;
+    double used_growth_bps;    /* how fast used memory (actual - available) rises; < 0 falls */
+    double disk_read_bps;      /* the guest's disk reads as the host measures them; < 0 unknown */
+    uint64_t pending_target_bytes; /* a balloon target asked for and not reached yet; 0: none */
 
     /* in-guest agent (untrusted hints; see guest-agent/PROTOCOL.md) */
     bool agent_fresh;          /* a recent report exists */
@@ -46,6 +49,9 @@ typedef struct {
     /* classification (policies/classify.c), with hysteresis */
     bool thrashing;            /* working set does not fit: protect and grow */
     bool streaming;            /* cache churns without reuse: reclaim first */
+    bool in_need;              /* available memory running out: never a donor, given memory now */
+    uint64_t need_bytes;       /* what it needs on top of its balloon to keep its reserve */
+    uint64_t peak_used_bytes;  /* decaying peak of used memory: reclaim keeps this plus a reserve */
 } guest_view;
 
 typedef struct {

@@ -18,6 +18,17 @@
  *
  * Every change is bounded per tick; reclaim stops at high and growth only
  * spends what lies above high, so the two never chase each other.
+ *
+ * Need comes first (do no harm): a guest in need (policies/classify.c: its
+ * available memory runs out, or it thrashes) is never a donor and is given
+ * what it needs in the same tick, whatever the watermarks say: from the
+ * host down to min, the rest reclaimed from the other guests' cheap tiers
+ * (anon only when the host is critical).  Reclaim leaves every guest its
+ * decaying peak of used memory plus a reserve, and is an experiment: a
+ * guest that shows need, or whose disks read more (its page cache was its
+ * working set: the host-side analogue of a file refault, mm/workingset.c),
+ * within EXPERIMENT_S of a reclaim gets the memory back and keeps it for
+ * KEEP_S.  A balloon still moving counts as where it is going.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +36,30 @@
 
 #include "policies/policy.h"
 
+#define EXPERIMENT_S 30.0   /* a reclaim's cost is watched this long */
+#define KEEP_S 300.0        /* what a costly reclaim took is left alone this long */
+#define REFAULT_MIN_BPS (2.0 * 1024 * 1024) /* disk reads that count as a refault ... */
+#define REFAULT_FACTOR 2.0                  /* ... on top of this multiple of before */
+#define MAX_TRACKED 65536
+
+/* What reclaim learnt about one guest (mm/workingset.c's shadow entries,
+ * at guest granularity). */
+typedef struct {
+    char *uuid;
+    double shrunk_at_s;     /* when it was last reclaimed from; 0 never */
+    uint64_t shrunk_from;   /* its balloon before that reclaim */
+    double disk_before_bps; /* its disk reads before that reclaim; < 0 unknown */
+    uint64_t free_before;   /* its free memory before that reclaim */
+    uint64_t keep_bytes;    /* reclaim leaves it at least this ... */
+    double keep_until_s;    /* ... until then */
+    bool cache_hot;         /* its page cache refaulted: not streaming */
+    bool seen;
+} split_guest;
+
 typedef struct {
     bool reclaiming;
+    split_guest *g;
+    size_t n, cap;
 } split_state;
 
 typedef enum { TIER_FREE, TIER_STREAM_CACHE, TIER_CACHE, TIER_ANON, TIER_COUNT } tier;
@@ -45,6 +78,10 @@ typedef struct {
     uint64_t changed;  /* amount already moved this tick */
     uint64_t tier_taken; /* taken in the tier being reclaimed */
     bool fixed;        /* decided by a hard rule; no further changes */
+    uint64_t keep;     /* learnt: reclaim outside the critical tier leaves this */
+    bool cache_hot;    /* its cache refaulted: not treated as streaming */
+    bool moving;       /* its balloon is still on the way down: not a donor now */
+    const char *learnt; /* set when this tick found that a reclaim cost it */
     const char *reason;
 } work;
 
@@ -53,9 +90,87 @@ static void *split_state_new(void)
     return calloc(1, sizeof(split_state));
 }
 
-static void split_state_free(void *s)
+static void split_state_free(void *p)
 {
+    split_state *s = p;
+    for (size_t i = 0; s && i < s->n; i++)
+        free(s->g[i].uuid);
+    if (s)
+        free(s->g);
     free(s);
+}
+
+/* The memory of guest i (same index as last tick in the common case). */
+static split_guest *memory_for(split_state *s, size_t i, const char *uuid)
+{
+    uuid = uuid ? uuid : "";
+    if (i < s->n && strcmp(s->g[i].uuid, uuid) == 0)
+        return &s->g[i];
+    for (size_t k = 0; k < s->n; k++)
+        if (strcmp(s->g[k].uuid, uuid) == 0)
+            return &s->g[k];
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 16;
+        split_guest *ng = ncap <= MAX_TRACKED ? realloc(s->g, ncap * sizeof(*ng)) : NULL;
+        if (!ng)
+            return NULL;
+        s->g = ng;
+        s->cap = ncap;
+    }
+    split_guest *m = &s->g[s->n];
+    memset(m, 0, sizeof(*m));
+    m->uuid = strdup(uuid);
+    if (!m->uuid)
+        return NULL;
+    m->disk_before_bps = -1;
+    s->n++;
+    return m;
+}
+
+/* Forget guests that are gone, keeping the order of the others. */
+static void memory_sweep(split_state *s)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->g[i].seen) {
+            free(s->g[i].uuid);
+            continue;
+        }
+        s->g[i].seen = false;
+        s->g[k++] = s->g[i];
+    }
+    s->n = k;
+}
+
+/* Did the last reclaim from this guest cost it?  Need or thrashing, or its
+ * disks reading more than before (its cache was hot), within EXPERIMENT_S. */
+static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_t reserve, double now)
+{
+    if (m->keep_until_s && now >= m->keep_until_s) {
+        m->keep_bytes = 0;
+        m->keep_until_s = 0;
+        m->cache_hot = false;
+    }
+    if (!m->shrunk_at_s || now - m->shrunk_at_s > EXPERIMENT_S)
+        return NULL;
+    const char *why = NULL;
+    uint64_t keep = m->shrunk_from;
+    if (g->in_need || g->thrashing) {
+        why = "reclaim cost it: given back";
+    } else if (g->disk_read_bps >= 0 && m->disk_before_bps >= 0 &&
+               g->disk_read_bps > REFAULT_FACTOR * m->disk_before_bps + REFAULT_MIN_BPS) {
+        /* the cache was hot, its free memory was not */
+        why = "its cache was its working set: given back";
+        m->cache_hot = true;
+        keep = m->shrunk_from > m->free_before + reserve ? m->shrunk_from - m->free_before + reserve : reserve;
+    }
+    if (why) {
+        if (keep > m->keep_bytes)
+            m->keep_bytes = keep;
+        m->keep_until_s = now + KEEP_S;
+        m->shrunk_at_s = 0;
+    }
+    return why;
 }
 
 static uint64_t pct(uint64_t v, double percent)
@@ -69,7 +184,8 @@ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 /* May this guest's balloon be moved by the tiers and the growth below? */
 static bool is_adjustable(const guest_view *g, const work *w)
 {
-    return g->policy.mode == VM_MODE_AUTO && !w->fixed && !g->thrashing && g->stats_valid;
+    return g->policy.mode == VM_MODE_AUTO && !w->fixed && !g->thrashing && !g->in_need && !w->moving &&
+           g->stats_valid;
 }
 
 /* How much guest g could give in tier t, before shares; with_step limits
@@ -81,7 +197,9 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
      * ballooning then costs the guest only free memory and cache. */
     uint64_t used = g->actual_bytes > g->available_bytes ? g->actual_bytes - g->available_bytes : 0;
     uint64_t bound = g->floor_bytes;
-    if (t != TIER_ANON || g->policy.protect)
+    if (t != TIER_ANON)
+        bound = max_u64(bound, max_u64(max_u64(used, g->peak_used_bytes) + w->reserve, w->keep));
+    else if (g->policy.protect)
         bound = max_u64(bound, used + w->reserve);
     if (w->target <= bound || (with_step && w->changed >= w->step))
         return 0;
@@ -94,10 +212,10 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
         supply = g->free_bytes > w->reserve ? g->free_bytes - w->reserve : 0;
         break;
     case TIER_STREAM_CACHE:
-        supply = g->streaming ? g->cache_bytes : 0;
+        supply = g->streaming && !w->cache_hot ? g->cache_bytes : 0;
         break;
     case TIER_CACHE:
-        supply = g->streaming ? 0 : g->cache_bytes / 2;
+        supply = g->streaming && !w->cache_hot ? 0 : g->cache_bytes / 2;
         break;
     default:
         supply = g->policy.protect ? 0 : room;
@@ -160,12 +278,20 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
 {
     split_state *st = state;
     const policy_tunables *tun = &in->tun;
-    uint64_t avail = in->host.available_bytes;
+    /* balloons on their way count as arrived */
+    int64_t in_flight = 0;
+    for (size_t i = 0; i < in->n_guests; i++) {
+        const guest_view *g = &in->guests[i];
+        if (g->pending_target_bytes)
+            in_flight += (int64_t)g->actual_bytes - (int64_t)g->pending_target_bytes;
+    }
+    int64_t avail_s = (int64_t)in->host.available_bytes + in_flight;
+    uint64_t avail = avail_s > 0 ? (uint64_t)avail_s : 0;
 
     if (!st->reclaiming && avail < in->wm.low)
         st->reclaiming = true;
-    else if (st->reclaiming && avail >= in->wm.high)
-        st->reclaiming = false;
+    else if (st->reclaiming && avail + tun->min_change_bytes >= in->wm.high)
+        st->reclaiming = false; /* what is left is smaller than a balloon move */
     bool critical = avail < in->wm.min;
 
     work *ws = calloc(in->n_guests ? in->n_guests : 1, sizeof(*ws));
@@ -180,10 +306,19 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
-        w->target = g->actual_bytes;
+        w->target = g->pending_target_bytes ? g->pending_target_bytes : g->actual_bytes;
+        w->moving = g->pending_target_bytes && g->pending_target_bytes < g->actual_bytes;
         w->step = max_u64(tun->step_min_bytes, pct(g->actual_bytes, tun->step_percent));
         w->reserve = max_u64(tun->reserve_min_bytes, pct(g->actual_bytes, tun->reserve_percent));
         w->reason = "steady";
+        split_guest *m = memory_for(st, i, g->uuid);
+        if (m) {
+            m->seen = true;
+            const char *why = g->stats_valid ? reclaim_feedback(m, g, w->reserve, in->now_s) : NULL;
+            w->keep = m->keep_bytes;
+            w->cache_hot = m->cache_hot;
+            w->learnt = why;
+        }
         if (g->policy.mode == VM_MODE_OFF) {
             w->fixed = true;
             w->reason = "mode=off: left alone";
@@ -200,30 +335,41 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         }
     }
 
-    /* Working-set protection: thrashing guests grow before anything else. */
+    /* Need first: a guest in need (thrashing, its available memory running
+     * out, or a reclaim that cost it) is given memory now. */
     uint64_t grown = 0;
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
-        if (w->fixed || g->policy.mode != VM_MODE_AUTO || !g->thrashing)
+        if (w->fixed || g->policy.mode != VM_MODE_AUTO || !(g->thrashing || g->in_need || w->learnt))
             continue;
         if (w->target >= g->ceiling_bytes) {
-            w->reason = "thrashing, at ceiling";
+            w->reason = g->thrashing ? "thrashing, at ceiling" : "in need, at ceiling";
             continue;
         }
-        uint64_t add = min_u64(w->step, g->ceiling_bytes - w->target);
+        uint64_t add = 0;
+        if (g->thrashing)
+            add = w->step;
+        if (g->in_need)
+            add = max_u64(add, max_u64(g->need_bytes, tun->min_change_bytes));
+        if (w->learnt && w->keep > w->target)
+            add = max_u64(add, w->keep - w->target);
+        add = min_u64(add, g->ceiling_bytes - w->target);
         w->target += add;
         w->changed += add;
         grown += add;
-        w->reason = "thrashing: given memory back";
+        w->reason = w->learnt ? w->learnt
+                    : g->thrashing ? "thrashing: given memory back"
+                                   : "in need (available memory running out): given memory";
     }
 
     /* Reclaim to the high watermark, plus whatever the growth above costs
-     * beyond the surplus over high. */
+     * beyond what the host has down to min. */
     uint64_t surplus = avail > in->wm.high ? avail - in->wm.high : 0;
+    uint64_t headroom = avail > in->wm.min ? avail - in->wm.min : 0;
     uint64_t need = st->reclaiming && avail < in->wm.high ? in->wm.high - avail : 0;
-    if (grown > surplus)
-        need += grown - surplus;
+    if (grown > headroom)
+        need += grown - headroom;
     /* A costlier tier is used only for the part of the need that the
      * cheaper tiers cannot cover even over the next ticks (their per-tick
      * step is what holds them back now), as kswapd escalates priority
@@ -277,7 +423,19 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         if (ws[i].fixed || ws[i].target == g->ceiling_bytes || ws[i].target == g->floor_bytes)
             min_change = 1;
         decision_set(&out->decisions[i], g->actual_bytes, ws[i].target, min_change, ws[i].reason);
+        /* a reclaim starts an experiment: its cost is watched for EXPERIMENT_S */
+        split_guest *m = memory_for(st, i, g->uuid);
+        if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
+            bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
+            if (!running) {
+                m->shrunk_from = g->actual_bytes;
+                m->disk_before_bps = g->disk_read_bps;
+                m->free_before = g->free_bytes;
+            }
+            m->shrunk_at_s = in->now_s;
+        }
     }
+    memory_sweep(st);
     out->reclaiming = st->reclaiming;
     snprintf(out->summary, sizeof(out->summary), "%s: host available %llu MiB, %s %llu MiB",
              critical ? "critical" : st->reclaiming ? "reclaiming" : "idle",

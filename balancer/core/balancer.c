@@ -179,6 +179,10 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->proc_meminfo = "/proc/meminfo";
     b->sys_node_dir = "/sys/devices/system/node";
     classify_params_default(&b->cp);
+    /* need is projected at least two ticks ahead: what it needs must be
+     * there before the next decision */
+    if (b->cp.need_horizon_s < 2.0 * b->cfg.tick_seconds)
+        b->cp.need_horizon_s = 2.0 * b->cfg.tick_seconds;
     limits_from_config(b);
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)
@@ -380,6 +384,12 @@ static bool tick_round(balancer *b)
         } else {
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
         }
+        /* a balloon still on its way counts as done (no overshoot while it moves) */
+        int64_t quiet_ms = (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;
+        g->view.pending_target_bytes = g->last_target && g->last_target != g->view.actual_bytes &&
+                                               mono_ms() - g->last_set_ms < quiet_ms
+                                           ? g->last_target
+                                           : 0;
         views[i] = g->view;
     }
     policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host, .wm = b->wm,

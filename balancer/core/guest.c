@@ -104,6 +104,17 @@ static double backed(guest *g, double claimed, double bytes_each)
     return claimed;
 }
 
+/* Used memory in one report: its balloon size minus what it says is
+ * available, both bounded by what the host knows (cap). */
+static double used_of(const guest_sample *s, uint64_t cap)
+{
+    double actual = s->actual_bytes > 0 ? (double)s->actual_bytes : 0;
+    if (actual > (double)cap && cap)
+        actual = (double)cap;
+    double avail = s->available_bytes > 0 ? (double)s->available_bytes : 0;
+    return actual > avail ? actual - avail : 0;
+}
+
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp)
 {
@@ -144,12 +155,17 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         v->swap_in_bps = backed(g, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
         v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
         v->major_faults_ps = backed(g, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
+        v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->actual_bytes) - used_of(&g->prev, v->actual_bytes)) / dt : 0;
         classify_update(&g->cls, v, cp);
     } else if (!v->stats_valid) {
-        v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = 0;
+        v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = 0;
     }
+    v->disk_read_bps = g->disk_read_bps;
     v->thrashing = g->cls.thrashing;
     v->streaming = g->cls.streaming;
+    v->in_need = g->cls.need;
+    v->need_bytes = g->cls.need_bytes;
+    v->peak_used_bytes = (uint64_t)g->cls.peak_used;
     v->name = g->hv.name;
     v->uuid = g->hv.uuid;
 }

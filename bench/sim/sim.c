@@ -23,8 +23,9 @@
  *   burst        kernel (KERNEL_RESERVE) + 5% anon, idle on a page cache of
  *                60% of max that it read once and never reads again (what
  *                the balloon squeezes out stays out); at a tick drawn in
- *                [40%, 50%) of the run its anon need jumps by 60% of max,
- *                allocated within that tick.  No swap: a tick in which its
+ *                [40%, 50%) of the run its anon need rises by 60% of max,
+ *                BURST_TICKS ticks to allocate it all (a real allocation
+ *                takes seconds: 20-40 MB/s under TCG).  No swap: a tick in which its
  *                need exceeds its balloon (anon above actual minus the
  *                kernel's reserve) is one OOM kill; the guest is sampled at
  *                the edge (no cache, nothing free), the allocation is gone
@@ -80,6 +81,8 @@
 #define KERNEL_RESERVE (48 * MIB)   /* the guest kernel's own memory (burst, cachedb) */
 #define KEEP_FREE (16 * MIB)        /* a guest keeps this much free before caching */
 #define RETRY_TICKS 5               /* an OOM-killed allocation comes back after 10 s */
+#define BURST_TICKS 4               /* a burst allocates its memory over 8 s */
+#define STREAM_READ_BPS (100.0 * 1024 * 1024) /* a streamer reads this whatever its cache */
 #define FLOOR_PERCENT 25            /* balancerd's [guests] default_floor_percent */
 #define FLOOR_MIN (256 * MIB)       /* ... and default_floor_min */
 #define HOST_CACHE_PERCENT 2
@@ -99,6 +102,8 @@ typedef struct {
     uint64_t cache;
     unsigned event_tick;  /* growing: grows; burst: bursts */
     unsigned retry_tick;  /* burst: the killed allocation comes back (0: none pending) */
+    unsigned burst_left;  /* burst: ticks of allocation still to come */
+    uint64_t used_prev;   /* what it reported as used last tick */
     unsigned latency;     /* burst: ticks from the burst to its need met; NEVER */
     unsigned ooms;
     classify_state cls;
@@ -210,8 +215,12 @@ static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv,
     if (s->k == K_GROWING && t == s->event_tick)
         s->need = s->peak_need;
     if (s->k == K_BURST && (t == s->event_tick || (s->retry_tick && t == s->retry_tick))) {
-        s->need = s->peak_need;
+        s->burst_left = BURST_TICKS;
         s->retry_tick = 0;
+    }
+    if (s->k == K_BURST && s->burst_left) {
+        s->need = min_u64(s->peak_need, s->need + (s->peak_need - s->base_need) / BURST_TICKS + 1);
+        s->burst_left--;
     }
     /* the guest's own memory: its need first, then a little free, then cache */
     uint64_t resident = min_u64(s->need, s->actual);
@@ -245,9 +254,23 @@ static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv,
     gv->swap_in_bps = (double)swap_in / TICK_S;
     gv->swap_out_bps = 0;
     gv->major_faults_ps = (double)swap_in / 4096.0 / TICK_S;
+    uint64_t used = s->actual - room;
+    gv->used_growth_bps = ((double)used - (double)s->used_prev) / TICK_S;
+    s->used_prev = used;
+    /* host-measured disk reads: a streamer reads at its pace whatever its
+     * cache; a cache database reads back what it lacks; swap-in reads too */
+    gv->disk_read_bps = (double)swap_in / TICK_S;
+    if (s->k == K_STREAM)
+        gv->disk_read_bps += STREAM_READ_BPS;
+    else if (s->k == K_CACHEDB)
+        gv->disk_read_bps += (double)(s->cache_want - s->cache) / 4 / TICK_S;
+    gv->pending_target_bytes = 0; /* balloons arrive by the next tick */
     classify_update(&s->cls, gv, cp);
     gv->thrashing = s->cls.thrashing;
     gv->streaming = s->cls.streaming;
+    gv->in_need = s->cls.need;
+    gv->need_bytes = s->cls.need_bytes;
+    gv->peak_used_bytes = (uint64_t)s->cls.peak_used;
     if (t >= ticks / 10) { /* after the first settling period */
         s->thrash_ticks += s->cls.thrashing;
         s->short_ticks += is_short;
@@ -256,6 +279,7 @@ static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv,
         if (deficit > 0) { /* no swap: the OOM killer takes the allocation */
             s->ooms++;
             s->need = s->base_need;
+            s->burst_left = 0;
             s->retry_tick = t + RETRY_TICKS;
         } else if (s->need == s->peak_need && s->latency == NEVER) {
             s->latency = t - s->event_tick;

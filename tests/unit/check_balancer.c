@@ -205,7 +205,7 @@ START_TEST(config_errors_name_key_and_line)
         const char *text, *msg;
     } bad[] = {
         { "[balancer]\n\ntick = 0\n", "bad.conf:3: [balancer] tick = \"0\": expected an integer from 1 to 3600" },
-        { "[balancer]\npolicy = fastest\n", "bad.conf:2: [balancer] policy = \"fastest\": unknown policy (known: split-lru, mom, none)" },
+        { "[balancer]\npolicy = fastest\n", "bad.conf:2: [balancer] policy = \"fastest\": unknown policy (known: split-lru, mom, mom-vdsm, proxmox, none)" },
         { "[watermarks]\nlow = lots\n", "bad.conf:2: [watermarks] low = \"lots\"" },
         { "[watermarks]\nmin = 5%\nlow = 4%\nhigh = 6%\n", "need min < low < high" },
         { "[balancer]\ntick = 5\n[policy]\nstep_percnt = 3\n", "bad.conf:4: [policy] step_percnt = \"\": unknown key" },

@@ -207,7 +207,14 @@ START_TEST(thrashing_guest_is_protected_and_grows)
     sim_tick(&s);
     ck_assert_uint_gt(s.v[0].actual_bytes, w0);
     ck_assert_str_eq(s.d[0].reason, "thrashing: given memory back");
-    /* the growth beyond the surplus over high came from S */
+    /* need first: the growth came from the host's headroom down to min,
+     * in this tick; the host, now below low, takes it back from S's
+     * streaming cache in the next */
+    ck_assert_uint_eq(s.v[1].actual_bytes, s0);
+    model_refresh(&s);
+    ck_assert_uint_lt(s.in.host.available_bytes, s.in.wm.low);
+    ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.min);
+    sim_tick(&s);
     ck_assert_uint_lt(s.v[1].actual_bytes, s0);
     for (int t = 0; t < 30; t++)
         sim_tick(&s);
