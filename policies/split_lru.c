@@ -341,7 +341,10 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
-        if (w->fixed || g->policy.mode != VM_MODE_AUTO || !(g->thrashing || g->in_need || w->learnt))
+        /* stale guests neither give nor take: a verdict from before their
+         * stats went stale is not evidence */
+        if (w->fixed || g->policy.mode != VM_MODE_AUTO || !g->stats_valid ||
+            !(g->thrashing || g->in_need || w->learnt))
             continue;
         if (w->target >= g->ceiling_bytes) {
             w->reason = g->thrashing ? "thrashing, at ceiling" : "in need, at ceiling";

@@ -387,6 +387,30 @@ START_TEST(stale_stats_hold)
 }
 END_TEST
 
+/* A verdict from before the stats went stale is no evidence: a stale
+ * "thrashing" or "in need" guest does not grow at a donor's expense. */
+START_TEST(stale_verdicts_take_nothing)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "liar", 1 * GIB, 900 * MIB, 0);
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 4 * GIB;
+    guest_init(&s, 1, "donor", 1 * GIB, 300 * MIB, 600 * MIB);
+    s.host_base = 2 * GIB + 600 * MIB; /* between low and high: headroom to min */
+    for (int t = 0; t < 20; t++) {
+        model_refresh(&s);
+        s.v[0].stats_valid = false;
+        s.v[0].thrashing = true;
+        s.v[0].in_need = true;
+        s.v[0].need_bytes = 512 * MIB;
+        s.ops->decide(&s.in, s.state, &s.out);
+        ck_assert(!s.d[0].change);
+        ck_assert(!s.d[1].change);
+    }
+    sim_free(&s);
+}
+END_TEST
+
 /* ---- mom: expected values from oVirt/mom doc/balloon.rules, case by case ---- */
 
 /* MoM samples every 5 s and its policy engine first runs 10 s after the
@@ -883,6 +907,7 @@ int main(void)
     tcase_add_test(tc, no_oscillation_over_many_ticks);
     tcase_add_test(tc, shares_weight_the_reclaim);
     tcase_add_test(tc, stale_stats_hold);
+    tcase_add_test(tc, stale_verdicts_take_nothing);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("baselines");
     tcase_add_test(tm, mom_shrinks_5_percent_under_pressure);
