@@ -158,8 +158,13 @@ static void print_explain(json_object *r)
     printf("  swap-in %.0f B/s, major faults %.1f/s -> %s%s\n", dbl(g, "swap_in_bytes_per_second"),
            dbl(g, "major_faults_per_second"),
            flag(g, "thrashing") ? "thrashing (protected, grows first)"
-                                : flag(g, "streaming") ? "streaming (gives page cache first)" : "normal",
+           : flag(g, "in_need")  ? "in need (available memory running out: never a donor, given memory first)"
+           : flag(g, "streaming") ? "streaming (gives page cache first)"
+                                  : "normal",
            "");
+    printf("  used memory rising %.0f B/s; decaying peak of used %s (reclaim leaves it plus a reserve)%s%s\n",
+           dbl(g, "used_growth_bytes_per_second"), sz(num(g, "peak_used_bytes"), a),
+           flag(g, "in_need") ? ", needs " : "", flag(g, "in_need") ? sz(num(g, "need_bytes"), b) : "");
     printf("  balloon operations %s, errors %s; clamped guest values %s, counter resets %s\n",
            str(g, "balloon_operations"), str(g, "balloon_errors"), str(g, "clamped_values"),
            str(g, "counter_resets"));

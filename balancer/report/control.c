@@ -91,6 +91,10 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
         json_object_object_add(o, "stats_valid", json_object_new_boolean(v->stats_valid));
         json_object_object_add(o, "thrashing", json_object_new_boolean(v->thrashing));
         json_object_object_add(o, "streaming", json_object_new_boolean(v->streaming));
+        json_object_object_add(o, "in_need", json_object_new_boolean(v->in_need));
+        json_object_object_add(o, "need_bytes", u64(v->need_bytes));
+        json_object_object_add(o, "peak_used_bytes", u64(v->peak_used_bytes));
+        json_object_object_add(o, "used_growth_bytes_per_second", json_object_new_double(v->used_growth_bps));
         json_object_object_add(o, "quiet_samples", json_object_new_int((int)g->quiet_samples));
         json_object_object_add(o, "last_set_bytes", u64(g->last_set_bytes));
         json_object_object_add(o, "balloon_operations", u64(g->balloon_ops));

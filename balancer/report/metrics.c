@@ -61,6 +61,8 @@ GUEST_COUNTER(gv_swap_out, swap_out_bytes)
 GUEST_COUNTER(gv_majflt, major_faults)
 static double gv_thrash(const snapshot_guest *g) { return g->view.thrashing; }
 static double gv_stream(const snapshot_guest *g) { return g->view.streaming; }
+static double gv_need(const snapshot_guest *g) { return g->view.in_need; }
+static double gv_peak_used(const snapshot_guest *g) { return (double)g->view.peak_used_bytes; }
 static double gv_stale(const snapshot_guest *g) { return !g->view.stats_valid; }
 static double gv_reclaimed(const snapshot_guest *g) { return (double)g->reclaimed_bytes; }
 static double gv_returned(const snapshot_guest *g) { return (double)g->returned_bytes; }
@@ -141,6 +143,11 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_major_faults_total", "counter", "Guest major page faults, as the guest reports them.", gv_majflt);
     guest_family(s, b, "balancer_guest_thrashing", "gauge", "1 while the guest is classified as thrashing.", gv_thrash);
     guest_family(s, b, "balancer_guest_streaming", "gauge", "1 while the guest is classified as streaming.", gv_stream);
+    guest_family(s, b, "balancer_guest_in_need", "gauge",
+                 "1 while the guest's available memory runs out (never a donor, given memory first).", gv_need);
+    guest_family(s, b, "balancer_guest_peak_used_bytes", "gauge",
+                 "Decaying peak of the guest's used memory (balloon minus available): reclaim leaves this plus a reserve.",
+                 gv_peak_used);
     guest_family(s, b, "balancer_guest_stats_stale", "gauge", "1 when the guest's balloon stats are missing or stale.", gv_stale);
     guest_family(s, b, "balancer_guest_mode_off", "gauge", "1 when the guest's policy is mode=off.", gv_off);
     guest_family(s, b, "balancer_guest_balloon_reclaimed_bytes_total", "counter", "Bytes taken from the guest by ballooning.", gv_reclaimed);

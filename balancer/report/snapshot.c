@@ -38,6 +38,8 @@ const char *snapshot_guest_state(const snapshot_guest *g)
         return "no-stats";
     if (g->view.thrashing)
         return "thrashing";
+    if (g->view.in_need)
+        return "in-need";
     if (g->view.streaming)
         return "streaming";
     return "ok";
