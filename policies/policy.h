@@ -39,6 +39,8 @@ typedef struct {
     double used_growth_bps;    /* how fast used memory (actual - available) rises; < 0 falls */
     double disk_read_bps;      /* the guest's disk reads as the host measures them; < 0 unknown */
     uint64_t pending_target_bytes; /* a balloon target asked for and not reached yet; 0: none */
+    uint64_t self_deflated_bytes;  /* the guest grew its balloon on its own since the last tick
+                                    * (virtio-balloon deflate-on-oom): its OOM, not to be fought */
 
     /* in-guest agent (untrusted hints; see guest-agent/PROTOCOL.md) */
     bool agent_fresh;          /* a recent report exists */

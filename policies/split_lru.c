@@ -151,6 +151,13 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
         m->keep_until_s = 0;
         m->cache_hot = false;
     }
+    if (g->self_deflated_bytes) { /* its own OOM answer: keep what it took */
+        if (g->actual_bytes > m->keep_bytes)
+            m->keep_bytes = g->actual_bytes;
+        m->keep_until_s = now + KEEP_S;
+        m->shrunk_at_s = 0;
+        return "deflated on OOM by itself: not fought";
+    }
     if (!m->shrunk_at_s || now - m->shrunk_at_s > EXPERIMENT_S)
         return NULL;
     const char *why = NULL;

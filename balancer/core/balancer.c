@@ -21,6 +21,7 @@ G_STATIC_ASSERT(offsetof(guest, hv) == 0);
 /* A target we set is not repeated for this many ticks while the balloon
  * is still on its way there. */
 #define REISSUE_TICKS 3
+#define SELF_DEFLATE_SLACK (4ULL * 1024 * 1024)
 
 static void limits_from_config(balancer *b)
 {
@@ -390,6 +391,21 @@ static bool tick_round(balancer *b)
                                                mono_ms() - g->last_set_ms < quiet_ms
                                            ? g->last_target
                                            : 0;
+        /* a balloon growing that we never asked to grow: the guest deflated
+         * it on OOM (deflate-on-oom / libvirt autodeflate) */
+        g->view.self_deflated_bytes = 0;
+        if (g->view.stats_valid && g->seen_actual && g->last_target &&
+            g->view.actual_bytes > g->seen_actual + SELF_DEFLATE_SLACK &&
+            g->view.actual_bytes > g->last_target + SELF_DEFLATE_SLACK) {
+            g->view.self_deflated_bytes = g->view.actual_bytes - g->seen_actual;
+            g->self_deflations++;
+            char sz_[32];
+            size_format(g->view.self_deflated_bytes, sz_, sizeof(sz_));
+            log_info("guest %s: deflated its balloon by %s on its own (deflate-on-oom): not fought", g->hv.name, sz_);
+            g->last_target = g->view.actual_bytes;
+            g->view.pending_target_bytes = 0;
+        }
+        g->seen_actual = g->view.actual_bytes;
         views[i] = g->view;
     }
     policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host, .wm = b->wm,

@@ -316,6 +316,32 @@ START_TEST(memory_given_back_is_not_retaken)
 }
 END_TEST
 
+/* deflate-on-oom: the guest grows its own balloon when it runs out; that
+ * memory is its answer to an OOM and is not taken back as "free". */
+START_TEST(self_deflation_is_not_fought)
+{
+    trace s;
+    trace_init(&s, 2, 760 * MIB);
+    trace_guest(&s, 0, "A", ANON, 512 * MIB, 100 * MIB, 20 * MIB);
+    trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+    for (int k = 0; k < 20; k++)
+        trace_tick(&s);
+    uint64_t squeezed = s.v[0].actual_bytes;
+    ck_assert_uint_lt(squeezed, 400 * MIB);
+    /* the guest deflates by 96 MiB on its own (the host sees the balloon grow) */
+    s.v[0].actual_bytes = s.t[0].target = squeezed + 96 * MIB;
+    s.v[0].self_deflated_bytes = 96 * MIB;
+    trace_tick(&s);
+    s.v[0].self_deflated_bytes = 0;
+    ck_assert_str_eq(s.d[0].reason, "deflated on OOM by itself: not fought");
+    for (int k = 0; k < 60; k++) {
+        trace_tick(&s);
+        ck_assert_uint_ge(s.v[0].actual_bytes, squeezed + 96 * MIB);
+    }
+    trace_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("need");
@@ -326,6 +352,7 @@ int main(void)
     tcase_add_test(tc, growing_working_set_is_fed_before_it_thrashes);
     tcase_add_test(tc, no_pressure_no_moves);
     tcase_add_test(tc, memory_given_back_is_not_retaken);
+    tcase_add_test(tc, self_deflation_is_not_fought);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }
