@@ -159,7 +159,7 @@ int main(int argc, char **argv)
           "Balance the QEMU process behind this QMP socket instead of libvirt's guests (repeatable); "
           "SOCKET,agent=PATH also reads its guest agent's port", "SOCKET" },
         { "policy", 'p', 0, G_OPTION_ARG_STRING, &d.opt_policy,
-          "Policy: split-lru (default), mom or none", "NAME" },
+          "Policy: split-lru (default), mom, mom-vdsm, proxmox or none", "NAME" },
         { "tick", 't', 0, G_OPTION_ARG_INT, &d.opt_tick, "Seconds between balancing rounds", "S" },
         { "metrics-listen", 0, 0, G_OPTION_ARG_STRING, &d.opt_metrics,
           "Serve Prometheus /metrics on HOST:PORT (default 127.0.0.1:9640; \"\" disables)", "ADDR" },
