@@ -47,8 +47,8 @@ PAGE = 4096
 
 FIELDS = ["scenario", "config", "run", "order", "accel", "guest", "metric", "value", "done",
           "oom_kills", "guest_swapin_bytes", "host_swapin_bytes", "host_swapped_bytes",
-          "balloon_moves", "balloon_flips", "balloon_final_mib", "daemon_cpu_s", "daemon_rss_bytes",
-          "host_swapout_bytes", "wall_s"]
+          "balloon_moves", "balloon_flips", "balloon_final_mib", "daemon_ok", "daemon_cpu_s",
+          "daemon_cpu_pct", "daemon_rss_bytes", "host_swapout_bytes", "wall_s"]
 
 
 def log(msg):
@@ -203,7 +203,7 @@ def balloon_moves(daemon_log, guest):
         if not m:
             continue
         a, b = parse_size(m.group(1)), parse_size(m.group(2))
-        if a is None or b is None:
+        if a is None or b is None or a == b:  # a change below the log's rounding
             continue
         moves += 1
         d = 1 if b > a else -1
@@ -226,13 +226,14 @@ class Run:
         self.images = images
         self.cg = None
         self.qemu = {}
+        self.boot_procs = []
         self.daemon = None
         self.accel = "unknown"
 
     def timing(self):
         warmup, measure = self.scen["warmup"], self.scen["measure"]
-        if self.args.smoke:
-            warmup, measure = max(10, warmup * 2 // 3), max(15, measure * 2 // 3)
+        if self.args.smoke:  # shorter warm-up only: a burst needs its whole window
+            warmup = max(10, warmup * 2 // 3)
         return warmup, measure
 
     def guests(self):
@@ -256,7 +257,9 @@ class Run:
 
     def boot(self):
         warmup, measure = self.timing()
-        subst = {"burst_at": warmup + 2, "grow_at": warmup + measure // 3}
+        # guests finish booting within a few seconds of each other; the burst
+        # must begin inside the measure window (checked in measure_guest)
+        subst = {"burst_at": warmup + 4, "grow_at": warmup + measure // 3}
         procs = []
         for g in self.guests():
             run = g["run"].format(**subst)
@@ -273,6 +276,7 @@ class Run:
             cmd += ["--append", append]
             procs.append((g, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                               text=True)))
+            self.boot_procs.append(procs[-1][1])
         ok = True
         for g, p in procs:
             out, err = p.communicate()
@@ -318,9 +322,14 @@ step_percent = 20
         for g in self.guests():
             cmd += ["--qmp", os.path.join(self.dir, g["name"], "qmp.sock")]
         self.daemon_log = os.path.join(self.dir, "balancerd.log")
+        self.daemon_started = time.time()
         self.daemon = subprocess.Popen(cmd, stdout=open(self.daemon_log, "w"), stderr=subprocess.STDOUT)
 
     def stop(self):
+        for p in self.boot_procs:  # interrupted while booting
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         if self.daemon and self.daemon.poll() is None:
             self.daemon.terminate()
             try:
@@ -343,6 +352,22 @@ step_percent = 20
                 pass
         self.qemu = {}
         if self.cg:
+            # whatever is left in the cgroup (a QEMU whose boot was interrupted
+            # before we learnt its pid) goes too
+            for _ in range(3):
+                try:
+                    with open(os.path.join(self.cg, "cgroup.procs")) as f:
+                        left = [int(x) for x in f.read().split()]
+                except (OSError, ValueError):
+                    left = []
+                for pid in left:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                if not left:
+                    break
+                time.sleep(0.5)
             remove_cgroup(self.cg)
             self.cg = None
 
@@ -352,10 +377,10 @@ step_percent = 20
     def execute(self):
         os.makedirs(self.dir, exist_ok=True)
         warmup, measure = self.timing()
-        self.cg = make_cgroup("%s-%s-%d" % (self.sname, self.cname, self.n), self.scen["limit_mb"])
         t0 = time.time()
         rows = []
         try:
+            self.cg = make_cgroup("%s-%s-%d" % (self.sname, self.cname, self.n), self.scen["limit_mb"])
             booted = self.boot()
             if booted:
                 self.start_daemon()
@@ -367,15 +392,24 @@ step_percent = 20
                 swout0 = vmstat("pswpout")
                 time.sleep(measure)
                 swout = (vmstat("pswpout") - swout0) * PAGE
-                cpu = rss = 0
+                d = dict(daemon_ok="", daemon_cpu_s="", daemon_cpu_pct="", daemon_rss_bytes="")
                 if self.daemon:
                     pid = self.daemon.pid
-                    cpu, rss = proc_cpu_s(pid), proc_status_kb(pid, "VmHWM") * 1024
-                    if self.daemon.poll() is not None:
-                        log("%s/%s run %d: balancerd exited early (status %s); see %s" % (
-                            self.sname, self.cname, self.n, self.daemon.returncode, self.daemon_log))
+                    cpu = proc_cpu_s(pid)
+                    d.update(daemon_cpu_s="%.2f" % cpu,
+                             daemon_cpu_pct="%.3f" % (100 * cpu / max(1.0, time.time() - self.daemon_started)),
+                             daemon_rss_bytes=proc_status_kb(pid, "VmHWM") * 1024)
+                    managed = sum(1 for line in console_lines(self.daemon_log) if ": now managed" in line)
+                    ok = self.daemon.poll() is None and managed >= len(self.guests())
+                    d["daemon_ok"] = int(ok)
+                    if not ok:
+                        log("%s/%s run %d: balancerd %s, managed %d of %d guests; see %s" % (
+                            self.sname, self.cname, self.n,
+                            "exited early (status %s)" % self.daemon.returncode
+                            if self.daemon.poll() is not None else "ran", managed, len(self.guests()),
+                            self.daemon_log))
                 for g in self.guests():
-                    rows.append(self.measure_guest(g, start[g["name"]], swout, cpu, rss))
+                    rows.append(self.measure_guest(g, start[g["name"]], swout, d))
         finally:
             self.stop()
         wall = time.time() - t0
@@ -397,26 +431,36 @@ step_percent = 20
     def row(self, g, **kw):
         r = dict.fromkeys(FIELDS, "")
         r.update(scenario=self.sname, config=self.cname, run=self.n, order=self.order, accel=self.accel,
-                 guest=g["name"], metric="%s.%s" % g["metric"] if g.get("metric") else "")
+                 guest=g["name"], metric="%s.%s" % g["metric"][:2] if g.get("metric") else "")
         r.update(kw)
         return r
 
-    def measure_guest(self, g, start, swout, cpu, rss):
+    def measure_guest(self, g, start, swout, d):
         lines = console_lines(self.serial(g))
         nlines, pswpin0, maj0 = start
         pid = self.qemu[g["name"]]
         value, done = "", ""
         if g.get("metric"):
-            tag, key = g["metric"]
+            tag, key, _ = g["metric"]
+            mine = [(i, line) for i, line in enumerate(lines) if line.startswith(tag + " ")]
             if g.get("window") == "once":
-                mine = [line for line in lines if line.startswith(tag + " ")]
-                found = [field(line, key) for line in mine if field(line, key) is not None]
-                # "nan": it ran and never finished (the worst value); "": it printed nothing
-                value, done = ("%.2f" % found[-1], 1) if found else ("nan" if mine else "", 0)
+                began = [i for i, line in mine if "phase=alloc" in line or "phase=done" in line]
+                found = [field(line, key) for _, line in mine if field(line, key) is not None]
+                if began and began[0] < nlines:
+                    log("%s/%s run %d: %s began before the measure window; not counted" % (
+                        self.sname, self.cname, self.n, g["name"]))
+                elif found:
+                    value, done = "%.2f" % found[-1], 1
+                elif mine:  # it ran and never finished: the worst value
+                    value, done = "nan", 0
             else:
-                vals = [field(line, key) for line in lines[nlines:] if line.startswith(tag + " t=")]
-                vals = [v for v in vals if v is not None]
-                value, done = ("%g" % statistics.median(vals), 1) if vals else ("", 0)
+                # the rate of a cumulative counter over the window: a workload
+                # that stalls or dies counts as doing nothing for that time
+                _, measure = self.timing()
+                before = [field(line, key) for i, line in mine if i < nlines and field(line, key) is not None]
+                inside = [field(line, key) for i, line in mine if i >= nlines and field(line, key) is not None]
+                if inside:
+                    value, done = "%g" % ((inside[-1] - (before[-1] if before else 0)) / measure), 1
         moves = flips = 0
         final = None
         if self.daemon:
@@ -428,7 +472,7 @@ step_percent = 20
             host_swapped_bytes=proc_status_kb(pid, "VmSwap") * 1024,
             balloon_moves=moves, balloon_flips=flips,
             balloon_final_mib="%.0f" % (final / (1 << 20)) if final else g["mem"],
-            daemon_cpu_s="%.2f" % cpu, daemon_rss_bytes=rss, host_swapout_bytes=swout)
+            host_swapout_bytes=swout, **d)
 
 
 # ---- summary ----
@@ -441,15 +485,18 @@ def spread(vals):
     return (max(vals) - min(vals)) if vals else float("nan")
 
 
-def metric_values(rows, scen, conf, guest, better):
-    """The metric of one guest over the runs; a burst that never finished
-    (or a workload that printed nothing) counts as the worst value."""
+def metric_values(rows, scen, conf, guest, better, measured_only=False):
+    """The metric of one guest over the runs.  A burst that never finished
+    (or a workload that printed nothing) counts as the worst value, unless
+    measured_only: then only real measurements (for spreads)."""
     out = []
     for r in rows:
         if r["scenario"] != scen or r["config"] != conf or r["guest"] != guest:
             continue
         v = float(r["value"]) if r["value"] not in ("", "nan") else float("nan")
         if math.isnan(v):
+            if measured_only:
+                continue
             v = math.inf if better == "lower" else 0.0
         out.append(v)
     return out
@@ -479,7 +526,7 @@ def summarize(rows, scenarios, configs, runs, out):
             grow_at=scen["warmup"] + scen["measure"] // 3), scen["limit_mb"], runs))
         head = ["config"]
         for g in guests:
-            head.append("%s %s" % (g["name"], g["metric"][1] if g["metric"][0] != "BURST" else "burst s"))
+            head.append("%s %s" % (g["name"], g["metric"][2]))
             head.append("(spread)")
         head += ["%solo", "OOM", "gst sw-in", "host sw-in", "moves", "flips", "dmn CPU", "dmn RSS"]
         table = [head]
@@ -490,10 +537,10 @@ def summarize(rows, scenarios, configs, runs, out):
             srow = dict(scenario=s, config=c)
             for g in guests:
                 vals = metric_values(rows, s, c, g["name"], g["better"])
-                line += [fmt(med(vals)), fmt(spread([v for v in vals if v != math.inf]))
-                         if vals else "-"]
+                real = metric_values(rows, s, c, g["name"], g["better"], measured_only=True)
+                line += [fmt(med(vals)), fmt(spread(real)) if real else "-"]
                 srow["%s_median" % g["name"]] = med(vals)
-                srow["%s_spread" % g["name"]] = spread([v for v in vals if v != math.inf])
+                srow["%s_spread" % g["name"]] = spread(real)
             pv = med(metric_values(rows, s, c, prim["name"], prim["better"]))
             pct = float("nan")
             if solo_v and not math.isnan(solo_v) and not math.isinf(pv) and pv == pv:
@@ -501,19 +548,17 @@ def summarize(rows, scenarios, configs, runs, out):
             per_run = {}
             for r in rr:
                 k = r["run"]
-                p = per_run.setdefault(k, dict(oom=0, gin=0, hin=0, moves=0, flips=0, cpu=0.0, rss=0,
-                                               wall=1.0))
+                p = per_run.setdefault(k, dict(oom=0, gin=0, hin=0, moves=0, flips=0, cpu=0.0, rss=0))
                 p["oom"] += int(r["oom_kills"] or 0)
                 p["gin"] += int(r["guest_swapin_bytes"] or 0)
                 p["hin"] += int(r["host_swapin_bytes"] or 0)
                 p["moves"] += int(r["balloon_moves"] or 0)
                 p["flips"] += int(r["balloon_flips"] or 0)
-                p["cpu"] = float(r["daemon_cpu_s"] or 0)
+                p["cpu"] = float(r["daemon_cpu_pct"] or 0)
                 p["rss"] = int(r["daemon_rss_bytes"] or 0)
-                p["wall"] = float(r["wall_s"] or 1)
             pr = list(per_run.values())
             oom_total = sum(p["oom"] for p in pr)
-            cpu_pct = med([100 * p["cpu"] / p["wall"] for p in pr])
+            cpu_pct = med([p["cpu"] for p in pr])
             line += [fmt(pct) + "%" if pct == pct else "-", str(oom_total),
                      "%.1f MiB" % (med([p["gin"] for p in pr]) / 2**20),
                      "%.1f MiB" % (med([p["hin"] for p in pr]) / 2**20),
@@ -548,7 +593,9 @@ def scenario_gates(rows, s, scen, guests, prim, present, summary):
             continue
         a = metric_values(rows, s, "split-lru", g["name"], g["better"])
         b = metric_values(rows, s, "none", g["name"], g["better"])
-        sp = max(spread([v for v in a if v != math.inf]) or 0, spread([v for v in b if v != math.inf]) or 0)
+        spreads = [spread(metric_values(rows, s, c, g["name"], g["better"], measured_only=True))
+                   for c in ("split-lru", "none")]
+        sp = max([x for x in spreads if x == x] or [0])
         ma, mb = med(a), med(b)
         if g["better"] == "higher":
             met = ma >= mb - sp
@@ -599,7 +646,7 @@ def plot(summary, scenarios, configs, runs, out):
                     v, sp, label = 0, 0, "no data"
                 f.write('"%s" %g %g "%s"\n' % (r["config"], v, sp if sp == sp else 0, label))
         unit = "%s burst seconds (lower is better)" % prim["name"] if prim["better"] == "lower" else \
-            "%s %s" % (prim["name"], prim["metric"][1])
+            "%s %s" % (prim["name"], prim["metric"][2])
         panels.append('set title "%s: %s"\nplot "%s" using 2:3:xtic(1) lc rgb "#3060c0", '
                       '"" using 0:2:4 with labels offset char 0,1 tc rgb "#c00000"' % (s, unit, dat))
     if not panels:
@@ -721,6 +768,12 @@ def main():
         print("  %s %s: %s" % (tag, s, text))
     plot(summary, scenarios, configs, args.runs, args.out)
     log("results: %s, %s" % (results, os.path.join(args.out, "summary.csv")))
+    broken = [r for r in rows if r["daemon_ok"] == "0"]
+    if broken:
+        log("%d row(s) from runs whose balancerd exited or did not manage every guest: %s" % (
+            len(broken), ", ".join(sorted({"%s/%s/%s" % (r["scenario"], r["config"], r["run"])
+                                           for r in broken}))))
+        return 1
     empty = [r for r in rows if r["metric"] and r["value"] == ""]
     if empty:
         log("%d measurement(s) came back empty (a guest printed nothing in the window): %s" % (

@@ -11,8 +11,9 @@ Guest keys:
   run       the workload, as membal.run= takes it (colons become spaces)
   disk      None, "swap" (a fresh zeroed image, the guest's own swap),
             or "data" (a sparse image the workload reads: /dev/vda)
-  metric    (line tag, field); window "measure" = median over the measure
-            window, "once" = the one value the workload prints (burst)
+  metric    (line tag, field, name); window "measure" = the rate of a
+            cumulative field over the measure window, "once" = the one value
+            the workload prints (burst)
   better    "higher" or "lower"
   solo      the guest runs in the scenario's `solo` reference
   gated     its metric is held to the gates (bench.py: not below `none`)
@@ -23,16 +24,21 @@ primary (the guest whose metric is compared with solo), solo_possible (False
 with the reason when 95% of solo cannot be reached by any policy).
 """
 
-WSS = ("WSS", "ops_s")
-STREAM = ("STREAM", "mb_s")
-CACHEDB = ("CACHEDB", "ops_s")
-BURST = ("BURST", "secs")
+# (line tag, cumulative field, what the rate is called): the harness takes
+# (field at the end of the window - field at its start) / window length, so a
+# workload that stalls or dies counts as doing nothing for that time.
+WSS = ("WSS", "ops", "ops/s")
+STREAM = ("STREAM", "total_mb", "MiB/s")
+CACHEDB = ("CACHEDB", "ops", "ops/s")
+# (tag, field, name) of a one-off value: burst's allocation time, which must
+# begin inside the measure window
+BURST = ("BURST", "secs", "burst s")
 
 SCENARIOS = {
     # The seed mails: a database-like working set next to a streaming job.
     "seed": dict(
         title="W (wss 320 MiB, 80% hot, own swap) + S (streams a 4 GiB disk)",
-        limit_mb=640, warmup=15, measure=20, primary="W", solo_possible=True,
+        limit_mb=640, warmup=12, measure=20, primary="W", solo_possible=True,
         guests=[
             dict(name="W", mem=512, run="wss:320:80", disk="swap", metric=WSS, better="higher",
                  solo=True, gated=True),
@@ -43,7 +49,7 @@ SCENARIOS = {
     # 300 MiB at once (no swap in it), next to a database and a streamer.
     "idle-burst": dict(
         title="B (300 MiB cache, idle, then allocates 300 MiB; no swap) + W (wss 200 MiB) + S (stream)",
-        limit_mb=900, warmup=18, measure=25, primary="B",
+        limit_mb=900, warmup=15, measure=28, primary="B",
         solo_possible=True,
         guests=[
             dict(name="B", mem=512, run="burst:/dev/vda:300:{burst_at}:300:0", disk="data", metric=BURST,
@@ -57,7 +63,7 @@ SCENARIOS = {
     # disk re-read at random), next to a streamer whose cache is not.
     "cachedb": dict(
         title="C (re-reads 300 MiB of its disk through the page cache) + S (stream)",
-        limit_mb=640, warmup=15, measure=20, primary="C", solo_possible=True,
+        limit_mb=640, warmup=12, measure=18, primary="C", solo_possible=True,
         guests=[
             dict(name="C", mem=512, run="cachedb:/dev/vda:300", disk="data", metric=CACHEDB,
                  better="higher", solo=True, gated=True),
@@ -67,7 +73,7 @@ SCENARIOS = {
     # Many small guests with mixed roles.
     "many-small": dict(
         title="6 x 256 MiB: 2 databases (wss 140 MiB), 2 streamers, 2 idle with cache",
-        limit_mb=1100, warmup=15, measure=20, primary="D1",
+        limit_mb=1100, warmup=12, measure=18, primary="D1",
         solo_possible=False,
         solo_reason="six TCG guests share 2 cores: alone, D1 has a core to itself",
         guests=[
@@ -85,7 +91,7 @@ SCENARIOS = {
     # A working set that grows midway (200 -> 340 MiB) next to a streamer.
     "growing": dict(
         title="G (wss 200 MiB, grows by 140 MiB after {grow_at} s) + S (stream)",
-        limit_mb=640, warmup=15, measure=25, primary="G", solo_possible=True,
+        limit_mb=640, warmup=12, measure=22, primary="G", solo_possible=True,
         guests=[
             dict(name="G", mem=512, run="wss:200:80:0:{grow_at}:140", disk="swap", metric=WSS,
                  better="higher", solo=True, gated=True),
@@ -96,7 +102,7 @@ SCENARIOS = {
     # (almost) nothing and cost (almost) nothing.
     "no-pressure": dict(
         title="W (wss 200 MiB) + S (stream) in a roomy 2 GiB host",
-        limit_mb=2048, warmup=10, measure=20, primary="W", solo_possible=True,
+        limit_mb=2048, warmup=8, measure=15, primary="W", solo_possible=True,
         idle_gate=True,
         guests=[
             dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",

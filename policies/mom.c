@@ -116,7 +116,7 @@ typedef struct {
 } ring;
 
 typedef struct {
-    char uuid[40];
+    char *uuid;             /* owned; ids are as long as the backend makes them */
     ring cur, unused;
     bool seen;
 } mom_guest;
@@ -167,6 +167,8 @@ static void *vdsm_state_new(void)
 static void mom_state_free(void *p)
 {
     mom_state *s = p;
+    for (size_t i = 0; s && i < s->n; i++)
+        free(s->guests[i].uuid);
     if (s)
         free(s->guests);
     free(s);
@@ -187,9 +189,12 @@ static mom_guest *history_for(mom_state *s, const char *uuid)
         s->guests = g;
         s->cap = ncap;
     }
-    mom_guest *g = &s->guests[s->n++];
+    mom_guest *g = &s->guests[s->n];
     memset(g, 0, sizeof(*g));
-    snprintf(g->uuid, sizeof(g->uuid), "%s", uuid);
+    g->uuid = strdup(uuid);
+    if (!g->uuid)
+        return NULL;
+    s->n++;
     return g;
 }
 
@@ -198,8 +203,10 @@ static void history_sweep(mom_state *s)
 {
     size_t k = 0;
     for (size_t i = 0; i < s->n; i++) {
-        if (!s->guests[i].seen)
+        if (!s->guests[i].seen) {
+            free(s->guests[i].uuid);
             continue;
+        }
         s->guests[i].seen = false;
         s->guests[k++] = s->guests[i];
     }
@@ -283,13 +290,12 @@ static void mom_decide(const policy_input *in, void *state, policy_output *out)
         s->next_sample_s = in->now_s;
         s->next_policy_s = in->now_s + v->policy_s; /* the engine sleeps first */
     }
-    if (in->now_s >= s->next_sample_s) {
+    /* MoM's threads keep their own intervals; we are called every tick, so
+     * each deadline is met at the first tick within CADENCE_SLACK_S of it
+     * and the schedule advances by the interval, not from the tick */
+    if (cadence_due(&s->next_sample_s, v->sample_s, in->now_s))
         mom_sample(s, in);
-        s->next_sample_s = in->now_s + v->sample_s;
-    }
-    bool run = in->now_s >= s->next_policy_s;
-    if (run)
-        s->next_policy_s = in->now_s + v->policy_s;
+    bool run = cadence_due(&s->next_policy_s, v->policy_s, in->now_s);
     double total = (double)in->host.total_bytes;
     double host_free_percent = total > 0 && s->host_free.n ? ring_avg(&s->host_free) / total : 1.0;
     bool pressure = host_free_percent < MOM_PRESSURE_THRESHOLD;

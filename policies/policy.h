@@ -121,6 +121,13 @@ const policy_ops *policy_lookup(const char *name);
 const char *policy_names(void);
 
 /* Helpers shared by policies. */
+
+/* A fixed cadence for baselines that run on their own clock: true when
+ * now_s has reached *next_s (less CADENCE_SLACK_S, for timers that fire a
+ * little early); *next_s then advances by interval_s, skipping intervals
+ * that were missed entirely. */
+#define CADENCE_SLACK_S 0.25
+bool cadence_due(double *next_s, double interval_s, double now_s);
 void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t min_change,
                   const char *reason);
 

@@ -183,9 +183,7 @@ static void pve_decide(const policy_input *in, void *state, policy_output *out)
         s->started = true;
         s->next_update_s = in->now_s + PVE_UPDATE_S;
     }
-    bool run = in->now_s >= s->next_update_s;
-    if (run)
-        s->next_update_s = in->now_s + PVE_UPDATE_S;
+    bool run = cadence_due(&s->next_update_s, PVE_UPDATE_S, in->now_s);
 
     long long memtotal = (long long)in->host.total_bytes;
     long long memused = memtotal - (long long)in->host.available_bytes;

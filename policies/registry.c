@@ -29,6 +29,16 @@ void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t 
     snprintf(d->reason, sizeof(d->reason), "%s", reason);
 }
 
+bool cadence_due(double *next_s, double interval_s, double now_s)
+{
+    if (now_s + CADENCE_SLACK_S < *next_s)
+        return false;
+    do
+        *next_s += interval_s;
+    while (*next_s <= now_s);
+    return true;
+}
+
 void policy_tunables_default(policy_tunables *t)
 {
     t->step_percent = 10.0;

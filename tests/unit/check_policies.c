@@ -432,7 +432,7 @@ START_TEST(mom_shrinks_5_percent_under_pressure)
     sim_init(&s, &policy_mom, 1, 0);
     guest_init(&s, 0, "a", 4 * GIB, 512 * MIB, 0);
     s.v[0].floor_bytes = 0;
-    s.host_base = 4 * GIB + 800 * MIB; /* 800 MiB of 4.8 GiB free: 16.7% < pressure_threshold 20% */
+    s.host_base = 4 * GIB + 800 * MIB; /* 800 MiB of 4.8 GiB free: 16.3% < pressure_threshold 20% */
     model_refresh(&s);
     mom_first_run(&s);
     /* guest_free_percent = 0.20 * 0.167 / 0.20; balloon_min = max(0, 512 MiB
@@ -531,16 +531,19 @@ START_TEST(mom_need_is_averaged_over_its_history)
     model_refresh(&s);
     s.in.now_s = 0;
     s.ops->decide(&s.in, s.state, &s.out); /* sample 1: unused 0 */
-    s.v[0].free_bytes = 1 * GIB;            /* the guest frees 1 GiB */
+    s.v[0].free_bytes = 400 * MIB;          /* the guest frees 400 MiB */
     s.in.now_s = 5;
-    s.ops->decide(&s.in, s.state, &s.out); /* sample 2: unused 1 GiB */
+    s.ops->decide(&s.in, s.state, &s.out); /* sample 2: unused 400 MiB */
     s.in.now_s = 10;
     s.ops->decide(&s.in, s.state, &s.out); /* sample 3 and the first run */
-    /* used = 2 GiB - (0 + 1 + 1) / 3 GiB; need = used + (0.2 * hfp / 0.2) * 2 GiB */
+    /* used = 2 GiB - (0 + 400 + 400) / 3 MiB; need = used + (0.2 * hfp / 0.2)
+     * * 2 GiB = 1963.5 MiB, above the -5% step (1945.6 MiB); with the last
+     * sample alone the need would be 1830 MiB and the step would win */
     double hfp = 200.0 / (2048.0 + 200.0);
-    double need = 2.0 * GIB - 2.0 / 3.0 * GIB + hfp * 2.0 * GIB;
+    double need = 2.0 * GIB - 800.0 / 3.0 * MIB + hfp * 2.0 * GIB;
     double step = 2.0 * GIB * 0.95;
-    double want = need > step ? need : step;
+    ck_assert(need > step);
+    double want = need;
     ck_assert(s.d[0].change);
     ck_assert_msg(llabs((long long)s.d[0].target_bytes - (long long)want) < 4096, "target %llu want %.0f",
                   (unsigned long long)s.d[0].target_bytes, want);
@@ -639,6 +642,48 @@ START_TEST(vdsm_guest_qos_lifts_to_balloon_min)
 }
 END_TEST
 
+/* Guest ids are as long as the backend makes them ("qmp:" + a socket path
+ * is often over 40 bytes): the history must still find the guest, and the
+ * engine keeps its own cadence under a 2 s tick (10, 20, 30 s; not 12, 24). */
+START_TEST(mom_long_ids_and_a_2s_tick)
+{
+    sim s;
+    sim_init(&s, &policy_mom, 1, 0);
+    guest_init(&s, 0, "qmp:/var/tmp/membal-bench-abcdefgh/seed-mom-1/W/qmp.sock", 4 * GIB, 512 * MIB, 0);
+    s.v[0].floor_bytes = 0;
+    s.host_base = 4 * GIB + 800 * MIB; /* pressure: every run shrinks 5% */
+    int runs[8], n = 0;
+    for (int t = 0; t <= 40; t += 2) {
+        model_refresh(&s);
+        s.in.now_s = 500.0 + t;
+        s.ops->decide(&s.in, s.state, &s.out);
+        if (s.d[0].change && n < 8) {
+            runs[n++] = t;
+            s.v[0].actual_bytes = s.d[0].target_bytes;
+        }
+    }
+    ck_assert_int_eq(n, 4);
+    ck_assert_int_eq(runs[0], 10);
+    ck_assert_int_eq(runs[1], 20);
+    ck_assert_int_eq(runs[2], 30);
+    ck_assert_int_eq(runs[3], 40);
+    sim_free(&s);
+}
+END_TEST
+
+START_TEST(cadence_is_a_fixed_schedule)
+{
+    double next = 10;
+    ck_assert(!cadence_due(&next, 10, 9.5));
+    ck_assert(cadence_due(&next, 10, 9.8)); /* a timer that fired a little early */
+    ck_assert(next == 20);
+    ck_assert(!cadence_due(&next, 10, 18));
+    ck_assert(cadence_due(&next, 10, 45)); /* missed 20 and 30: runs once, next at 50 */
+    ck_assert(next == 50);
+}
+END_TEST
+
+
 /* ---- proxmox: expected values from pve-manager PVE/AutoBalloon.pm ---- */
 
 static void pve_host(sim *s, uint64_t total, uint64_t available)
@@ -678,7 +723,7 @@ START_TEST(pve_shrinks_vms_with_free_memory_first_in_100mib_steps)
     pve_guest(&s, 1, "B", 2 * GIB, 1 * GIB, 2 * GIB, 100 * MIB);
     pve_host(&s, 4 * GIB, 512 * MIB);
     pve_first_run(&s);
-    /* goal = int(4 GiB * 80 / 100 - 3.5 GiB) = -229.6 MiB: A alone desires
+    /* goal = int(4 GiB * 80 / 100 - 3.5 GiB) = -307.2 MiB: A alone desires
      * 2 GiB + goal, one step of $maxchange (100 MiB) per cycle; B, under
      * pressure, is only asked if A made no progress */
     ck_assert(s.d[0].change);
@@ -702,6 +747,24 @@ START_TEST(pve_grows_vms_under_pressure_first)
     ck_assert(s.d[0].change);
     ck_assert_uint_eq(s.d[0].target_bytes, 1 * GIB + 100 * MIB);
     ck_assert(!s.d[1].change);
+    sim_free(&s);
+}
+END_TEST
+
+/* The fallback: when the VMs with free memory make no progress, all VMs
+ * are asked (if ($rest <= $goal) { $rest = &$change_func($res, $idlist, $rest); }). */
+START_TEST(pve_falls_back_to_all_vms)
+{
+    sim s;
+    sim_init(&s, &policy_proxmox, 2, 0);
+    /* A has free memory but is at its minimum (desired cannot go lower); B is under pressure */
+    pve_guest(&s, 0, "A", 1 * GIB, 1 * GIB, 2 * GIB, 600 * MIB);
+    pve_guest(&s, 1, "B", 2 * GIB, 1 * GIB, 2 * GIB, 50 * MIB);
+    pve_host(&s, 4 * GIB, 512 * MIB);
+    pve_first_run(&s);
+    ck_assert(!s.d[0].change);
+    ck_assert(s.d[1].change);
+    ck_assert_uint_eq(s.d[1].target_bytes, 2 * GIB - 100 * MIB);
     sim_free(&s);
 }
 END_TEST
@@ -921,6 +984,9 @@ int main(void)
     tcase_add_test(tm, pve_shrinks_vms_with_free_memory_first_in_100mib_steps);
     tcase_add_test(tm, pve_grows_vms_under_pressure_first);
     tcase_add_test(tm, pve_dead_band_and_cadence);
+    tcase_add_test(tm, pve_falls_back_to_all_vms);
+    tcase_add_test(tm, mom_long_ids_and_a_2s_tick);
+    tcase_add_test(tm, cadence_is_a_fixed_schedule);
     tcase_add_test(tm, pve_shares_decide_who_gives);
     tcase_add_test(tm, none_never_changes);
     tcase_add_test(tm, registry_lookup);
