@@ -169,10 +169,16 @@ void agent_accept(agent_state *st, const agent_report *r, double now, uint64_t g
         }
     }
     bool restarted = st->have && c.seq < st->cur.seq;
-    if (st->have) {
+    /* Lines are drained once a tick and all carry the drain's time: rates
+     * are taken between drains (the last line of this one against the last
+     * of the previous one), not between lines of one drain (dt 0). */
+    bool same_drain = st->have && now <= st->cur_at;
+    if (st->have && !same_drain) {
         st->prev = st->cur;
         st->prev_at = st->cur_at;
         st->have_prev = !restarted;
+    } else if (restarted) {
+        st->have_prev = false;
     }
     st->cur = c;
     st->cur_at = now;

@@ -131,6 +131,27 @@ START_TEST(rates_clamps_and_resets)
 }
 END_TEST
 
+/* At the default 5 s tick the agent's 1 s lines arrive five to a drain,
+ * all with the drain's time: the rate is over the drains. */
+START_TEST(rates_over_drains_at_the_default_tick)
+{
+    agent_state st = { 0 };
+    for (int i = 0; i < 5; i++)
+        feed(&st, 100.0, (uint64_t)i + 1, 1000 * (i + 1), 400000);
+    for (int i = 5; i < 10; i++)
+        feed(&st, 105.0, (uint64_t)i + 1, 1000 * (i + 1), 400000);
+    ck_assert_msg(st.refault_anon_ps == 1000.0, "refault rate %.1f, want 1000/s", st.refault_anon_ps);
+    ck_assert_int_eq((int)st.cur.seq, 10);
+    /* a restart inside a drain: no rate until the next drain */
+    feed(&st, 110.0, 11, 11000, 400000);
+    feed(&st, 110.0, 1, 5, 400000);
+    ck_assert(st.refault_anon_ps == 0 || !st.have_prev);
+    feed(&st, 115.0, 2, 505, 400000);
+    ck_assert(st.refault_anon_ps == 100.0);
+    ck_assert_uint_eq(st.resets, 0);
+}
+END_TEST
+
 START_TEST(rate_limit_drops_floods)
 {
     agent_state st = { 0 };
@@ -258,6 +279,7 @@ int main(void)
     tcase_add_test(tc, parses_what_the_agent_sends);
     tcase_add_test(tc, rejects_with_reasons);
     tcase_add_test(tc, rates_clamps_and_resets);
+    tcase_add_test(tc, rates_over_drains_at_the_default_tick);
     tcase_add_test(tc, rate_limit_drops_floods);
     tcase_add_test(tc, agent_can_only_withdraw_thrashing);
     tcase_add_test(tc, lying_agent_hurts_only_itself);
