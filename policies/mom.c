@@ -88,6 +88,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policies/guest_table.h"
 #include "policies/policy.h"
 
 #define MOM_PRESSURE_THRESHOLD 0.20
@@ -116,16 +117,14 @@ typedef struct {
 } ring;
 
 typedef struct {
-    char *uuid;             /* owned; ids are as long as the backend makes them */
+    guest_table_key key;    /* first: the table's */
     ring cur, unused;
-    bool seen;
 } mom_guest;
 
 typedef struct {
     const mom_variant *v;
     ring host_free;
-    mom_guest *guests;
-    size_t n, cap;
+    guest_table guests;     /* mom_guest */
     bool started;
     double next_sample_s, next_policy_s;
 } mom_state;
@@ -149,8 +148,10 @@ static double ring_avg(const ring *r)
 static void *state_new_variant(const mom_variant *v)
 {
     mom_state *s = calloc(1, sizeof(mom_state));
-    if (s)
+    if (s) {
         s->v = v;
+        guest_table_init(&s->guests, sizeof(mom_guest), MOM_MAX_TRACKED);
+    }
     return s;
 }
 
@@ -167,50 +168,9 @@ static void *vdsm_state_new(void)
 static void mom_state_free(void *p)
 {
     mom_state *s = p;
-    for (size_t i = 0; s && i < s->n; i++)
-        free(s->guests[i].uuid);
     if (s)
-        free(s->guests);
+        guest_table_clear(&s->guests);
     free(s);
-}
-
-static mom_guest *history_for(mom_state *s, const char *uuid)
-{
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->guests[i].uuid, uuid) == 0)
-            return &s->guests[i];
-    if (s->n == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 16;
-        if (ncap > MOM_MAX_TRACKED)
-            return NULL;
-        mom_guest *g = realloc(s->guests, ncap * sizeof(*g));
-        if (!g)
-            return NULL;
-        s->guests = g;
-        s->cap = ncap;
-    }
-    mom_guest *g = &s->guests[s->n];
-    memset(g, 0, sizeof(*g));
-    g->uuid = strdup(uuid);
-    if (!g->uuid)
-        return NULL;
-    s->n++;
-    return g;
-}
-
-/* Forget guests that are gone, so the history cannot grow without bound. */
-static void history_sweep(mom_state *s)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        if (!s->guests[i].seen) {
-            free(s->guests[i].uuid);
-            continue;
-        }
-        s->guests[i].seen = false;
-        s->guests[k++] = s->guests[i];
-    }
-    s->n = k;
 }
 
 static bool change_big_enough(double cur, double target)
@@ -224,16 +184,15 @@ static void mom_sample(mom_state *s, const policy_input *in)
     ring_push(&s->host_free, (double)(in->host.free_bytes + in->host.cached_bytes));
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
-        mom_guest *h = history_for(s, g->uuid ? g->uuid : "");
+        mom_guest *h = guest_table_get(&s->guests, i, g->uuid);
         if (!h)
             continue;
-        h->seen = true;
         if (!g->stats_valid)
             continue; /* no row this time; the history stays */
         ring_push(&h->cur, (double)g->actual_bytes);
         ring_push(&h->unused, (double)g->free_bytes);
     }
-    history_sweep(s);
+    guest_table_sweep(&s->guests); /* forget guests that are gone */
 }
 
 /* The free memory a guest should keep, scaled by host pressure. */
@@ -273,14 +232,6 @@ static double grow_guest(const guest_view *g, const mom_guest *h, double guest_f
     return change_big_enough(cur, balloon_size) ? balloon_size : -1;
 }
 
-static mom_guest *find_history(mom_state *s, const char *uuid)
-{
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->guests[i].uuid, uuid ? uuid : "") == 0)
-            return &s->guests[i];
-    return NULL;
-}
-
 static void mom_decide(const policy_input *in, void *state, policy_output *out)
 {
     mom_state *s = state;
@@ -314,7 +265,7 @@ static void mom_decide(const policy_input *in, void *state, policy_output *out)
         }
         if (!run)
             continue;
-        const mom_guest *h = find_history(s, g->uuid);
+        const mom_guest *h = guest_table_lookup(&s->guests, i, g->uuid);
         double target = -1;
         if (h && h->cur.n && g->stats_valid) { /* MoM skips guests without balloon stats */
             target = pressure ? shrink_guest(g, h, host_free_percent) : grow_guest(g, h, grow_free_percent);

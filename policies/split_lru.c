@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policies/guest_table.h"
 #include "policies/policy.h"
 
 #define EXPERIMENT_S 30.0   /* a reclaim's cost is watched this long */
@@ -45,21 +46,19 @@
 /* What reclaim learnt about one guest (mm/workingset.c's shadow entries,
  * at guest granularity). */
 typedef struct {
-    char *uuid;
+    guest_table_key key;    /* first: the table's */
     double shrunk_at_s;     /* when it was last reclaimed from; 0 never */
     uint64_t shrunk_from;   /* its balloon before that reclaim */
-    double disk_before_bps; /* its disk reads before that reclaim; < 0 unknown */
+    double disk_before_bps; /* its disk reads before that reclaim (< 0 unknown); set with shrunk_at_s */
     uint64_t free_before;   /* its free memory before that reclaim */
     uint64_t keep_bytes;    /* reclaim leaves it at least this ... */
     double keep_until_s;    /* ... until then */
     bool cache_hot;         /* its page cache refaulted: not streaming */
-    bool seen;
 } split_guest;
 
 typedef struct {
     bool reclaiming;
-    split_guest *g;
-    size_t n, cap;
+    guest_table memory;     /* split_guest */
 } split_state;
 
 typedef enum { TIER_FREE, TIER_STREAM_CACHE, TIER_CACHE, TIER_ANON, TIER_COUNT } tier;
@@ -87,59 +86,18 @@ typedef struct {
 
 static void *split_state_new(void)
 {
-    return calloc(1, sizeof(split_state));
+    split_state *s = calloc(1, sizeof(split_state));
+    if (s)
+        guest_table_init(&s->memory, sizeof(split_guest), MAX_TRACKED);
+    return s;
 }
 
 static void split_state_free(void *p)
 {
     split_state *s = p;
-    for (size_t i = 0; s && i < s->n; i++)
-        free(s->g[i].uuid);
     if (s)
-        free(s->g);
+        guest_table_clear(&s->memory);
     free(s);
-}
-
-/* The memory of guest i (same index as last tick in the common case). */
-static split_guest *memory_for(split_state *s, size_t i, const char *uuid)
-{
-    uuid = uuid ? uuid : "";
-    if (i < s->n && strcmp(s->g[i].uuid, uuid) == 0)
-        return &s->g[i];
-    for (size_t k = 0; k < s->n; k++)
-        if (strcmp(s->g[k].uuid, uuid) == 0)
-            return &s->g[k];
-    if (s->n == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 16;
-        split_guest *ng = ncap <= MAX_TRACKED ? realloc(s->g, ncap * sizeof(*ng)) : NULL;
-        if (!ng)
-            return NULL;
-        s->g = ng;
-        s->cap = ncap;
-    }
-    split_guest *m = &s->g[s->n];
-    memset(m, 0, sizeof(*m));
-    m->uuid = strdup(uuid);
-    if (!m->uuid)
-        return NULL;
-    m->disk_before_bps = -1;
-    s->n++;
-    return m;
-}
-
-/* Forget guests that are gone, keeping the order of the others. */
-static void memory_sweep(split_state *s)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        if (!s->g[i].seen) {
-            free(s->g[i].uuid);
-            continue;
-        }
-        s->g[i].seen = false;
-        s->g[k++] = s->g[i];
-    }
-    s->n = k;
 }
 
 /* Did the last reclaim from this guest cost it?  Need or thrashing, or its
@@ -318,9 +276,8 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         w->step = max_u64(tun->step_min_bytes, pct(g->actual_bytes, tun->step_percent));
         w->reserve = max_u64(tun->reserve_min_bytes, pct(g->actual_bytes, tun->reserve_percent));
         w->reason = "steady";
-        split_guest *m = memory_for(st, i, g->uuid);
+        split_guest *m = guest_table_get(&st->memory, i, g->uuid);
         if (m) {
-            m->seen = true;
             const char *why = g->stats_valid ? reclaim_feedback(m, g, w->reserve, in->now_s) : NULL;
             w->keep = m->keep_bytes;
             w->cache_hot = m->cache_hot;
@@ -434,7 +391,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             min_change = 1;
         decision_set(&out->decisions[i], g->actual_bytes, ws[i].target, min_change, ws[i].reason);
         /* a reclaim starts an experiment: its cost is watched for EXPERIMENT_S */
-        split_guest *m = memory_for(st, i, g->uuid);
+        split_guest *m = guest_table_get(&st->memory, i, g->uuid);
         if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             if (!running) {
@@ -445,7 +402,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             m->shrunk_at_s = in->now_s;
         }
     }
-    memory_sweep(st);
+    guest_table_sweep(&st->memory); /* forget guests that are gone */
     out->reclaiming = st->reclaiming;
     snprintf(out->summary, sizeof(out->summary), "%s: host available %llu MiB, %s %llu MiB",
              critical ? "critical" : st->reclaiming ? "reclaiming" : "idle",
