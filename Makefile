@@ -154,7 +154,7 @@ $(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o $(BUILD)/
 # ---- test guest ----
 GUEST_DIR := build/guest
 guest: $(GUEST_DIR)/.built
-$(GUEST_DIR)/.built: tests/guest/build-guest.sh tests/guest/init $(wildcard tests/guest/workloads/*.c)
+$(GUEST_DIR)/.built: tests/guest/build-guest.sh tests/guest/init $(wildcard tests/guest/workloads/*.[ch])
 	tests/guest/build-guest.sh $(GUEST_DIR)
 	touch $@
 

@@ -18,26 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "workload.h"
+
 #define PAGE 4096
 #define MIB (1024 * 1024)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int parse_long(const char *s, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
 
 int main(int argc, char **argv)
 {

@@ -18,14 +18,9 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#define PAGE 4096
+#include "workload.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#define PAGE 4096
 
 static unsigned char *map_and_fill(size_t pages)
 {
