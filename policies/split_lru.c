@@ -413,7 +413,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
 
 const policy_ops policy_split_lru = {
     .name = "split-lru",
-    .description = "kswapd-like watermarks; cache before anon, streaming guests first, thrashing guests protected",
+    .description = "need first (in-need and thrashing guests get memory at once); kswapd-like watermarks; cache before anon, streaming guests first",
     .state_new = split_state_new,
     .state_free = split_state_free,
     .decide = split_decide,
