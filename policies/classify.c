@@ -20,7 +20,7 @@ void classify_params_default(classify_params *p)
  * would restore the reserve plus the growth over the horizon. */
 static void need_update(classify_state *st, const guest_view *g, const classify_params *p)
 {
-    uint64_t used = g->actual_bytes > g->available_bytes ? g->actual_bytes - g->available_bytes : 0;
+    uint64_t used = g->used_bytes;
     st->peak_used = (double)used > st->peak_used * p->peak_decay ? (double)used : st->peak_used * p->peak_decay;
     uint64_t reserve = (uint64_t)((double)g->actual_bytes * p->need_reserve_percent / 100.0);
     if (reserve < p->need_reserve_min)

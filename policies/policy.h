@@ -36,7 +36,10 @@ typedef struct {
     double swap_in_bps;        /* rates over the last stats interval */
     double swap_out_bps;
     double major_faults_ps;
-    double used_growth_bps;    /* how fast used memory (actual - available) rises; < 0 falls */
+    uint64_t used_bytes;       /* used memory: the guest's MemTotal - MemAvailable of one report
+                                * (not the host's balloon size, which moves before the guest's
+                                * report does), at most actual_bytes */
+    double used_growth_bps;    /* how fast used_bytes rises between reports; < 0 falls */
     double disk_read_bps;      /* the guest's disk reads as the host measures them; < 0 unknown */
     uint64_t pending_target_bytes; /* a balloon target asked for and not reached yet; 0: none */
     uint64_t self_deflated_bytes;  /* the guest grew its balloon on its own since the last tick

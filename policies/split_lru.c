@@ -163,9 +163,13 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
     uint64_t used = g->actual_bytes > g->available_bytes ? g->actual_bytes - g->available_bytes : 0;
     uint64_t bound = g->floor_bytes;
     if (t != TIER_ANON)
-        bound = max_u64(bound, max_u64(max_u64(used, g->peak_used_bytes) + w->reserve, w->keep));
+        bound = max_u64(bound, max_u64(used, g->peak_used_bytes) + w->reserve);
     else if (g->policy.protect)
         bound = max_u64(bound, used + w->reserve);
+    /* what a reclaim just proved the guest needs is not taken again, not
+     * even when critical: that would be the same loss twice (others give
+     * by shares, and below that the host swaps, as with no balancer) */
+    bound = max_u64(bound, w->keep);
     if (w->target <= bound || (with_step && w->changed >= w->step))
         return 0;
     uint64_t room = w->target - bound;

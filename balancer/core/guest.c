@@ -104,15 +104,17 @@ static double backed(guest *g, double claimed, double bytes_each)
     return claimed;
 }
 
-/* Used memory in one report: its balloon size minus what it says is
- * available, both bounded by what the host knows (cap). */
+/* Used memory in one report: the guest's MemTotal minus its MemAvailable,
+ * both from the same report (the balloon size the host knows changes
+ * before the guest reports it), bounded by the host's balloon size cap. */
 static double used_of(const guest_sample *s, uint64_t cap)
 {
-    double actual = s->actual_bytes > 0 ? (double)s->actual_bytes : 0;
-    if (actual > (double)cap && cap)
-        actual = (double)cap;
+    double total = s->total_bytes > 0 ? (double)s->total_bytes
+                   : s->actual_bytes > 0 ? (double)s->actual_bytes : 0;
+    if (cap && total > (double)cap)
+        total = (double)cap;
     double avail = s->available_bytes > 0 ? (double)s->available_bytes : 0;
-    return actual > avail ? actual - avail : 0;
+    return total > avail ? total - avail : 0;
 }
 
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
@@ -144,6 +146,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->available_bytes = clamp_size(g, s->available_bytes, v->actual_bytes);
     v->free_bytes = clamp_size(g, s->free_bytes, v->actual_bytes);
     v->cache_bytes = clamp_size(g, s->cache_bytes, v->actual_bytes);
+    v->used_bytes = (uint64_t)used_of(s, v->actual_bytes);
 
     v->agent_fresh = agent_fresh(&g->agent, mono, (double)lim->stale_seconds);
     v->agent_refault_ps = v->agent_fresh ? g->agent.refault_anon_ps + g->agent.refault_file_ps : 0;
@@ -155,7 +158,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         v->swap_in_bps = backed(g, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
         v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
         v->major_faults_ps = backed(g, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
-        v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->actual_bytes) - used_of(&g->prev, v->actual_bytes)) / dt : 0;
+        v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->max_bytes) - used_of(&g->prev, v->max_bytes)) / dt : 0;
         classify_update(&g->cls, v, cp);
     } else if (!v->stats_valid) {
         v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = 0;

@@ -255,6 +255,7 @@ static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv,
     gv->swap_out_bps = 0;
     gv->major_faults_ps = (double)swap_in / 4096.0 / TICK_S;
     uint64_t used = s->actual - room;
+    gv->used_bytes = used;
     gv->used_growth_bps = ((double)used - (double)s->used_prev) / TICK_S;
     s->used_prev = used;
     /* host-measured disk reads: a streamer reads at its pace whatever its

@@ -493,6 +493,35 @@ START_TEST(guest_rates_and_thrash)
 }
 END_TEST
 
+/* The balloon size the host knows moves before the guest's report does: a
+ * shrinking balloon must not look like the guest's used memory rising (it
+ * would be "in need" and given the memory straight back).  Used memory is
+ * the guest's own MemTotal - MemAvailable of one report. */
+START_TEST(balloon_moving_ahead_of_the_report_is_not_need)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    guest g;
+    guest_init(&g, "s", "u3");
+    guest_sample s = sample(1000, 0, 0); /* 2 GiB, 1 GiB available */
+    guest_ingest(&g, &s, 1000, 0, &lim, &cp);
+    /* the balloon inflates by 400 MiB; the next report (t=1001) still has
+     * the old MemTotal and MemAvailable */
+    s = sample(1001, 0, 0);
+    s.actual_bytes -= (int64_t)(400 * MIB);
+    guest_ingest(&g, &s, 1001, 0, &lim, &cp);
+    /* the one after shows both 400 MiB lower */
+    s = sample(1002, 0, 0);
+    s.actual_bytes -= (int64_t)(400 * MIB);
+    s.total_bytes -= (int64_t)(400 * MIB);
+    s.available_bytes -= (int64_t)(400 * MIB);
+    guest_ingest(&g, &s, 1002, 0, &lim, &cp);
+    ck_assert_msg(g.view.used_growth_bps == 0, "used growth %.0f B/s", g.view.used_growth_bps);
+    ck_assert_uint_eq(g.view.used_bytes, 1 * GIB);
+    ck_assert(!g.view.in_need);
+}
+END_TEST
+
 START_TEST(lying_guest_is_clamped)
 {
     classify_params cp;
@@ -593,6 +622,7 @@ int main(void)
     tcase_add_test(tc, cgroup_v1_and_v2_as_host);
     tcase_add_test(tc, qemu_memcg_find_and_write);
     tcase_add_test(tc, guest_rates_and_thrash);
+    tcase_add_test(tc, balloon_moving_ahead_of_the_report_is_not_need);
     tcase_add_test(tc, lying_guest_is_clamped);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
     tcase_add_test(tc, bounds_from_policy);

@@ -99,6 +99,7 @@ static void observe(trace *s)
         g->free_bytes = g->actual_bytes - KERNEL - anon_res - t->cache;
         g->available_bytes = g->free_bytes + t->cache;
         uint64_t used = g->actual_bytes - g->available_bytes;
+        g->used_bytes = used;
         g->used_growth_bps = ((double)used - (double)t->used_prev) / TICK_S;
         t->used_prev = used;
         bool short_anon = t->anon + KERNEL > g->actual_bytes;
@@ -342,6 +343,51 @@ START_TEST(self_deflation_is_not_fought)
 }
 END_TEST
 
+/* The seed mix in a critical host: the streamer's cache gives; and when
+ * the streamer cannot give enough (a high floor), the working set may be
+ * tried once by shares, is given back when it thrashes, and is not taken
+ * again (no ping-pong: the same loss twice). */
+static int direction_changes(trace *s, size_t who, int ticks, unsigned *thrash)
+{
+    int flips = 0, last = 0;
+    *thrash = 0;
+    for (int k = 0; k < ticks; k++) {
+        uint64_t before = s->t[who].target;
+        trace_tick(s);
+        int dir = s->t[who].target > before ? 1 : s->t[who].target < before ? -1 : 0;
+        if (dir && last && dir != last)
+            flips++;
+        if (dir)
+            last = dir;
+        *thrash += s->t[who].anon + KERNEL > s->v[who].actual_bytes;
+    }
+    return flips;
+}
+
+START_TEST(critical_host_no_ping_pong)
+{
+    trace s;
+    trace_init(&s, 2, 700 * MIB);
+    trace_guest(&s, 0, "W", ANON, 512 * MIB, 420 * MIB, 20 * MIB);
+    s.t[0].swap = true;
+    trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+    unsigned thrash;
+    int flips = direction_changes(&s, 0, 60, &thrash);
+    ck_assert_msg(flips == 0 && thrash == 0, "W: %d direction changes, %u ticks short", flips, thrash);
+    ck_assert_uint_lt(s.v[1].actual_bytes, 300 * MIB);
+    trace_free(&s);
+
+    trace_init(&s, 2, 700 * MIB);
+    trace_guest(&s, 0, "W", ANON, 512 * MIB, 420 * MIB, 20 * MIB);
+    s.t[0].swap = true;
+    trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+    s.v[1].floor_bytes = 480 * MIB; /* S cannot give what the host lacks */
+    flips = direction_changes(&s, 0, 60, &thrash);
+    ck_assert_msg(flips <= 1 && thrash <= 3, "W: %d direction changes, %u ticks short", flips, thrash);
+    trace_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("need");
@@ -353,6 +399,7 @@ int main(void)
     tcase_add_test(tc, no_pressure_no_moves);
     tcase_add_test(tc, memory_given_back_is_not_retaken);
     tcase_add_test(tc, self_deflation_is_not_fought);
+    tcase_add_test(tc, critical_host_no_ping_pong);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }
