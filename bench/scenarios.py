@@ -38,7 +38,7 @@ SCENARIOS = {
     # The seed mails: a database-like working set next to a streaming job.
     "seed": dict(
         title="W (wss 320 MiB, 80% hot, own swap) + S (streams a 4 GiB disk)",
-        limit_mb=640, warmup=12, measure=20, primary="W", solo_possible=True,
+        limit_mb=640, warmup=10, measure=18, primary="W", solo_possible=True,
         guests=[
             dict(name="W", mem=512, run="wss:320:80", disk="swap", metric=WSS, better="higher",
                  solo=True, gated=True),
@@ -49,7 +49,7 @@ SCENARIOS = {
     # 300 MiB at once (no swap in it), next to a database and a streamer.
     "idle-burst": dict(
         title="B (300 MiB cache, idle, then allocates 300 MiB; no swap) + W (wss 200 MiB) + S (stream)",
-        limit_mb=900, warmup=15, measure=28, primary="B",
+        limit_mb=900, warmup=13, measure=26, primary="B",
         solo_possible=True,
         guests=[
             dict(name="B", mem=512, run="burst:/dev/vda:300:{burst_at}:300:0", disk="data", metric=BURST,
@@ -63,7 +63,7 @@ SCENARIOS = {
     # disk re-read at random), next to a streamer whose cache is not.
     "cachedb": dict(
         title="C (re-reads 300 MiB of its disk through the page cache) + S (stream)",
-        limit_mb=640, warmup=12, measure=18, primary="C", solo_possible=True,
+        limit_mb=640, warmup=10, measure=16, primary="C", solo_possible=True,
         guests=[
             dict(name="C", mem=512, run="cachedb:/dev/vda:300", disk="data", metric=CACHEDB,
                  better="higher", solo=True, gated=True),
@@ -73,7 +73,7 @@ SCENARIOS = {
     # Many small guests with mixed roles.
     "many-small": dict(
         title="6 x 256 MiB: 2 databases (wss 140 MiB), 2 streamers, 2 idle with cache",
-        limit_mb=1100, warmup=12, measure=18, primary="D1",
+        limit_mb=1100, warmup=10, measure=16, primary="D1",
         solo_possible=False,
         solo_reason="six TCG guests share 2 cores: alone, D1 has a core to itself",
         guests=[
@@ -91,7 +91,7 @@ SCENARIOS = {
     # A working set that grows midway (200 -> 340 MiB) next to a streamer.
     "growing": dict(
         title="G (wss 200 MiB, grows by 140 MiB after {grow_at} s) + S (stream)",
-        limit_mb=640, warmup=12, measure=22, primary="G", solo_possible=True,
+        limit_mb=640, warmup=10, measure=20, primary="G", solo_possible=True,
         guests=[
             dict(name="G", mem=512, run="wss:200:80:0:{grow_at}:140", disk="swap", metric=WSS,
                  better="higher", solo=True, gated=True),
@@ -102,7 +102,7 @@ SCENARIOS = {
     # (almost) nothing and cost (almost) nothing.
     "no-pressure": dict(
         title="W (wss 200 MiB) + S (stream) in a roomy 2 GiB host",
-        limit_mb=2048, warmup=8, measure=15, primary="W", solo_possible=True,
+        limit_mb=2048, warmup=7, measure=14, primary="W", solo_possible=True,
         idle_gate=True,
         guests=[
             dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
