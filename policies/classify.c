@@ -15,9 +15,12 @@ void classify_params_default(classify_params *p)
     p->peak_decay = 0.98;
 }
 
-/* Need: available memory below the reserve, or used memory rising fast
- * enough to eat the rest of it within the horizon.  need_bytes is what
- * would restore the reserve plus the growth over the horizon. */
+/* Need: used memory rising fast enough to eat the available memory above
+ * the reserve within the horizon.  Growth smaller than half the reserve
+ * over the horizon is noise (a reclaim leaves a guest at its reserve: a
+ * page of jitter must not read as need).  need_bytes is what would restore
+ * the reserve plus the growth over the horizon, measured against the
+ * guest's balloon as it is. */
 static void need_update(classify_state *st, const guest_view *g, const classify_params *p)
 {
     uint64_t used = g->used_bytes;
@@ -27,8 +30,7 @@ static void need_update(classify_state *st, const guest_view *g, const classify_
         reserve = p->need_reserve_min;
     double growth = g->used_growth_bps > 0 ? g->used_growth_bps * p->need_horizon_s : 0;
     double want = (double)reserve + growth;
-    bool falling = g->used_growth_bps > 0;
-    bool need = (g->available_bytes < reserve && falling) || (growth > 0 && (double)g->available_bytes < want);
+    bool need = growth >= (double)reserve / 2 && (double)g->available_bytes < want;
     if (need) {
         st->need = true;
         st->need_quiet = 0;
@@ -36,7 +38,7 @@ static void need_update(classify_state *st, const guest_view *g, const classify_
         st->need = false;
         st->need_quiet = 0;
     }
-    st->need_bytes = need && want > (double)g->available_bytes ? (uint64_t)(want - (double)g->available_bytes) : 0;
+    st->need_bytes = need ? (uint64_t)(want - (double)g->available_bytes) : 0;
 }
 
 void classify_update(classify_state *st, const guest_view *g, const classify_params *p)

@@ -28,7 +28,8 @@ typedef struct {
     double agent_psi_some;        /* agent PSI some avg10 (%) that confirms it */
     /* need: a guest whose available memory runs out within the horizon */
     double need_reserve_percent;  /* available memory a guest keeps, % of actual ... */
-    uint64_t need_reserve_min;    /* ... but at least this */
+    uint64_t need_reserve_min;    /* ... but at least this ([policy] reserve_*: the same
+                                   * reserve reclaim leaves) */
     double need_horizon_s;        /* how far ahead its used-memory growth is projected */
     unsigned need_quiet_exit;     /* samples without need before the verdict ends */
     double peak_decay;            /* per sample: the peak of used memory decays to this fraction */

@@ -36,7 +36,7 @@ size_t reclaim_plan_wants(const host_view *host, const watermarks *wm, const rec
 
 bool reclaim_may_take(const guest_view *v)
 {
-    return !v->thrashing && v->policy.mode != VM_MODE_OFF && !v->policy.protect;
+    return !v->thrashing && !v->in_need && v->policy.mode != VM_MODE_OFF && !v->policy.protect;
 }
 
 /* qsort has no context argument: order a copy of the candidates. */

@@ -45,7 +45,8 @@ uint64_t reclaim_shortfall(uint64_t avail, uint64_t low, uint64_t high, uint64_t
 size_t reclaim_plan_wants(const host_view *host, const watermarks *wm, const reclaim_node *nodes, size_t n_nodes,
                           uint64_t balloon_reclaim, reclaim_want *out);
 
-/* A guest that may give to host reclaim at all, and be scanned by it. */
+/* A guest that may give to host reclaim at all, and be scanned by it: not
+ * thrashing, not in need, not mode=off, not protect=yes. */
 bool reclaim_may_take(const guest_view *v);
 
 /* One guest offered to host reclaim. */

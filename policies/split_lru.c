@@ -43,6 +43,9 @@
 #define REFAULT_FACTOR 2.0                  /* ... on top of this multiple of before */
 #define MAX_TRACKED 65536
 
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
 /* What reclaim learnt about one guest (mm/workingset.c's shadow entries,
  * at guest granularity). */
 typedef struct {
@@ -54,6 +57,10 @@ typedef struct {
     uint64_t keep_bytes;    /* reclaim leaves it at least this ... */
     double keep_until_s;    /* ... until then */
     bool cache_hot;         /* its page cache refaulted: not streaming */
+    bool keep_backed;       /* keep_bytes came from host-backed evidence (thrashing) */
+    uint64_t unused;        /* given on its word and not yet seen used (need_allowance) */
+    int64_t rss_seen;       /* its QEMU's resident memory last tick; < 0 unknown */
+    bool known;             /* set up (a new entry is all zeros) */
 } split_guest;
 
 typedef struct {
@@ -81,6 +88,11 @@ typedef struct {
     bool cache_hot;    /* its cache refaulted: not treated as streaming */
     bool moving;       /* its balloon is still on the way down: not a donor now */
     const char *learnt; /* set when this tick found that a reclaim cost it */
+    bool keep_backed;  /* keep was learnt from host-backed evidence (thrashing):
+                        * honoured even in the critical tier */
+    bool grew;         /* given memory for need this tick: the move is exact */
+    uint64_t credit;   /* what its word alone may be given now (need_allowance) */
+    uint64_t on_word;  /* given on its word this tick */
     const char *reason;
 } work;
 
@@ -100,6 +112,32 @@ static void split_state_free(void *p)
     free(s);
 }
 
+/* A guest's word (available memory running out) is backed by the host
+ * only when the memory it is given gets used: its QEMU's resident memory
+ * grows.  What was given on its word and not yet seen used is "unused";
+ * a guest may be given, on its word, up to twice the larger of a step and
+ * what it was seen to touch last tick, less what is unused.  An allocating
+ * guest gets memory as fast as it uses it; a guest that only says it needs
+ * memory gets two steps, then nothing.  Without an RSS (a backend that
+ * cannot measure it) the allowance is a step a tick. */
+static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t step)
+{
+    if (!m->known) {
+        m->known = true;
+        m->rss_seen = -1;
+    }
+    if (g->host_rss_bytes < 0) {
+        m->rss_seen = -1;
+        return step;
+    }
+    uint64_t touched = m->rss_seen >= 0 && g->host_rss_bytes > m->rss_seen
+                           ? (uint64_t)(g->host_rss_bytes - m->rss_seen) : 0;
+    m->rss_seen = g->host_rss_bytes;
+    m->unused = m->unused > touched ? m->unused - touched : 0;
+    uint64_t cap = 2 * max_u64(step, touched);
+    return cap > m->unused ? cap - m->unused : 0;
+}
+
 /* Did the last reclaim from this guest cost it?  Need or thrashing, or its
  * disks reading more than before (its cache was hot), within EXPERIMENT_S. */
 static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_t reserve, double now)
@@ -108,11 +146,13 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
         m->keep_bytes = 0;
         m->keep_until_s = 0;
         m->cache_hot = false;
+        m->keep_backed = false;
     }
     if (g->self_deflated_bytes) { /* its own OOM answer: keep what it took */
         if (g->actual_bytes > m->keep_bytes)
             m->keep_bytes = g->actual_bytes;
         m->keep_until_s = now + KEEP_S;
+        m->keep_backed = false;
         m->shrunk_at_s = 0;
         return "deflated on OOM by itself: not fought";
     }
@@ -132,6 +172,9 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
     if (why) {
         if (keep > m->keep_bytes)
             m->keep_bytes = keep;
+        /* only thrashing is backed by what the host measures (its disk
+         * reads); need and disk-read rises are the guest's word */
+        m->keep_backed = m->keep_backed || g->thrashing;
         m->keep_until_s = now + KEEP_S;
         m->shrunk_at_s = 0;
     }
@@ -143,8 +186,6 @@ static uint64_t pct(uint64_t v, double percent)
     return (uint64_t)((double)v * percent / 100.0);
 }
 
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* May this guest's balloon be moved by the tiers and the growth below? */
 static bool is_adjustable(const guest_view *g, const work *w)
@@ -166,10 +207,12 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
         bound = max_u64(bound, max_u64(used, g->peak_used_bytes) + w->reserve);
     else if (g->policy.protect)
         bound = max_u64(bound, used + w->reserve);
-    /* what a reclaim just proved the guest needs is not taken again, not
-     * even when critical: that would be the same loss twice (others give
-     * by shares, and below that the host swaps, as with no balancer) */
-    bound = max_u64(bound, w->keep);
+    /* what a reclaim just proved the guest needs is not taken again; when
+     * the host is critical only if the proof was host-backed (thrashing):
+     * the same loss twice (others give by shares, and below that the host
+     * swaps, as with no balancer) -- a guest's own word cannot shelter it */
+    if (t != TIER_ANON || w->keep_backed)
+        bound = max_u64(bound, w->keep);
     if (w->target <= bound || (with_step && w->changed >= w->step))
         return 0;
     uint64_t room = w->target - bound;
@@ -282,8 +325,10 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         w->reason = "steady";
         split_guest *m = guest_table_get(&st->memory, i, g->uuid);
         if (m) {
+            w->credit = need_allowance(m, g, w->step);
             const char *why = g->stats_valid ? reclaim_feedback(m, g, w->reserve, in->now_s) : NULL;
             w->keep = m->keep_bytes;
+            w->keep_backed = m->keep_backed;
             w->cache_hot = m->cache_hot;
             w->learnt = why;
         }
@@ -303,8 +348,27 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         }
     }
 
+    /* What the others could give without touching a working set: the
+     * budget for need that is only the guest's word (available memory
+     * running out is reported by the guest; thrashing is backed by its disk
+     * reads).  Need beyond it is not granted: a lying guest can take the
+     * host's headroom and others' free memory and cache, never their anon
+     * (mm: an allocation may reclaim cache, not another process's pages). */
+    uint64_t cheap = 0;
+    for (size_t i = 0; i < in->n_guests; i++)
+        if (is_adjustable(&in->guests[i], &ws[i]))
+            for (tier t = TIER_FREE; t < TIER_ANON; t++)
+                cheap += tier_supply(&in->guests[i], &ws[i], t, false);
+    /* signed: growth already asked for and not yet funded has pushed the
+     * host's account below zero, and that debt comes first */
+    int64_t budget_s = avail_s - (int64_t)in->wm.min + (int64_t)cheap;
+    uint64_t need_budget = budget_s > 0 ? (uint64_t)budget_s : 0;
+    uint64_t headroom = avail > in->wm.min ? avail - in->wm.min : 0;
+
     /* Need first: a guest in need (thrashing, its available memory running
-     * out, or a reclaim that cost it) is given memory now. */
+     * out, or a reclaim that cost it) is given memory now.  The grant is
+     * measured from its balloon as it is (need_bytes is against actual),
+     * so asking again while the balloon moves asks for nothing more. */
     uint64_t grown = 0;
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
@@ -314,22 +378,29 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         if (w->fixed || g->policy.mode != VM_MODE_AUTO || !g->stats_valid ||
             !(g->thrashing || g->in_need || w->learnt))
             continue;
-        if (w->target >= g->ceiling_bytes) {
-            w->reason = g->thrashing ? "thrashing, at ceiling" : "in need, at ceiling";
-            continue;
-        }
-        uint64_t add = 0;
+        uint64_t base = max_u64(w->target, g->actual_bytes); /* never shrinks a guest in need */
+        /* backed by what the host measures: thrashing (its disk reads) and
+         * what a reclaim proved it needs */
+        uint64_t backed = base;
         if (g->thrashing)
-            add = w->step;
-        if (g->in_need)
-            add = max_u64(add, max_u64(g->need_bytes, tun->min_change_bytes));
-        if (w->learnt && w->keep > w->target)
-            add = max_u64(add, w->keep - w->target);
-        add = min_u64(add, g->ceiling_bytes - w->target);
-        w->target += add;
+            backed = max_u64(backed, base + w->step);
+        if (w->learnt)
+            backed = max_u64(backed, w->keep);
+        backed = min_u64(backed, g->ceiling_bytes);
+        /* its word: within what others can spare and its allowance */
+        uint64_t word = g->in_need ? min_u64(g->actual_bytes + g->need_bytes, g->ceiling_bytes) : 0;
+        uint64_t on_word = word > backed ? min_u64(min_u64(word - backed, need_budget), w->credit) : 0;
+        need_budget -= on_word;
+        w->on_word = on_word;
+        uint64_t add = backed - base + on_word;
+        w->target = base + add;
         w->changed += add;
-        grown += add;
-        w->reason = w->learnt ? w->learnt
+        w->grew = true;
+        grown += w->target - min_u64(w->target, g->pending_target_bytes ? g->pending_target_bytes
+                                                                        : g->actual_bytes);
+        w->reason = !add && base >= g->ceiling_bytes ? (g->thrashing ? "thrashing, at ceiling" : "in need, at ceiling")
+                    : !add && !w->learnt ? "in need: nothing left to give it without a working set"
+                    : w->learnt    ? w->learnt
                     : g->thrashing ? "thrashing: given memory back"
                                    : "in need (available memory running out): given memory";
     }
@@ -337,8 +408,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     /* Reclaim to the high watermark, plus whatever the growth above costs
      * beyond what the host has down to min. */
     uint64_t surplus = avail > in->wm.high ? avail - in->wm.high : 0;
-    uint64_t headroom = avail > in->wm.min ? avail - in->wm.min : 0;
-    uint64_t need = st->reclaiming && avail < in->wm.high ? in->wm.high - avail : 0;
+    uint64_t need = st->reclaiming && avail_s < (int64_t)in->wm.high ? (uint64_t)((int64_t)in->wm.high - avail_s) : 0;
     if (grown > headroom)
         need += grown - headroom;
     /* A costlier tier is used only for the part of the need that the
@@ -391,11 +461,13 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         const guest_view *g = &in->guests[i];
         uint64_t min_change = max_u64(tun->min_change_bytes, g->actual_bytes / 200);
         /* floors and ceilings are exact: the last small step to them counts */
-        if (ws[i].fixed || ws[i].target == g->ceiling_bytes || ws[i].target == g->floor_bytes)
+        if (ws[i].fixed || ws[i].grew || ws[i].target == g->ceiling_bytes || ws[i].target == g->floor_bytes)
             min_change = 1;
         decision_set(&out->decisions[i], g->actual_bytes, ws[i].target, min_change, ws[i].reason);
         /* a reclaim starts an experiment: its cost is watched for EXPERIMENT_S */
         split_guest *m = guest_table_get(&st->memory, i, g->uuid);
+        if (m && out->decisions[i].change)
+            m->unused += ws[i].on_word;
         if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             if (!running) {

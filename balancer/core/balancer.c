@@ -31,6 +31,14 @@ static void limits_from_config(balancer *b)
     b->lim.stale_seconds = 3 * b->cfg.stats_period + b->cfg.tick_seconds;
     b->hv.connect_uri = b->cfg.connect_uri;
     b->hv.stats_period = b->cfg.stats_period;
+    /* need uses the reserve reclaim leaves, and looks at least two ticks
+     * ahead: what a guest needs must be there before the next decision */
+    classify_params d;
+    classify_params_default(&d);
+    b->cp.need_reserve_percent = b->cfg.tun.reserve_percent;
+    b->cp.need_reserve_min = b->cfg.tun.reserve_min_bytes;
+    b->cp.need_horizon_s = d.need_horizon_s > 2.0 * b->cfg.tick_seconds ? d.need_horizon_s
+                                                                         : 2.0 * b->cfg.tick_seconds;
 }
 
 static void set_host_reclaim(balancer *b)
@@ -180,10 +188,6 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->proc_meminfo = "/proc/meminfo";
     b->sys_node_dir = "/sys/devices/system/node";
     classify_params_default(&b->cp);
-    /* need is projected at least two ticks ahead: what it needs must be
-     * there before the next decision */
-    if (b->cp.need_horizon_s < 2.0 * b->cfg.tick_seconds)
-        b->cp.need_horizon_s = 2.0 * b->cfg.tick_seconds;
     limits_from_config(b);
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)
@@ -320,6 +324,8 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         g->reclaimed_bytes += v->actual_bytes - target;
     else
         g->returned_bytes += target - v->actual_bytes;
+    if (target > v->actual_bytes)
+        g->last_grow_ms = now;
     g->last_target = target;
     g->last_set_ms = now;
     log_info("guest %s: balloon %s -> %s (%s)", g->hv.name, from, to, d->reason);
@@ -395,6 +401,7 @@ static bool tick_round(balancer *b)
          * it on OOM (deflate-on-oom / libvirt autodeflate) */
         g->view.self_deflated_bytes = 0;
         if (g->view.stats_valid && g->seen_actual && g->last_target &&
+            mono_ms() - g->last_grow_ms >= quiet_ms && /* not a growth we asked for */
             g->view.actual_bytes > g->seen_actual + SELF_DEFLATE_SLACK &&
             g->view.actual_bytes > g->last_target + SELF_DEFLATE_SLACK) {
             g->view.self_deflated_bytes = g->view.actual_bytes - g->seen_actual;

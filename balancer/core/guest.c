@@ -106,11 +106,19 @@ static double backed(guest *g, double claimed, double bytes_each)
 
 /* Used memory in one report: the guest's MemTotal minus its MemAvailable,
  * both from the same report (the balloon size the host knows changes
- * before the guest reports it), bounded by the host's balloon size cap. */
-static double used_of(const guest_sample *s, uint64_t cap)
+ * before the guest reports it), bounded by the host's balloon size cap.
+ * A guest whose balloon has deflate-on-oom keeps its MemTotal when the
+ * balloon inflates (the balloon's pages count as used): once its MemTotal
+ * has stayed above the balloon for DOO_REPORTS reports, the balloon size
+ * bounds it instead. */
+#define DOO_SLACK (64.0 * 1024 * 1024)
+#define DOO_REPORTS 3
+static double used_of(const guest_sample *s, uint64_t cap, bool doo)
 {
-    double total = s->total_bytes > 0 ? (double)s->total_bytes
-                   : s->actual_bytes > 0 ? (double)s->actual_bytes : 0;
+    double actual = s->actual_bytes > 0 ? (double)s->actual_bytes : 0;
+    double total = s->total_bytes > 0 ? (double)s->total_bytes : actual;
+    if (doo && total > actual)
+        total = actual;
     if (cap && total > (double)cap)
         total = (double)cap;
     double avail = s->available_bytes > 0 ? (double)s->available_bytes : 0;
@@ -127,6 +135,9 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         g->prev = g->cur;
         g->have_prev = g->prev.last_update > 0;
     }
+    if (fresh_report && s->total_bytes > 0 && s->actual_bytes > 0)
+        g->total_above = (double)s->total_bytes > (double)s->actual_bytes + DOO_SLACK ? g->total_above + 1 : 0;
+    bool doo = g->total_above >= DOO_REPORTS;
     g->cur = *s;
     g->have_cur = true;
 
@@ -146,7 +157,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->available_bytes = clamp_size(g, s->available_bytes, v->actual_bytes);
     v->free_bytes = clamp_size(g, s->free_bytes, v->actual_bytes);
     v->cache_bytes = clamp_size(g, s->cache_bytes, v->actual_bytes);
-    v->used_bytes = (uint64_t)used_of(s, v->actual_bytes);
+    v->used_bytes = (uint64_t)used_of(s, v->actual_bytes, doo);
 
     v->agent_fresh = agent_fresh(&g->agent, mono, (double)lim->stale_seconds);
     v->agent_refault_ps = v->agent_fresh ? g->agent.refault_anon_ps + g->agent.refault_file_ps : 0;
@@ -158,16 +169,18 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         v->swap_in_bps = backed(g, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
         v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
         v->major_faults_ps = backed(g, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
-        v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->max_bytes) - used_of(&g->prev, v->max_bytes)) / dt : 0;
+        v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->max_bytes, doo) - used_of(&g->prev, v->max_bytes, doo)) / dt : 0;
         classify_update(&g->cls, v, cp);
     } else if (!v->stats_valid) {
         v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = 0;
     }
     v->disk_read_bps = g->disk_read_bps;
+    v->host_rss_bytes = s->rss_bytes;
     v->thrashing = g->cls.thrashing;
     v->streaming = g->cls.streaming;
     v->in_need = g->cls.need;
-    v->need_bytes = g->cls.need_bytes;
+    /* a need is granted once, on the report that showed it */
+    v->need_bytes = fresh_report ? g->cls.need_bytes : 0;
     v->peak_used_bytes = (uint64_t)g->cls.peak_used;
     v->name = g->hv.name;
     v->uuid = g->hv.uuid;

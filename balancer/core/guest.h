@@ -39,6 +39,8 @@ typedef struct guest {
     uint64_t last_target;     /* last balloon target we set (0 = none) */
     uint64_t seen_actual;     /* the balloon size at the previous tick (0 = none) */
     uint64_t self_deflations; /* times the guest grew its balloon on its own (deflate-on-oom) */
+    int64_t last_grow_ms;     /* when we last asked its balloon to grow */
+    unsigned total_above;     /* reports in a row whose MemTotal stays above the balloon */
     int64_t last_set_ms;
     uint64_t balloon_ops, balloon_errors;
     uint64_t reclaimed_bytes, returned_bytes;

@@ -19,6 +19,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
+#include "util/small_file.h"
 #include "qmp/qmp.h"
 
 #define QMP_TIMEOUT_MS 2000
@@ -149,6 +150,25 @@ static void q_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gue
         agent_conn_drain(&t->agent, st, guest_bytes);
 }
 
+static int q_qemu_pid(hv_ctx *hv, hv_guest *g);
+
+/* The QEMU process's resident memory, as the host measures it (-1 unknown):
+ * a guest touching the memory it was given shows here, a guest that only
+ * says it needs memory does not. */
+static int64_t qemu_rss_bytes(int pid)
+{
+    if (pid <= 0)
+        return -1;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    g_autofree char *text = small_file_read(path, 8192);
+    const char *line = text ? strstr(text, "\nVmRSS:") : NULL;
+    unsigned long long kb;
+    if (!line || sscanf(line + 7, "%llu", &kb) != 1)
+        return -1;
+    return (int64_t)kb * 1024;
+}
+
 static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
 {
     (void)hv;
@@ -176,7 +196,7 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     out->swap_out_bytes = gs.swap_out;
     out->major_faults = gs.major_faults;
     out->minor_faults = gs.minor_faults;
-    out->rss_bytes = -1;
+    out->rss_bytes = qemu_rss_bytes(q_qemu_pid(hv, g));
     uint64_t rd;
     out->disk_read_bytes = qmp_query_blockstats_read(t->conn, &rd, QMP_TIMEOUT_MS, &e) == 0 &&
                                    rd <= INT64_MAX ? (int64_t)rd : -1;

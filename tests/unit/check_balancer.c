@@ -519,6 +519,44 @@ START_TEST(balloon_moving_ahead_of_the_report_is_not_need)
     ck_assert_msg(g.view.used_growth_bps == 0, "used growth %.0f B/s", g.view.used_growth_bps);
     ck_assert_uint_eq(g.view.used_bytes, 1 * GIB);
     ck_assert(!g.view.in_need);
+
+    /* the guest allocates 200 MiB a second: used rises, its available runs
+     * out within the horizon: in need, once, on the report that showed it */
+    s.last_update = 1003;
+    s.available_bytes -= (int64_t)(200 * MIB);
+    guest_ingest(&g, &s, 1003, 0, &lim, &cp);
+    ck_assert(g.view.used_growth_bps == 200.0 * MIB);
+    s.last_update = 1004;
+    s.available_bytes -= (int64_t)(200 * MIB);
+    guest_ingest(&g, &s, 1004, 0, &lim, &cp);
+    ck_assert(g.view.in_need);
+    ck_assert_uint_gt(g.view.need_bytes, 1 * GIB);
+    guest_ingest(&g, &s, 1005, 0, &lim, &cp); /* no new report: nothing more to grant */
+    ck_assert(g.view.in_need);
+    ck_assert_uint_eq(g.view.need_bytes, 0);
+}
+END_TEST
+
+/* deflate-on-oom: the guest's MemTotal does not follow the balloon, so
+ * inflating it looks like used memory rising unless the balloon bounds it. */
+START_TEST(deflate_on_oom_guest_inflating_is_not_need)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    guest g;
+    guest_init(&g, "doo", "u4");
+    int64_t total = (int64_t)(2 * GIB), avail = (int64_t)(1 * GIB), actual = (int64_t)(2 * GIB);
+    for (int t = 0; t < 8; t++) {
+        guest_sample s = sample(1000 + t, 0, 0);
+        s.total_bytes = total;        /* stays */
+        s.actual_bytes = actual;      /* inflates 100 MiB a second */
+        s.available_bytes = avail;    /* the balloon's pages are used */
+        guest_ingest(&g, &s, 1000 + t, 0, &lim, &cp);
+        if (t >= 5)
+            ck_assert_msg(!g.view.in_need, "in need at t=%d (growth %.0f B/s)", t, g.view.used_growth_bps);
+        actual -= (int64_t)(100 * MIB);
+        avail -= (int64_t)(100 * MIB);
+    }
 }
 END_TEST
 
@@ -623,6 +661,7 @@ int main(void)
     tcase_add_test(tc, qemu_memcg_find_and_write);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, balloon_moving_ahead_of_the_report_is_not_need);
+    tcase_add_test(tc, deflate_on_oom_guest_inflating_is_not_need);
     tcase_add_test(tc, lying_guest_is_clamped);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
     tcase_add_test(tc, bounds_from_policy);

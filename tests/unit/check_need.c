@@ -39,7 +39,7 @@ typedef struct {
     classify_state cls;
 } tguest;
 
-typedef struct {
+typedef struct trace_ {
     guest_view v[NG];
     guest_decision d[NG];
     tguest t[NG];
@@ -50,6 +50,7 @@ typedef struct {
     classify_params cp;
     void *state;
     unsigned moves;
+    void (*lie)(struct trace_ *s); /* rewrites what a lying guest reports, after observe */
 } trace;
 
 static void trace_init(trace *s, size_t n, uint64_t host)
@@ -110,6 +111,7 @@ static void observe(trace *s)
         else if (t->r == CACHEDB)
             g->disk_read_bps = t->cache < t->cache_want ? (double)(t->cache_want - t->cache) / 4 : 0;
         g->pending_target_bytes = t->target != g->actual_bytes ? t->target : 0;
+        g->host_rss_bytes = (int64_t)(KERNEL + anon_res + t->cache); /* what it has touched */
         classify_update(&t->cls, g, &s->cp);
         g->thrashing = t->cls.thrashing;
         g->streaming = t->cls.streaming;
@@ -132,6 +134,8 @@ static void observe(trace *s)
 static void trace_tick(trace *s)
 {
     observe(s);
+    if (s->lie)
+        s->lie(s);
     policy_split_lru.decide(&s->in, s->state, &s->out);
     for (size_t i = 0; i < s->n; i++) {
         guest_view *g = &s->v[i];
@@ -388,6 +392,76 @@ START_TEST(critical_host_no_ping_pong)
 }
 END_TEST
 
+/* A liar claims its available memory is gone and its used memory soars,
+ * every tick (nothing the host measures backs it).  It may take the host's
+ * headroom and the others' free memory and cache; never their working
+ * set: the database keeps its anon and never thrashes. */
+static void liar_claims_need(trace *s)
+{
+    guest_view *g = &s->v[2];
+    g->available_bytes = 0;
+    g->free_bytes = g->cache_bytes = 0;
+    g->used_bytes = g->actual_bytes;
+    g->used_growth_bps = 100.0 * MIB;
+    classify_update(&s->t[2].cls, g, &s->cp);
+    g->in_need = s->t[2].cls.need;
+    g->need_bytes = s->t[2].cls.need_bytes;
+    g->streaming = false;
+    g->host_rss_bytes = 200 * MIB; /* the host sees it touch nothing new */
+}
+
+START_TEST(lying_need_takes_no_working_set)
+{
+    trace s;
+    trace_init(&s, 3, 1300 * MIB);
+    trace_guest(&s, 0, "W", ANON, 512 * MIB, 420 * MIB, 20 * MIB);
+    s.t[0].swap = true;
+    trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+    trace_guest(&s, 2, "L", ANON, 1 * GIB, 100 * MIB, 0);
+    s.v[2].actual_bytes = s.t[2].target = 256 * MIB;
+    s.lie = liar_claims_need;
+    unsigned short_ticks = 0;
+    for (int k = 0; k < 60; k++) {
+        trace_tick(&s);
+        short_ticks += s.t[0].anon + KERNEL > s.v[0].actual_bytes;
+        if (getenv("TRACE"))
+            printf("%d W %llu (%s) | S %llu (%s) | L %llu->%llu (%s) avail %llu\n", k,
+                   (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason,
+                   (unsigned long long)(s.v[1].actual_bytes / MIB), s.d[1].reason,
+                   (unsigned long long)(s.v[2].actual_bytes / MIB), (unsigned long long)(s.t[2].target / MIB), s.d[2].reason,
+                   (unsigned long long)(s.in.host.available_bytes / MIB));
+        ck_assert(!s.t[0].cls.thrashing);
+    }
+    ck_assert_msg(short_ticks == 0, "W short of its working set in %u ticks", short_ticks);
+    ck_assert_uint_ge(s.v[0].actual_bytes, 420 * MIB + KERNEL);
+    trace_free(&s);
+}
+END_TEST
+
+/* A big guest with a small need: the grant is issued whatever its size
+ * (a 8 GiB guest's usual minimum change is 41 MiB). */
+START_TEST(small_need_of_a_big_guest_is_granted)
+{
+    trace s;
+    trace_init(&s, 2, 9 * GIB);
+    trace_guest(&s, 0, "Big", ANON, 8 * GIB, 2 * GIB, 0);
+    trace_guest(&s, 1, "S", STREAMER, 1 * GIB, 30 * MIB, 8 * GIB);
+    s.v[0].actual_bytes = s.t[0].target = 2 * GIB + 200 * MIB;
+    for (int k = 0; k < 5; k++)
+        trace_tick(&s);
+    /* +30 MiB a tick: fills what it has */
+    unsigned short_ticks = 0;
+    for (int k = 0; k < 12; k++) {
+        trace_tick(&s);
+        allocate(&s, 0, 2 * GIB + (uint64_t)(k + 1) * 30 * MIB, 2 * GIB);
+        short_ticks += s.t[0].anon + KERNEL > s.v[0].actual_bytes;
+    }
+    ck_assert_uint_eq(s.t[0].ooms, 0);
+    ck_assert_msg(short_ticks == 0, "short in %u ticks", short_ticks);
+    trace_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("need");
@@ -400,6 +474,8 @@ int main(void)
     tcase_add_test(tc, memory_given_back_is_not_retaken);
     tcase_add_test(tc, self_deflation_is_not_fought);
     tcase_add_test(tc, critical_host_no_ping_pong);
+    tcase_add_test(tc, lying_need_takes_no_working_set);
+    tcase_add_test(tc, small_need_of_a_big_guest_is_granted);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }

@@ -941,6 +941,10 @@ START_TEST(reclaim_givers_streaming_then_coldest_never_protected)
     ck_assert_uint_eq(order[0], 4); /* streaming first, however little is cold */
     ck_assert_uint_eq(order[1], 0);
     ck_assert(!reclaim_may_take(&v[1]) && !reclaim_may_take(&v[2]) && !reclaim_may_take(&v[3]));
+    /* a guest in need is no donor to host swap either */
+    v[0].in_need = true;
+    ck_assert(!reclaim_may_take(&v[0]));
+    ck_assert_uint_eq(reclaim_plan_givers(c, 5, order), 1);
     /* among equals, the most cold memory first */
     guest_view w[3];
     memset(w, 0, sizeof(w));
