@@ -184,7 +184,7 @@ static void mom_sample(mom_state *s, const policy_input *in)
     ring_push(&s->host_free, (double)(in->host.free_bytes + in->host.cached_bytes));
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
-        mom_guest *h = guest_table_get(&s->guests, i, g->uuid);
+        mom_guest *h = guest_table_get(&s->guests, i, guest_key_of(g));
         if (!h)
             continue;
         if (!g->stats_valid)
@@ -265,7 +265,7 @@ static void mom_decide(const policy_input *in, void *state, policy_output *out)
         }
         if (!run)
             continue;
-        const mom_guest *h = guest_table_lookup(&s->guests, i, g->uuid);
+        const mom_guest *h = guest_table_lookup(&s->guests, i, guest_key_of(g));
         double target = -1;
         if (h && h->cur.n && g->stats_valid) { /* MoM skips guests without balloon stats */
             target = pressure ? shrink_guest(g, h, host_free_percent) : grow_guest(g, h, grow_free_percent);

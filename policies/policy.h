@@ -126,6 +126,13 @@ const char *policy_names(void);
 
 /* Helpers shared by policies. */
 
+/* The key a policy remembers a guest by: its uuid, or its name when the
+ * backend has no uuid for it. */
+static inline const char *guest_key_of(const guest_view *g)
+{
+    return g->uuid && *g->uuid ? g->uuid : g->name ? g->name : "";
+}
+
 /* A fixed cadence for baselines that run on their own clock: true when
  * now_s has reached *next_s (less CADENCE_SLACK_S, for timers that fire a
  * little early); *next_s then advances by interval_s, skipping intervals

@@ -60,7 +60,8 @@ typedef struct {
     bool keep_backed;       /* keep_bytes came from host-backed evidence (thrashing) */
     uint64_t unused;        /* given on its word and not yet seen used (need_allowance) */
     int64_t rss_seen;       /* its QEMU's resident memory last tick; < 0 unknown */
-    bool known;             /* set up (a new entry is all zeros) */
+    bool known;             /* set up by memory_observe */
+    double disk_avg_bps;    /* its disk reads, averaged over ~8 ticks; < 0 unknown */
 } split_guest;
 
 typedef struct {
@@ -112,6 +113,21 @@ static void split_state_free(void *p)
     free(s);
 }
 
+/* What the host measures of a guest, remembered across ticks: its disk
+ * reads averaged over ~8 ticks (a reclaim's "before"). */
+static void memory_observe(split_guest *m, const guest_view *g)
+{
+    if (!m->known) { /* a new entry is all zeros */
+        m->known = true;
+        m->rss_seen = -1;
+        m->disk_avg_bps = -1;
+    }
+    if (g->disk_read_bps < 0)
+        m->disk_avg_bps = -1;
+    else
+        m->disk_avg_bps = m->disk_avg_bps < 0 ? g->disk_read_bps : 0.875 * m->disk_avg_bps + 0.125 * g->disk_read_bps;
+}
+
 /* A guest's word (available memory running out) is backed by the host
  * only when the memory it is given gets used: its QEMU's resident memory
  * grows.  What was given on its word and not yet seen used is "unused";
@@ -122,10 +138,6 @@ static void split_state_free(void *p)
  * cannot measure it) the allowance is a step a tick. */
 static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t step)
 {
-    if (!m->known) {
-        m->known = true;
-        m->rss_seen = -1;
-    }
     if (g->host_rss_bytes < 0) {
         m->rss_seen = -1;
         return step;
@@ -323,8 +335,9 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         w->step = max_u64(tun->step_min_bytes, pct(g->actual_bytes, tun->step_percent));
         w->reserve = max_u64(tun->reserve_min_bytes, pct(g->actual_bytes, tun->reserve_percent));
         w->reason = "steady";
-        split_guest *m = guest_table_get(&st->memory, i, g->uuid);
+        split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m) {
+            memory_observe(m, g);
             w->credit = need_allowance(m, g, w->step);
             const char *why = g->stats_valid ? reclaim_feedback(m, g, w->reserve, in->now_s) : NULL;
             w->keep = m->keep_bytes;
@@ -465,14 +478,17 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             min_change = 1;
         decision_set(&out->decisions[i], g->actual_bytes, ws[i].target, min_change, ws[i].reason);
         /* a reclaim starts an experiment: its cost is watched for EXPERIMENT_S */
-        split_guest *m = guest_table_get(&st->memory, i, g->uuid);
+        split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m && out->decisions[i].change)
             m->unused += ws[i].on_word;
         if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
-                m->disk_before_bps = g->disk_read_bps;
+                /* the usual rate, not one tick's: a bursty streamer idle
+                 * at this moment must not look like a refault later */
+                m->disk_before_bps = g->disk_read_bps < 0 ? -1
+                                     : m->disk_avg_bps > g->disk_read_bps ? m->disk_avg_bps : g->disk_read_bps;
                 m->free_before = g->free_bytes;
             }
             m->shrunk_at_s = in->now_s;
