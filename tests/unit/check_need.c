@@ -462,6 +462,92 @@ START_TEST(small_need_of_a_big_guest_is_granted)
 }
 END_TEST
 
+/* Adversarial property: for many random hosts and working sets, a liar
+ * (claiming need every tick, or oscillating its used memory, or reporting
+ * nothing available) never leaves the honest guests shorter of their
+ * working sets than the same guest idle and honest would have. */
+typedef enum { LIE_NONE, LIE_NEED, LIE_OSCILLATE, LIE_ZERO_AVAIL, LIE_KINDS } lie_kind;
+static lie_kind current_lie;
+static int lie_tick;
+
+static void liar_lies(trace *s)
+{
+    guest_view *g = &s->v[2];
+    switch (current_lie) {
+    case LIE_NEED:
+        g->available_bytes = g->free_bytes = g->cache_bytes = 0;
+        g->used_bytes = g->actual_bytes;
+        g->used_growth_bps = 100.0 * MIB;
+        break;
+    case LIE_OSCILLATE:
+        g->used_growth_bps = (lie_tick++ % 2) ? 200.0 * MIB : -200.0 * MIB;
+        g->available_bytes = g->free_bytes = 8 * MIB;
+        g->cache_bytes = 0;
+        break;
+    case LIE_ZERO_AVAIL:
+        g->available_bytes = g->free_bytes = g->cache_bytes = 0;
+        g->used_bytes = g->actual_bytes;
+        break;
+    default:
+        return;
+    }
+    g->host_rss_bytes = 150 * MIB; /* it touches nothing */
+    classify_update(&s->t[2].cls, g, &s->cp);
+    g->in_need = s->t[2].cls.need;
+    g->need_bytes = s->t[2].cls.need_bytes;
+    g->streaming = s->t[2].cls.streaming;
+    g->thrashing = s->t[2].cls.thrashing;
+}
+
+static unsigned honest_short_ticks(uint64_t seed, lie_kind lie)
+{
+    uint64_t x = seed * 2654435761ULL + 1;
+#define RND(n) (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x % (n))
+    trace s;
+    trace_init(&s, 3, (900 + RND(600)) * MIB);
+    uint64_t wanon = (250 + RND(200)) * MIB;
+    trace_guest(&s, 0, "W", ANON, 512 * MIB, wanon, 20 * MIB);
+    s.t[0].swap = true;
+    trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+    trace_guest(&s, 2, "L", ANON, 1 * GIB, 100 * MIB, 20 * MIB);
+    s.v[2].actual_bytes = s.t[2].target = (200 + RND(300)) * MIB;
+#undef RND
+    current_lie = lie;
+    lie_tick = 0;
+    s.lie = liar_lies;
+    unsigned short_ticks = 0;
+    for (int k = 0; k < 60; k++) {
+        trace_tick(&s);
+        if (k >= 10) /* after the start settles */
+            short_ticks += s.t[0].anon + KERNEL > s.v[0].actual_bytes;
+    }
+    trace_free(&s);
+    return short_ticks;
+}
+
+START_TEST(liars_hurt_no_honest_guest)
+{
+    /* A liar may cost the database one tick (it thrashes once before the
+     * host-backed evidence protects it), never more, and rarely: in at
+     * most 20% of the seeds x lies (15% today; without the RSS allowance and the
+     * no-anon budget it is ~40%). */
+    unsigned pairs = 0, hurt = 0;
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        unsigned honest = honest_short_ticks(seed, LIE_NONE);
+        for (lie_kind lie = LIE_NEED; lie < LIE_KINDS; lie++) {
+            unsigned lied = honest_short_ticks(seed, lie);
+            if (getenv("PROP"))
+                printf("seed %llu lie %d: %u vs %u\n", (unsigned long long)seed, (int)lie, lied, honest);
+            ck_assert_msg(lied <= honest + 1, "seed %llu lie %d: W short %u ticks (honest liar: %u)",
+                          (unsigned long long)seed, (int)lie, lied, honest);
+            pairs++;
+            hurt += lied > honest;
+        }
+    }
+    ck_assert_msg(hurt * 100 <= pairs * 20, "a liar cost the database a tick in %u of %u runs", hurt, pairs);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("need");
@@ -476,6 +562,7 @@ int main(void)
     tcase_add_test(tc, critical_host_no_ping_pong);
     tcase_add_test(tc, lying_need_takes_no_working_set);
     tcase_add_test(tc, small_need_of_a_big_guest_is_granted);
+    tcase_add_test(tc, liars_hurt_no_honest_guest);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }
