@@ -174,7 +174,8 @@ unit: $(UNIT_TESTS) $(REPLAYS)
 	  for r in $(REPLAY_TARGETS); do \
 	    $(RUN) $(BUILD)/tests/replay_$$r $$(ls tests/fuzz/corpus/$$r/* tests/fuzz/regressions/$$r/* 2>/dev/null) || rc=1; \
 	  done; \
-	  $(RUN) tests/layers.sh || rc=1; exit $$rc
+	  $(RUN) tests/layers.sh || rc=1; \
+	  $(RUN) tests/prometheus/check-rules.sh || rc=1; exit $$rc
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@rc=0; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
@@ -300,6 +301,7 @@ install: $(BALANCERD) $(BALANCERCTL)
 	install -D -m 0755 $(BALANCERCTL) $(DESTDIR)$(PREFIX)/sbin/balancerctl
 	install -D -m 0644 balancer.service $(DESTDIR)/lib/systemd/system/balancer.service
 	install -D -m 0644 balancerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/balancerd.8
+	install -D -m 0644 contrib/prometheus/membal-rules.yml $(DESTDIR)$(PREFIX)/share/membal/prometheus/membal-rules.yml
 	[ -e $(DESTDIR)/etc/balancer/balancer.conf ] || \
 	  install -D -m 0644 balancer.conf $(DESTDIR)/etc/balancer/balancer.conf
 

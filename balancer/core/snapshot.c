@@ -26,6 +26,7 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->clamped_values = g->clamped_values;
     r->counter_resets = g->counter_resets;
     r->unbacked_claims = g->unbacked_claims;
+    r->self_deflations = g->self_deflations;
     r->disk_read_bps = g->disk_read_bps;
     r->swap_in_bytes = g->cur.swap_in_bytes;
     r->swap_out_bytes = g->cur.swap_out_bytes;

@@ -72,6 +72,7 @@ static double gv_perrs(const snapshot_guest *g) { return (double)g->policy_error
 static double gv_clamped(const snapshot_guest *g) { return (double)g->clamped_values; }
 static double gv_off(const snapshot_guest *g) { return g->policy.mode == VM_MODE_OFF; }
 static double gv_unbacked(const snapshot_guest *g) { return (double)g->unbacked_claims; }
+static double gv_self_deflations(const snapshot_guest *g) { return (double)g->self_deflations; }
 GUEST_COUNTER(gv_ref_anon, agent_refaults_anon)
 GUEST_COUNTER(gv_ref_file, agent_refaults_file)
 static double gv_agent_msgs(const snapshot_guest *g) { return (double)g->agent_messages; }
@@ -157,6 +158,8 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_policy_errors_total", "counter", "Rejected policy metadata documents.", gv_perrs);
     guest_family(s, b, "balancer_guest_clamped_values_total", "counter", "Guest-reported values outside what the host allows.", gv_clamped);
     guest_family(s, b, "balancer_guest_unbacked_claims_total", "counter", "Swap-in/fault rates the guest's disk reads could not explain (capped).", gv_unbacked);
+    guest_family(s, b, "balancer_guest_self_deflations_total", "counter",
+                 "Times the guest grew its own balloon (deflate-on-oom: it was about to OOM).", gv_self_deflations);
 
     guest_family(s, b, "balancer_guest_agent_up", "gauge", "1 while the in-guest agent reports.", gv_agent_up);
     guest_family(s, b, "balancer_guest_refaults_anon_total", "counter", "Anon workingset refaults, as the guest agent reports them.", gv_ref_anon);

@@ -43,6 +43,7 @@ typedef struct {
     uint32_t quiet_samples;
     uint64_t balloon_ops, balloon_errors, reclaimed_bytes, returned_bytes;
     uint64_t clamped_values, counter_resets, unbacked_claims;
+    uint64_t self_deflations;  /* balloon grown by the guest itself (deflate-on-oom) */
     double disk_read_bps;       /* host-measured, -1 unknown */
     int64_t swap_in_bytes, swap_out_bytes, major_faults; /* guest counters, -1 not reported */
     /* the in-guest agent */
