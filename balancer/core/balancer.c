@@ -328,7 +328,8 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         g->last_grow_ms = now;
     g->last_target = target;
     g->last_set_ms = now;
-    log_info("guest %s: balloon %s -> %s (%s)", g->hv.name, from, to, d->reason);
+    log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, "balloon", d->reason, v->actual_bytes, target,
+                     "guest %s: balloon %s -> %s (%s)", g->hv.name, from, to, d->reason);
 }
 
 /* The host-reclaim actuator's round.  A dry run and a pause write

@@ -1,29 +1,30 @@
 #include "util/log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "util/journal.h"
 
 static log_level level = LOG_INFO;
 
 void log_set_level(log_level lvl) { level = lvl; }
 log_level log_get_level(void) { return level; }
 
-void log_msg(log_level lvl, const char *fmt, ...)
+static bool to_journal(void)
+{
+    return !isatty(STDERR_FILENO) && getenv("JOURNAL_STREAM") != NULL;
+}
+
+static void emit(log_level lvl, const char *msg)
 {
     static const char *const names[] = { "error", "warning", "info", "debug" };
     /* sd-daemon priority prefixes: journald maps them to levels */
     static const char *const prio[] = { "<3>", "<4>", "<6>", "<7>" };
-    if (lvl > level)
-        return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (isatty(STDERR_FILENO) || getenv("JOURNAL_STREAM") == NULL) {
+    if (!to_journal()) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         struct tm tm;
@@ -33,4 +34,33 @@ void log_msg(log_level lvl, const char *fmt, ...)
     } else {
         fprintf(stderr, "%s%s\n", prio[lvl], msg);
     }
+}
+
+void log_msg(log_level lvl, const char *fmt, ...)
+{
+    if (lvl > level)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    emit(lvl, msg);
+}
+
+void log_guest_action(log_level lvl, const char *guest, const char *uuid, const char *action, const char *reason,
+                      uint64_t from_bytes, uint64_t to_bytes, const char *fmt, ...)
+{
+    static const int syslog_prio[] = { 3, 4, 6, 7 }; /* err, warning, info, debug */
+    if (lvl > level)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    /* the journal's structured entry, else (or if it cannot be sent) the line */
+    if (!to_journal() ||
+        journal_guest_action(syslog_prio[lvl], msg, guest, uuid, action, reason, from_bytes, to_bytes) < 0)
+        emit(lvl, msg);
 }

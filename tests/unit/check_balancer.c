@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -21,6 +23,7 @@
 #include "config/metadata_xml.h"
 #include "reclaim/qemu_memcg.h"
 #include "config/size_parse.h"
+#include "util/log.h"
 
 /* ---- sizes ---- */
 
@@ -560,6 +563,52 @@ START_TEST(deflate_on_oom_guest_inflating_is_not_need)
 }
 END_TEST
 
+/* Under systemd a balloon action is a journal entry an operator can
+ * filter on (journalctl GUEST=db ACTION=balloon).  libsystemd's own
+ * sd_journal_send, received on a journal socket this test binds: only
+ * where no journald runs (it must not steal a real one's socket). */
+#define JOURNAL_DIR "/run/systemd/journal"
+#define JOURNAL_SOCKET JOURNAL_DIR "/socket"
+START_TEST(balloon_actions_are_journal_entries)
+{
+    if (geteuid() != 0)
+        CHECK_SKIP("needs root to bind %s", JOURNAL_SOCKET);
+    if (access(JOURNAL_SOCKET, F_OK) == 0)
+        CHECK_SKIP("a journald owns %s here", JOURNAL_SOCKET);
+    bool made_dir = mkdir("/run/systemd", 0755) == 0;
+    bool made_sub = mkdir(JOURNAL_DIR, 0755) == 0;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", JOURNAL_SOCKET);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setenv("JOURNAL_STREAM", "8:1234", 1);
+    log_guest_action(LOG_INFO, "db", "uuid-1", "balloon", "reclaim: guest free memory", 512 * MIB, 480 * MIB,
+                     "guest %s: balloon %s -> %s (%s)", "db", "512 MiB", "480 MiB", "reclaim: guest free memory");
+    char buf[4096];
+    struct timeval tv = { .tv_sec = 2 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+    unsetenv("JOURNAL_STREAM");
+    close(fd);
+    unlink(JOURNAL_SOCKET);
+    if (made_sub)
+        rmdir(JOURNAL_DIR);
+    if (made_dir)
+        rmdir("/run/systemd");
+    ck_assert_int_gt(n, 0);
+    buf[n] = 0;
+    ck_assert_msg(strstr(buf, "\nGUEST=db\n") || strncmp(buf, "GUEST=db\n", 9) == 0, "entry: %s", buf);
+    ck_assert_ptr_nonnull(strstr(buf, "GUEST_UUID=uuid-1\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "ACTION=balloon\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "REASON=reclaim: guest free memory\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "FROM_BYTES=536870912\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "TO_BYTES=503316480\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "PRIORITY=6\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "MESSAGE=guest db: balloon 512 MiB -> 480 MiB (reclaim: guest free memory)\n"));
+}
+END_TEST
+
 START_TEST(lying_guest_is_clamped)
 {
     classify_params cp;
@@ -661,6 +710,7 @@ int main(void)
     tcase_add_test(tc, qemu_memcg_find_and_write);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, balloon_moving_ahead_of_the_report_is_not_need);
+    tcase_add_test(tc, balloon_actions_are_journal_entries);
     tcase_add_test(tc, deflate_on_oom_guest_inflating_is_not_need);
     tcase_add_test(tc, lying_guest_is_clamped);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
