@@ -28,6 +28,7 @@ struct hswap_guest {
     qemu_memcg cg;
     bool cg_own;                 /* the cgroup holds this QEMU alone */
     uint64_t protected_bytes;
+    memcg_saved cg_before;       /* its protection before ours, put back at the end */
 };
 
 struct host_swap {
@@ -61,6 +62,10 @@ void host_swap_guest_free(hswap_guest *h)
 {
     if (!h)
         return;
+    /* released, host reclaim reconfigured or off, or the daemon stopping:
+     * the group gets back the protection it had before us */
+    if (h->cg_before.saved && memcg_restore(&h->cg, &h->cg_before) < 0)
+        log_warn("cannot restore %s's memory protection: %m", h->cg.dir);
     guest_close(h);
     g_free(h);
 }
@@ -176,6 +181,11 @@ static void protect_working_sets(const host_swap *hs, host_swap_target **open, s
         uint64_t diff = hot > h->protected_bytes ? hot - h->protected_bytes : h->protected_bytes - hot;
         if (diff < PROTECT_SLACK)
             continue;
+        if (!h->cg_before.saved && memcg_save(&h->cg, &h->cg_before) < 0) {
+            log_warn("guest %s: cannot read %s's memory protection, not touching it: %m", open[i]->name, h->cg.dir);
+            h->cg_own = false;
+            continue;
+        }
         if (memcg_protect(&h->cg, hot) == 0)
             h->protected_bytes = hot;
         else

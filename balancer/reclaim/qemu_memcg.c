@@ -143,6 +143,35 @@ static int write_u64(const char *dir, const char *file, uint64_t v)
     return small_file_write_at(dir, file, text);
 }
 
+static const char *protect_file(const qemu_memcg *m)
+{
+    return m->kind == MEMCG_V2 ? "memory.low" : m->kind == MEMCG_V1 ? "memory.soft_limit_in_bytes" : NULL;
+}
+
+int memcg_save(const qemu_memcg *m, memcg_saved *out)
+{
+    memset(out, 0, sizeof(*out));
+    const char *file = protect_file(m);
+    if (!file) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (small_file_read_u64(m->dir, file, &out->bytes, &out->is_max) < 0)
+        return -1;
+    out->saved = true;
+    return 0;
+}
+
+int memcg_restore(const qemu_memcg *m, const memcg_saved *s)
+{
+    const char *file = protect_file(m);
+    if (!s->saved || !file) {
+        errno = ENOENT;
+        return -1;
+    }
+    return s->is_max ? small_file_write_at(m->dir, file, "max") : write_u64(m->dir, file, s->bytes);
+}
+
 int memcg_protect(const qemu_memcg *m, uint64_t bytes)
 {
     if (m->kind == MEMCG_V2)

@@ -11,6 +11,7 @@
 #ifndef MEMBAL_QEMU_MEMCG_H
 #define MEMBAL_QEMU_MEMCG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -37,5 +38,16 @@ int qemu_memcg_find(pid_t pid, qemu_memcg *out);
 /* 1 if pid is the only process in the group, 0 if not, -1 unreadable. */
 int memcg_sole_owner(const qemu_memcg *m, pid_t pid);
 int memcg_protect(const qemu_memcg *m, uint64_t bytes);
+
+/* The protection the group had before we wrote ours, to put back when we
+ * let the guest go (released, host reclaim turned off, daemon stopped). */
+typedef struct {
+    bool saved;
+    bool is_max;     /* "max" (v2) */
+    uint64_t bytes;
+} memcg_saved;
+/* 0, or -1 with errno. */
+int memcg_save(const qemu_memcg *m, memcg_saved *out);
+int memcg_restore(const qemu_memcg *m, const memcg_saved *s);
 
 #endif

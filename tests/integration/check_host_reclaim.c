@@ -440,13 +440,23 @@ START_TEST(real_memcg_protect)
     ck_assert_str_eq(m.dir, dir);
     ck_assert_int_eq(m.kind, v2mem ? MEMCG_V2 : MEMCG_V1);
     ck_assert_int_eq(memcg_sole_owner(&m, kid), 1);
-    ck_assert_int_eq(memcg_protect(&m, 64 * MIB), 0);
-    char *got = NULL;
+    char *got = NULL, *orig = NULL;
     char file[500];
     snprintf(file, sizeof(file), "%s/%s", dir, v2mem ? "memory.low" : "memory.soft_limit_in_bytes");
+    ck_assert(g_file_get_contents(file, &orig, NULL, NULL));
+    memcg_saved before;
+    ck_assert_int_eq(memcg_save(&m, &before), 0);
+    ck_assert_int_eq(memcg_protect(&m, 64 * MIB), 0);
     ck_assert(g_file_get_contents(file, &got, NULL, NULL));
     ck_assert_uint_eq(strtoull(got, NULL, 10), 64 * MIB);
     g_free(got);
+    /* letting the guest go puts back what the group had ("0" on v2, v1's
+     * "no soft limit" number) */
+    ck_assert_int_eq(memcg_restore(&m, &before), 0);
+    ck_assert(g_file_get_contents(file, &got, NULL, NULL));
+    ck_assert_str_eq(got, orig);
+    g_free(got);
+    g_free(orig);
     /* the test process joins too: shared, so not ours to tune */
     snprintf(pidtxt, sizeof(pidtxt), "%d", (int)getpid());
     ck_assert(test_put(procs, pidtxt));
