@@ -187,11 +187,13 @@ valgrind: $(UNIT_TESTS) $(REPLAYS)
 
 # balancerd runs under valgrind in the end-to-end tests (not under ASan)
 DAEMON_WRAPPER ?= $(if $(SAN),,$(VALGRIND))
-integration: $(INTEG_TESTS) $(BALANCERD) $(BALANCERCTL) guest
+integration: $(INTEG_TESTS) $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU) guest
 	@failed=0; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  rc=0; MEMBAL_GUEST_DIR=$(CURDIR)/$(GUEST_DIR) MEMBAL_TOP=$(CURDIR) \
 	    MEMBAL_DAEMON_WRAPPER="$(DAEMON_WRAPPER)" $(RUN) $$t || rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "== $$t SKIPPED"; elif [ $$rc -ne 0 ]; then failed=1; fi; done; \
+	  echo "== tests/prometheus/scrape.sh"; rc=0; $(RUN) tests/prometheus/scrape.sh --build $(BUILD) || rc=$$?; \
+	  if [ $$rc -ne 0 ] && [ $$rc -ne 77 ]; then failed=1; fi; \
 	  exit $$failed
 
 # Every suite runs even when an earlier one failed; the last line is
