@@ -304,6 +304,7 @@ install: $(BALANCERD) $(BALANCERCTL)
 	install -D -m 0644 balancer.service $(DESTDIR)/lib/systemd/system/balancer.service
 	install -D -m 0644 balancerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/balancerd.8
 	install -D -m 0644 contrib/prometheus/membal-rules.yml $(DESTDIR)$(PREFIX)/share/membal/prometheus/membal-rules.yml
+	install -D -m 0644 contrib/grafana/membal-dashboard.json $(DESTDIR)$(PREFIX)/share/membal/grafana/membal-dashboard.json
 	[ -e $(DESTDIR)/etc/balancer/balancer.conf ] || \
 	  install -D -m 0644 balancer.conf $(DESTDIR)/etc/balancer/balancer.conf
 

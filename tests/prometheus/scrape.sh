@@ -84,5 +84,27 @@ bad = [r["name"] for g in d for r in g["rules"] if r.get("health") != "ok"]
 n = sum(len(g["rules"]) for g in d)
 print("rules: %d in %s, unhealthy: %s" % (n, names, bad or "none"))
 sys.exit(1 if bad or names != ["membal.alerts", "membal.rules"] or n < 12 else 0)' || fail=1
-[ "$fail" = 0 ] && echo "scrape: Prometheus scraped balancerd and evaluated every rule"
+# every query of the Grafana dashboard is valid PromQL over these series
+# ($instance/$guest as "all"), and those of the host and per-guest panels
+# have data (host reclaim is off here, so its panels may be empty)
+python3 - "$top/contrib/grafana/membal-dashboard.json" "http://127.0.0.1:$pport" <<'PY' || fail=1
+import json, sys, urllib.parse, urllib.request
+dash, base = json.load(open(sys.argv[1])), sys.argv[2]
+bad = 0
+for panel in dash["panels"]:
+    for t in panel.get("targets", []):
+        expr = t["expr"].replace("$instance", ".*").replace("$guest", ".*")
+        url = base + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        try:
+            d = json.load(urllib.request.urlopen(url))
+        except Exception as e:
+            print("FAIL: %s: %s" % (t["expr"], e)); bad = 1; continue
+        n = len(d["data"]["result"]) if d["status"] == "success" else -1
+        empty_ok = "balancer_guest_host_" in expr or "balancer_host_reclaim_" in expr  # reclaim is off here
+        if n < 0 or (n == 0 and not empty_ok and "rate(" not in expr and "increase(" not in expr):
+            print("FAIL: %s -> %d series" % (t["expr"], n)); bad = 1
+print("dashboard: %d panels checked%s" % (len(dash["panels"]), ", all queries valid" if not bad else ""))
+sys.exit(bad)
+PY
+[ "$fail" = 0 ] && echo "scrape: Prometheus scraped balancerd and evaluated every rule and dashboard query"
 exit $fail
