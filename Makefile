@@ -175,7 +175,8 @@ unit: $(UNIT_TESTS) $(REPLAYS)
 	    $(RUN) $(BUILD)/tests/replay_$$r $$(ls tests/fuzz/corpus/$$r/* tests/fuzz/regressions/$$r/* 2>/dev/null) || rc=1; \
 	  done; \
 	  $(RUN) tests/layers.sh || rc=1; \
-	  $(RUN) tests/prometheus/check-rules.sh || rc=1; exit $$rc
+	  $(RUN) tests/prometheus/check-rules.sh || rc=1; \
+	  $(RUN) tests/docs-check.sh || rc=1; exit $$rc
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@rc=0; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
@@ -290,7 +291,7 @@ DEB_PKGS := build-essential pkg-config clang libclang-rt-14-dev valgrind \
   libmicrohttpd-dev libsystemd-dev check \
   qemu-system-x86 qemu-utils linux-image-amd64 busybox-static cpio xz-utils zstd kmod \
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients curl procps iproute2 \
-  prometheus gnuplot-nox python3
+  prometheus gnuplot-nox python3 bash-completion groff-base
 
 deps:
 	apt-get update
@@ -303,6 +304,8 @@ install: $(BALANCERD) $(BALANCERCTL)
 	install -D -m 0755 $(BALANCERCTL) $(DESTDIR)$(PREFIX)/sbin/balancerctl
 	install -D -m 0644 balancer.service $(DESTDIR)/lib/systemd/system/balancer.service
 	install -D -m 0644 balancerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/balancerd.8
+	install -D -m 0644 balancerctl.8 $(DESTDIR)$(PREFIX)/share/man/man8/balancerctl.8
+	install -D -m 0644 contrib/bash-completion/balancerctl $(DESTDIR)$(PREFIX)/share/bash-completion/completions/balancerctl
 	install -D -m 0644 contrib/prometheus/membal-rules.yml $(DESTDIR)$(PREFIX)/share/membal/prometheus/membal-rules.yml
 	install -D -m 0644 contrib/grafana/membal-dashboard.json $(DESTDIR)$(PREFIX)/share/membal/grafana/membal-dashboard.json
 	[ -e $(DESTDIR)/etc/balancer/balancer.conf ] || \
