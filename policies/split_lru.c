@@ -413,8 +413,8 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
                                                                         : g->actual_bytes);
         w->reason = !add && base >= g->ceiling_bytes ? (g->thrashing ? "thrashing, at ceiling" : "in need, at ceiling")
                     : !add && !w->learnt ? "in need: nothing left to give it without a working set"
-                    : w->learnt    ? w->learnt
                     : g->thrashing ? "thrashing: given memory back"
+                    : w->learnt    ? w->learnt
                                    : "in need (available memory running out): given memory";
     }
 

@@ -649,7 +649,10 @@ START_TEST(agent_reports_refaults_in_a_squeeze)
     ck_assert_ptr_nonnull(m);
     /* the squeeze made it thrash for real: its swap-ins are backed by reads
      * of its swap disk, so the cross-check lets the protection through */
-    ck_assert_msg(wait_log("thrashing: given memory back", 60), "a real thrasher was not protected");
+    bool protected_ = wait_log("thrashing: given memory back", 60);
+    if (!protected_)
+        dump_log();
+    ck_assert_msg(protected_, "a real thrasher was not protected");
     /* nothing the real agent sent was rejected */
     ck_assert_ptr_nonnull(strstr(m, "reason=\"json\"} 0"));
     ck_assert_ptr_nonnull(strstr(m, "reason=\"field\"} 0"));
