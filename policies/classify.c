@@ -6,6 +6,7 @@ void classify_params_default(classify_params *p)
     p->major_faults_ps_enter = 100.0;
     p->quiet_ticks_exit = 6;
     p->stream_cache_fraction = 0.25;
+    p->stream_read_bps = 1024.0 * 1024; /* 1 MiB/s */
     p->agent_refault_ps = 64.0; /* pages/s coming back soon after eviction */
     p->agent_psi_some = 10.0;
     p->need_reserve_percent = 5.0;
@@ -61,8 +62,12 @@ void classify_update(classify_state *st, const guest_view *g, const classify_par
      * no swap-in).  Never both: a thrashing guest is not a donor. */
     bool quiet_faults = g->major_faults_ps < p->major_faults_ps_enter / 4 &&
                         g->swap_in_bps < p->swap_in_bps_enter / 4;
+    /* A stream reads its disks all the time; a big cache whose guest reads
+     * nothing (as the host measures it) is a cache in use or at rest, not
+     * a stream: a buffered-IO database's working set looks like this. */
+    bool reading = g->disk_read_bps < 0 || g->disk_read_bps >= p->stream_read_bps;
     st->streaming = !st->thrashing && !st->need &&
-                    ((quiet_faults && g->actual_bytes > 0 &&
+                    ((quiet_faults && reading && g->actual_bytes > 0 &&
                       (double)g->cache_bytes >= p->stream_cache_fraction * (double)g->actual_bytes) ||
                      (g->agent_fresh && g->agent_hint_streaming));
 }

@@ -2,7 +2,8 @@
  * Per-guest classification with hysteresis, the guest-granularity analogue
  * of mm/workingset.c: a guest whose working set does not fit (swap-in and
  * major faults) is "thrashing" and protected; a guest whose memory is
- * mostly page cache with no fault cost is "streaming" and gives first.
+ * mostly page cache with no fault cost, whose disks the host sees read all
+ * the time, is "streaming" and gives first.
  *
  * A guest without swap cannot thrash: it shows need by its available
  * memory running out (used memory rising toward its balloon).  Such a guest
@@ -24,6 +25,7 @@ typedef struct {
     double major_faults_ps_enter; /* major fault rate that signals thrashing */
     unsigned quiet_ticks_exit;    /* quiet samples before leaving thrashing */
     double stream_cache_fraction; /* cache share of actual that may stream */
+    double stream_read_bps;       /* host-measured disk reads a stream has at least */
     double agent_refault_ps;      /* agent refault rate that confirms thrashing */
     double agent_psi_some;        /* agent PSI some avg10 (%) that confirms it */
     /* need: a guest whose available memory runs out within the horizon */

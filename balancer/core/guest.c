@@ -163,6 +163,8 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->agent_refault_ps = v->agent_fresh ? g->agent.refault_anon_ps + g->agent.refault_file_ps : 0;
     v->agent_psi_some = v->agent_fresh ? g->agent.cur.psi_some_avg10 : -1;
     v->agent_hint_streaming = v->agent_fresh && g->agent.cur.hint_streaming;
+    v->disk_read_bps = g->disk_read_bps; /* host-measured: classify reads it */
+    v->host_rss_bytes = s->rss_bytes;
 
     if (fresh_report && g->have_prev) {
         double dt = (double)(g->cur.last_update - g->prev.last_update);
@@ -174,8 +176,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     } else if (!v->stats_valid) {
         v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = 0;
     }
-    v->disk_read_bps = g->disk_read_bps;
-    v->host_rss_bytes = s->rss_bytes;
+
     v->thrashing = g->cls.thrashing;
     v->streaming = g->cls.streaming;
     v->in_need = g->cls.need;

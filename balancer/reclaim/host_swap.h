@@ -41,6 +41,7 @@ typedef struct {
     bool enabled;
     const char *source;          /* "damon" or "probe" */
     uint64_t scans, scan_errors, paged_out_bytes;
+    uint64_t idle_skips;         /* scan ticks skipped: no pressure, no scan */
     double cpu_seconds;          /* balancerd's own scanning CPU */
     double source_cpu_seconds;   /* kdamond CPU (damon) */
 } host_swap_stats;

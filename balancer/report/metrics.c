@@ -108,6 +108,9 @@ static void host_reclaim_metrics(GString *s, const snapshot *b)
     g_string_append_printf(s, "balancer_host_reclaim_scans_total %llu\n", (unsigned long long)hs.scans);
     header(s, "balancer_host_reclaim_scan_errors_total", "counter", "Scans whose cold-page source failed.");
     g_string_append_printf(s, "balancer_host_reclaim_scan_errors_total %llu\n", (unsigned long long)hs.scan_errors);
+    header(s, "balancer_host_reclaim_idle_skips_total", "counter",
+           "Scan ticks skipped because nothing was short of memory (no pressure, no probes).");
+    g_string_append_printf(s, "balancer_host_reclaim_idle_skips_total %llu\n", (unsigned long long)hs.idle_skips);
     header(s, "balancer_host_reclaim_cpu_seconds_total", "counter", "CPU balancerd spent scanning and paging out.");
     g_string_append_printf(s, "balancer_host_reclaim_cpu_seconds_total %.6f\n", hs.cpu_seconds);
     header(s, "balancer_host_reclaim_source_cpu_seconds_total", "counter", "CPU of the kernel's DAMON thread since it started.");

@@ -811,6 +811,25 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
         ck_assert(probes0 > 0); /* the probe source was probing before the pause */
     ck_assert(probes1 == probes0 && paged1 == paged0);
     ck_assert_int_eq(stop_daemon(), 0);
+
+    /* no pressure, no scan: with the host far above its watermarks host
+     * reclaim probes nothing (a probe is a pageout the guest pays for) */
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 1%\nlow = 2%\nhigh = 3%\n"
+                     "[guests]\ndefault_floor_percent = 100\n"
+                     "[host_reclaim]\nenabled = true\nscan_interval = 1\n");
+    start_daemon_ex(conf, extra, true);
+    sleep(5);
+    m = try_metrics();
+    double scans = metric_value(m, "\nbalancer_host_reclaim_scans_total ");
+    double skips = metric_value(m, "\nbalancer_host_reclaim_idle_skips_total ");
+    double probes = metric_value(m, "balancer_guest_host_probe_bytes_total{");
+    fprintf(stderr, "host reclaim without pressure: %.0f scans, %.0f skipped, %.0f probe bytes in 5 s\n", scans,
+            skips, probes);
+    ck_assert(scans == 0 && skips >= 3);
+    ck_assert(probes <= 0); /* absent or zero: the guest was never probed */
+    g_free(m);
+    ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
     if (made_swap)
         ck_assert_int_eq(test_swap_off(swapfile), 0);

@@ -870,7 +870,8 @@ START_TEST(streaming_needs_big_cache_and_no_faults)
     classify_params p;
     classify_params_default(&p);
     classify_state st = { 0 };
-    guest_view g = { .stats_valid = true, .actual_bytes = 4 * GIB, .cache_bytes = 3 * GIB };
+    guest_view g = { .stats_valid = true, .actual_bytes = 4 * GIB, .cache_bytes = 3 * GIB,
+                     .disk_read_bps = 50.0 * MIB };
     classify_update(&st, &g, &p);
     ck_assert(st.streaming);
     g.major_faults_ps = 50; /* cache that costs faults to refill is reused */
@@ -880,6 +881,16 @@ START_TEST(streaming_needs_big_cache_and_no_faults)
     g.cache_bytes = 256 * MIB;
     classify_update(&st, &g, &p);
     ck_assert(!st.streaming);
+    /* a big cache its guest does not read from disk (the host sees no
+     * reads): a cache in use or at rest, e.g. a buffered-IO database */
+    g.cache_bytes = 3 * GIB;
+    g.disk_read_bps = 0;
+    classify_update(&st, &g, &p);
+    ck_assert(!st.streaming);
+    /* where the host cannot measure disk reads, the cache alone decides */
+    g.disk_read_bps = -1;
+    classify_update(&st, &g, &p);
+    ck_assert(st.streaming);
 }
 END_TEST
 
