@@ -826,7 +826,7 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     double probes = metric_value(m, "balancer_guest_host_probe_bytes_total{");
     fprintf(stderr, "host reclaim without pressure: %.0f scans, %.0f skipped, %.0f probe bytes in 5 s\n", scans,
             skips, probes);
-    ck_assert(scans == 0 && skips >= 3);
+    ck_assert(scans == 0 && skips >= 1); /* the stage ticks, and does not scan */
     ck_assert(probes <= 0); /* absent or zero: the guest was never probed */
     g_free(m);
     ck_assert_int_eq(stop_daemon(), 0);
