@@ -54,9 +54,12 @@ INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp 
 FAKE_QEMU    := $(BUILD)/tests/fake_qemu
 SIM          := $(BUILD)/bench/membal-sim
 
-.PHONY: all deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
+.PHONY: all daemon deb deb-check deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
 
 all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS) $(FAKE_QEMU)
+
+# what a package needs: the two programs, nothing of the tests
+daemon: $(BALANCERD) $(BALANCERCTL)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -73,11 +76,11 @@ $(LIBCORE): $(CORE_OBJ)
 	ar rcs $@ $^
 
 $(BALANCERD): $(BUILD)/balancer/main/balancerd.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
-	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS)
+	$(CC) $(SAN) $(LDFLAGS) -o $@ $^ $(CORE_LIBS)
 
 $(BALANCERCTL): $(BUILD)/balancer/main/balancerctl.o $(BUILD)/balancer/config/size_parse.o \
 		$(BUILD)/balancer/util/error.o
-	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0) -lm
+	$(CC) $(SAN) $(LDFLAGS) -o $@ $^ $(call pc_libs,json-c glib-2.0) -lm
 
 $(LIBPOLICY): $(POLICY_OBJ)
 	@mkdir -p $(dir $@)
@@ -201,8 +204,8 @@ integration: $(INTEG_TESTS) $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU) guest
 # "check: N passed, N failed, N skipped", each skip listed with its reason.
 check: all
 	@mkdir -p $(BUILD)
-	@tests/check-all.sh $(RESULTS) "$(MAKE) --no-print-directory" unit valgrind integration soak-smoke \
-	  bench-smoke fuzz-smoke
+	@tests/check-all.sh $(RESULTS) "$(MAKE) --no-print-directory" unit valgrind integration deb-check \
+	  soak-smoke bench-smoke fuzz-smoke
 
 # Soak (tests/faults/soak.sh): 50 fake QMP guests + 1 real one at a 1 s
 # tick; RSS and fds must stay flat.  make soak: 10 minutes; make check: 40 s.
@@ -291,7 +294,8 @@ DEB_PKGS := build-essential pkg-config clang libclang-rt-14-dev valgrind \
   libmicrohttpd-dev libsystemd-dev check \
   qemu-system-x86 qemu-utils linux-image-amd64 busybox-static cpio xz-utils zstd kmod \
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients curl procps iproute2 \
-  prometheus gnuplot-nox python3 bash-completion groff-base
+  prometheus gnuplot-nox python3 bash-completion groff-base \
+  debhelper dpkg-dev fakeroot lintian
 
 deps:
 	apt-get update
@@ -308,10 +312,25 @@ install: $(BALANCERD) $(BALANCERCTL)
 	install -D -m 0644 contrib/bash-completion/balancerctl $(DESTDIR)$(PREFIX)/share/bash-completion/completions/balancerctl
 	install -D -m 0644 contrib/prometheus/membal-rules.yml $(DESTDIR)$(PREFIX)/share/membal/prometheus/membal-rules.yml
 	install -D -m 0644 contrib/grafana/membal-dashboard.json $(DESTDIR)$(PREFIX)/share/membal/grafana/membal-dashboard.json
+	install -D -m 0644 contrib/systemd/host-reclaim.conf $(DESTDIR)$(PREFIX)/share/doc/membal/examples/host-reclaim.conf
 	[ -e $(DESTDIR)/etc/balancer/balancer.conf ] || \
 	  install -D -m 0644 balancer.conf $(DESTDIR)/etc/balancer/balancer.conf
 
+# ---- Debian packages (debian/): membal and membal-agent into $(BUILD)/deb ----
+deb:
+	dpkg-checkbuilddeps
+	rm -rf $(BUILD)/deb && mkdir -p $(BUILD)/deb
+	debian/rules clean
+	debian/rules build
+	fakeroot debian/rules binary DEB_DESTDIR=$(abspath $(BUILD)/deb)
+	debian/rules clean
+	lintian --fail-on error $(BUILD)/deb/*.deb
+	@ls -l $(BUILD)/deb
+# build, lint, install, look, purge (root; tests/deb-check.sh)
+deb-check: deb
+	$(RUN) tests/deb-check.sh $(BUILD)/deb
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-deb
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -3,8 +3,8 @@
 # parses and completes its commands and options.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
-fail=0 checks=2
-for m in balancerd.8 balancerctl.8; do
+fail=0 checks=3
+for m in balancerd.8 balancerctl.8 guest-agent/balancer-agent.8; do
     out=$(groff -man -ww -z "$top/$m" 2>&1)
     if [ -n "$out" ]; then echo "FAIL: $m: $out"; fail=$((fail + 1)); else echo "ok: $m renders cleanly"; fi
 done
@@ -12,7 +12,7 @@ comp=$top/contrib/bash-completion/balancerctl
 if ! bash -n "$comp"; then
     echo "FAIL: $comp does not parse"; fail=$((fail + 1))
 elif [ ! -f /usr/share/bash-completion/bash_completion ]; then
-    checks=3
+    checks=4
     echo "SKIPPED: completion: bash-completion is not installed (make deps)"
 else
     complete_words() { # words... -> COMPREPLY

@@ -41,7 +41,11 @@ static void limits_from_config(balancer *b)
                                                                          : 2.0 * b->cfg.tick_seconds;
 }
 
-static void set_host_reclaim(balancer *b)
+/* Start the [host_reclaim] stage of b->cfg over (cold ages are relearned):
+ * what was scanned is closed and the guests' cgroup protection put back
+ * first, since a DAMON source we created would look taken to the new one.
+ * -1 with the reason when the new stage cannot start (it stays off). */
+static int set_host_reclaim(balancer *b, GError **error)
 {
     host_swap_free(b->hswap);
     for (guint i = 0; b->guests && i < b->guests->len; i++) {
@@ -49,10 +53,30 @@ static void set_host_reclaim(balancer *b)
         host_swap_guest_free(g->hswap);
         g->hswap = NULL;
     }
-    g_autoptr(GError) err = NULL;
-    b->hswap = host_swap_new(&b->cfg, &err);
-    if (err)
-        log_err("%s; host reclaim stays off", err->message);
+    GError *err = NULL;
+    b->hswap = host_swap_new(&b->cfg, b->damon_dir, &err);
+    if (err) {
+        g_propagate_error(error, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* [host_reclaim]'s settings from src into dst; dst's old source string is
+ * handed to src, so each config still owns one. */
+static void swap_host_reclaim(balancer_config *dst, balancer_config *src)
+{
+    balancer_config t = *dst;
+    dst->hr_enabled = src->hr_enabled;
+    dst->hr_source = src->hr_source;
+    dst->hr_scan_interval = src->hr_scan_interval;
+    dst->hr_min_cold_age = src->hr_min_cold_age;
+    dst->hr_max_cold_age = src->hr_max_cold_age;
+    dst->hr_max_per_scan = src->hr_max_per_scan;
+    dst->hr_min_per_scan = src->hr_min_per_scan;
+    dst->hr_probes = src->hr_probes;
+    dst->hr_protect = src->hr_protect;
+    src->hr_source = t.hr_source;
 }
 
 static bool same_host_reclaim(const balancer_config *a, const balancer_config *c)
@@ -64,17 +88,27 @@ static bool same_host_reclaim(const balancer_config *a, const balancer_config *c
            a->hr_protect == c->hr_protect;
 }
 
-void balancer_replace_config(balancer *b, balancer_config *cfg)
+int balancer_replace_config(balancer *b, balancer_config *cfg, GError **error)
 {
     bool same = same_host_reclaim(&b->cfg, cfg);
-    config_clear(&b->cfg);
+    balancer_config old = b->cfg;
     b->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
     limits_from_config(b);
-    /* a changed [host_reclaim] starts over (cold ages are relearned) */
-    if (!same)
-        set_host_reclaim(b);
+    int rc = 0;
+    if (!same && set_host_reclaim(b, error) < 0) {
+        /* a [host_reclaim] that cannot start leaves the one that ran */
+        g_prefix_error(error, "reload: ");
+        g_autoptr(GError) again = NULL;
+        swap_host_reclaim(&b->cfg, &old);
+        if (set_host_reclaim(b, &again) < 0)
+            log_err("host reclaim: the previous [host_reclaim] does not start again either: %s",
+                    again->message);
+        rc = -1;
+    }
+    config_clear(&old);
     b->snap_stale = true;
+    return rc;
 }
 
 const balancer_config *balancer_config_get(const balancer *b)
@@ -187,11 +221,12 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->guests = g_ptr_array_new();
     b->proc_meminfo = "/proc/meminfo";
     b->sys_node_dir = "/sys/devices/system/node";
+    b->damon_dir = HOST_SWAP_DAMON_DIR;
     classify_params_default(&b->cp);
     limits_from_config(b);
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)
-        b->hswap = host_swap_new(&b->cfg, &hr_err);
+        b->hswap = host_swap_new(&b->cfg, b->damon_dir, &hr_err);
     if (!b->policy || hr_err) {
         if (hr_err)
             g_propagate_error(error, g_steal_pointer(&hr_err));

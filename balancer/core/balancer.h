@@ -29,9 +29,11 @@ void balancer_free(balancer *b);
 /* The configuration in force. */
 const balancer_config *balancer_config_get(const balancer *b);
 /* Install a reloaded configuration (moved, like in balancer_new).  A
- * changed [host_reclaim] restarts host reclaim; the policy is switched
+ * changed [host_reclaim] restarts host reclaim; when the new one cannot
+ * start, the previous [host_reclaim] is kept (and started again) and -1
+ * says why, the rest of cfg being in force.  The policy is switched
  * separately. */
-void balancer_replace_config(balancer *b, balancer_config *cfg);
+int balancer_replace_config(balancer *b, balancer_config *cfg, GError **error);
 /* Switch policy (config reload); the new policy starts with fresh state. */
 int balancer_set_policy(balancer *b, const char *name, GError **error);
 /* balancerctl pause/resume: keep observing, stop actuating. */

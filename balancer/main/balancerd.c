@@ -134,7 +134,8 @@ static gboolean reload(daemon_ctx *d)
     g_free(c.connect_uri);
     c.connect_uri = g_strdup(now->connect_uri);
     bool retick = c.tick_seconds != now->tick_seconds;
-    balancer_replace_config(d->b, &c);
+    if (balancer_replace_config(d->b, &c, &err) < 0)
+        log_err("%s; keeping the running host reclaim", err->message);
     if (retick)
         schedule_ticks(d);
     now = balancer_config_get(d->b);

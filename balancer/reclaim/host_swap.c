@@ -14,8 +14,8 @@
 #include "util/mono_clock.h"
 #include "reclaim/qemu_memcg.h"
 #include "config/size_parse.h"
+#include "util/small_file.h"
 
-#define DAMON_ADMIN_DIR "/sys/kernel/mm/damon/admin"
 #define REOPEN_SCANS 10          /* retry a guest that could not be opened */
 #define PROTECT_SLACK (16ULL << 20)
 
@@ -81,10 +81,43 @@ void host_swap_free(host_swap *hs)
     g_free(hs);
 }
 
-host_swap *host_swap_new(const balancer_config *cfg, GError **error)
+/* The capabilities host reclaim uses, by number (linux/capability.h):
+ * pagemap frame numbers, a QEMU of another user, process_madvise. */
+static const struct { int bit; const char *name; } needed_caps[] = {
+    { 21, "CAP_SYS_ADMIN" }, { 19, "CAP_SYS_PTRACE" }, { 23, "CAP_SYS_NICE" },
+};
+
+/* The capabilities of needed_caps this process lacks, space separated
+ * ("" when it has them all or when /proc does not say). */
+static char *missing_caps(void)
+{
+    g_autofree char *status = small_file_read("/proc/self/status", 16384);
+    GString *out = g_string_new("");
+    if (!status)
+        return g_string_free(out, FALSE);
+    const char *line = strstr(status, "\nCapEff:");
+    unsigned long long eff = 0;
+    if (!line || sscanf(line + 8, "%llx", &eff) != 1)
+        return g_string_free(out, FALSE);
+    for (size_t i = 0; i < G_N_ELEMENTS(needed_caps); i++)
+        if (!(eff & (1ULL << needed_caps[i].bit)))
+            g_string_append_printf(out, "%s%s", out->len ? " " : "", needed_caps[i].name);
+    return g_string_free(out, FALSE);
+}
+
+host_swap *host_swap_new(const balancer_config *cfg, const char *damon_dir, GError **error)
 {
     if (!cfg->hr_enabled)
         return NULL;
+    g_autofree char *missing = missing_caps();
+    if (*missing) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE,
+                    "[host_reclaim] needs the capabilities CAP_SYS_ADMIN CAP_SYS_PTRACE CAP_SYS_NICE, this "
+                    "process lacks %s (under systemd: install the drop-in host-reclaim.conf from "
+                    "/usr/share/doc/membal/examples/ into /etc/systemd/system/balancer.service.d/)",
+                    missing);
+        return NULL;
+    }
     host_swap *hs = g_new0(host_swap, 1);
     cold_tunables_default(&hs->tun);
     hs->tun.min_cold_age = cfg->hr_min_cold_age;
@@ -98,7 +131,7 @@ host_swap *host_swap_new(const balancer_config *cfg, GError **error)
     if (strcmp(want, "probe") != 0) {
         damon_params dp;
         damon_params_default(&dp);
-        hs->src = cold_source_damon_new(DAMON_ADMIN_DIR, &dp, &why);
+        hs->src = cold_source_damon_new(damon_dir, &dp, &why);
         if (!hs->src && strcmp(want, "damon") == 0) {
             g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "[host_reclaim] source = damon: %s",
                         why->message);

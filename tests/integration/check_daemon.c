@@ -340,6 +340,18 @@ START_TEST(qmp_mode_reclaims_to_floor)
 }
 END_TEST
 
+/* Run cmd (stderr joined to stdout) and return its exit status, its
+ * output in out. */
+static int run_capture(const char *cmd, char *out, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
 START_TEST(bad_config_is_refused_clearly)
 {
     snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
@@ -348,12 +360,18 @@ START_TEST(bad_config_is_refused_clearly)
     snprintf(conf, sizeof(conf), "%s/bad.conf", workdir);
     write_file(conf, "[balancer]\ntick = 1\n\n[watermarks]\nlow = lots\n");
     snprintf(cmd, sizeof(cmd), "'%s/build/balancerd' --config '%s' --once 2>&1", test_top(), conf);
-    FILE *p = popen(cmd, "r");
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = '\0';
-    int rc = pclose(p);
-    ck_assert_int_eq(WEXITSTATUS(rc), 1);
+    ck_assert_int_eq(run_capture(cmd, out, sizeof(out)), 1);
     ck_assert_msg(strstr(out, "bad.conf:5: [watermarks] low = \"lots\"") != NULL, "%s", out);
+
+    /* host reclaim without its capabilities (the unit without the
+     * drop-in) is refused with the way out, not left to fail later */
+    if (test_run("command -v setpriv >/dev/null") == 0) {
+        write_file(conf, "[host_reclaim]\nenabled = true\nsource = probe\n");
+        snprintf(cmd, sizeof(cmd), "setpriv --bounding-set -sys_nice -- '%s/build/balancerd' --config '%s' "
+                                   "--qmp '%s/none.sock' --once 2>&1", test_top(), conf, workdir);
+        ck_assert_int_eq(run_capture(cmd, out, sizeof(out)), 1);
+        ck_assert_msg(strstr(out, "lacks CAP_SYS_NICE") && strstr(out, "host-reclaim.conf"), "%s", out);
+    }
     test_run("rm -rf '%s'", workdir);
 }
 END_TEST
@@ -553,11 +571,18 @@ START_TEST(operate_metrics_ctl_reload)
     ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
 
-    /* the unit file is valid */
+    /* the unit file is valid, alone and with the host-reclaim drop-in
+     * (read from the unit path: systemd-analyze warns of any key it does
+     * not know, and any warning fails this) */
     if (test_run("command -v systemd-analyze >/dev/null") == 0) {
         ck_assert_int_eq(test_run("sed 's|/usr/sbin/balancerd|%s/build/balancerd|' '%s/balancer.service' > '%s/balancer.service' && "
                              "systemd-analyze verify --man=no '%s/balancer.service'",
                              test_top(), test_top(), workdir, workdir), 0);
+        ck_assert_int_eq(test_run("mkdir -p '%s/balancer.service.d' && "
+                             "cp '%s/contrib/systemd/host-reclaim.conf' '%s/balancer.service.d/' && "
+                             "out=$(SYSTEMD_UNIT_PATH='%s': systemd-analyze verify --man=no balancer.service 2>&1) && "
+                             "echo \"$out\" >&2 && [ -z \"$out\" ]",
+                             workdir, test_top(), workdir, workdir), 0);
     }
     test_run("rm -rf '%s'", workdir);
 }

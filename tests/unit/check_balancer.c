@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "core/balancer_priv.h" /* the stage the reload kept */
 #include "core/guest.h"
 #include "host/host_cgroup.h"
 #include "host/host_meminfo.h"
@@ -694,6 +695,55 @@ START_TEST(bounds_from_policy)
 }
 END_TEST
 
+/* ---- reload ---- */
+
+static balancer_config host_reclaim_config(const char *source)
+{
+    balancer_config c;
+    config_defaults(&c);
+    c.hr_enabled = true;
+    g_free(c.hr_source);
+    c.hr_source = g_strdup(source);
+    return c;
+}
+
+/* SIGHUP with a [host_reclaim] that cannot start keeps the stage that
+ * ran (and its settings); the rest of the file is applied. */
+START_TEST(reload_with_bad_host_reclaim_keeps_the_stage)
+{
+    balancer_config c = host_reclaim_config("probe");
+    c.hr_scan_interval = 7;
+    char *none[] = { NULL };
+    g_autoptr(GError) err = NULL;
+    balancer *b = balancer_new(&c, &backend_qmp, none, true, &err);
+    ck_assert_msg(b != NULL, "%s", err ? err->message : "");
+    ck_assert_ptr_nonnull(b->hswap);
+    b->damon_dir = "/nonexistent/damon/admin"; /* a DAMON that is not there */
+
+    balancer_config bad = host_reclaim_config("damon");
+    bad.tick_seconds = 3;
+    ck_assert_int_eq(balancer_replace_config(b, &bad, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err->message, "reload: [host_reclaim] source = damon"));
+    ck_assert_ptr_nonnull(b->hswap);
+    ck_assert_str_eq(balancer_config_get(b)->hr_source, "probe");
+    ck_assert_uint_eq(balancer_config_get(b)->hr_scan_interval, 7);
+    ck_assert_uint_eq(balancer_config_get(b)->tick_seconds, 3);
+    g_clear_error(&err);
+
+    /* a good change is applied; turning it off stops the stage */
+    balancer_config good = host_reclaim_config("probe");
+    good.hr_scan_interval = 9;
+    ck_assert_int_eq(balancer_replace_config(b, &good, &err), 0);
+    ck_assert_uint_eq(balancer_config_get(b)->hr_scan_interval, 9);
+    ck_assert_ptr_nonnull(b->hswap);
+    balancer_config off;
+    config_defaults(&off);
+    ck_assert_int_eq(balancer_replace_config(b, &off, &err), 0);
+    ck_assert_ptr_null(b->hswap);
+    balancer_free(b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("balancer");
@@ -715,6 +765,7 @@ int main(void)
     tcase_add_test(tc, lying_guest_is_clamped);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
     tcase_add_test(tc, bounds_from_policy);
+    tcase_add_test(tc, reload_with_bad_host_reclaim_keeps_the_stage);
     suite_add_tcase(s, tc);
     int rc = check_run_suite(s, CK_NOFORK); /* tests share tmpdir */
     if (tmpdir[0]) {

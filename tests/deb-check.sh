@@ -1,0 +1,52 @@
+#!/bin/sh
+# The Debian packages as an operator meets them: install membal and
+# membal-agent from DIR (make deb), run the programs, check that the unit,
+# the man pages, the rules and dashboard landed and that the config is a
+# conffile, then purge and check nothing is left.  Needs root; skipped
+# (exit 77) when a membal package is already installed here (it is not
+# ours to remove).
+# Usage: tests/deb-check.sh DIR
+set -u
+dir=${1:?usage: deb-check.sh DIR}
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+if [ "$(id -u)" != 0 ]; then echo "*** SKIPPED: installing a package needs root ***"; exit 77; fi
+if dpkg-query -W -f='${Status}' membal 2>/dev/null | grep -q installed; then
+    echo "*** SKIPPED: a membal package is already installed on this machine ***"; exit 77
+fi
+set -- "$dir"/membal_*.deb "$dir"/membal-agent_*.deb
+for f in "$@"; do [ -f "$f" ] || { echo "FAIL: no package $f (make deb)"; exit 1; }; done
+
+# the host package (its dependencies are what make deps installed)
+if DEBIAN_FRONTEND=noninteractive dpkg -i "$@" >/tmp/deb-check.$$ 2>&1; then ok "dpkg -i $*"
+else cat /tmp/deb-check.$$; bad "dpkg -i"; fi
+rm -f /tmp/deb-check.$$
+v=$(balancerd --version 2>&1) && echo "$v" | grep -q "0\.[0-9]" && ok "balancerd --version: $v" || bad "balancerd --version: $v"
+balancerctl --help 2>&1 | grep -qi "usage: balancerctl" && ok "balancerctl --help" || bad "balancerctl --help"
+balancer-agent --help 2>&1 | grep -q "usage: balancer-agent" && ok "balancer-agent --help" || bad "balancer-agent --help"
+for f in /lib/systemd/system/balancer.service /lib/systemd/system/balancer-agent.service \
+         /etc/balancer/balancer.conf /usr/share/man/man8/balancerd.8.gz /usr/share/man/man8/balancerctl.8.gz \
+         /usr/share/bash-completion/completions/balancerctl /usr/share/membal/prometheus/membal-rules.yml \
+         /usr/share/membal/grafana/membal-dashboard.json /usr/share/doc/membal/examples/host-reclaim.conf \
+         /usr/share/doc/membal/copyright; do
+    [ -e "$f" ] && ok "$f" || bad "missing $f"
+done
+dpkg-query -W -f='${Conffiles}\n' membal | grep -q "/etc/balancer/balancer.conf" \
+    && ok "/etc/balancer/balancer.conf is a conffile" || bad "/etc/balancer/balancer.conf is not a conffile"
+# enabled by the maintainer scripts (started only where systemd runs)
+[ -L /etc/systemd/system/multi-user.target.wants/balancer.service ] \
+    && ok "balancer.service enabled" || bad "balancer.service not enabled"
+# an edited conffile survives remove, and purge takes it
+echo "# edited" >> /etc/balancer/balancer.conf
+dpkg -r membal >/dev/null 2>&1 || bad "dpkg -r membal"
+[ -e /usr/sbin/balancerd ] && bad "balancerd left after remove" || ok "removed"
+grep -q "# edited" /etc/balancer/balancer.conf 2>/dev/null && ok "edited conffile kept on remove" || bad "conffile lost on remove"
+dpkg -P membal membal-agent >/dev/null 2>&1 || bad "dpkg -P"
+for f in /etc/balancer/balancer.conf /usr/sbin/balancer-agent /lib/systemd/system/balancer.service \
+         /etc/systemd/system/multi-user.target.wants/balancer.service; do
+    [ -e "$f" ] || [ -L "$f" ] && bad "$f left after purge" || ok "purged $f"
+done
+dpkg-query -W membal >/dev/null 2>&1 && bad "membal still known to dpkg" || ok "dpkg forgot membal"
+[ $fail = 0 ] && echo "deb-check: passed" || echo "deb-check: FAILED"
+exit $fail
