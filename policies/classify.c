@@ -7,6 +7,7 @@ void classify_params_default(classify_params *p)
     p->quiet_ticks_exit = 6;
     p->stream_cache_fraction = 0.25;
     p->stream_read_bps = 1024.0 * 1024; /* 1 MiB/s */
+    p->fill_free_fraction = 0.1;
     p->agent_refault_ps = 64.0; /* pages/s coming back soon after eviction */
     p->agent_psi_some = 10.0;
     p->need_reserve_percent = 5.0;
@@ -66,6 +67,12 @@ void classify_update(classify_state *st, const guest_view *g, const classify_par
      * nothing (as the host measures it) is a cache in use or at rest, not
      * a stream: a buffered-IO database's working set looks like this. */
     bool reading = g->disk_read_bps < 0 || g->disk_read_bps >= p->stream_read_bps;
+    /* A guest that reads its disks into free memory is filling its cache:
+     * a stream and a database warming up its buffer cache look alike until
+     * the cache is full, and its free memory is cache in the making.  It
+     * gives nothing until it settles (the host kernel alone balances it,
+     * as with no balancer). */
+    st->filling = g->disk_read_bps >= p->stream_read_bps && g->free_bytes > p->fill_free_fraction * (double)g->actual_bytes;
     st->streaming = !st->thrashing && !st->need &&
                     ((quiet_faults && reading && g->actual_bytes > 0 &&
                       (double)g->cache_bytes >= p->stream_cache_fraction * (double)g->actual_bytes) ||

@@ -26,6 +26,8 @@ typedef struct {
     unsigned quiet_ticks_exit;    /* quiet samples before leaving thrashing */
     double stream_cache_fraction; /* cache share of actual that may stream */
     double stream_read_bps;       /* host-measured disk reads a stream has at least */
+    double fill_free_fraction;    /* a reading guest with more free memory than this share of
+                                   * actual is still filling its cache */
     double agent_refault_ps;      /* agent refault rate that confirms thrashing */
     double agent_psi_some;        /* agent PSI some avg10 (%) that confirms it */
     /* need: a guest whose available memory runs out within the horizon */
@@ -40,6 +42,7 @@ typedef struct {
 typedef struct {
     bool thrashing;
     bool streaming;
+    bool filling;                 /* reading its disks into free memory: not settled */
     unsigned quiet;               /* consecutive quiet samples while thrashing */
     bool need;
     unsigned need_quiet;          /* consecutive samples without need while in need */

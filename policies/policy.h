@@ -55,6 +55,7 @@ typedef struct {
     /* classification (policies/classify.c), with hysteresis */
     bool thrashing;            /* working set does not fit: protect and grow */
     bool streaming;            /* cache churns without reuse: reclaim first */
+    bool filling;              /* reads its disks into free memory: not a donor until settled */
     bool in_need;              /* available memory running out: never a donor, given memory now */
     uint64_t need_bytes;       /* what it needs on top of its balloon to keep its reserve */
     uint64_t peak_used_bytes;  /* decaying peak of used memory: reclaim keeps this plus a reserve */

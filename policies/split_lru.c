@@ -6,10 +6,11 @@
  *    below low and goes on until it is back above high; between ticks
  *    nothing runs;
  *  - reclaim order, cheapest first (like shrinking the inactive file list
- *    before touching anon): guests' free memory, then page cache of
- *    streaming guests, then half the cache of other guests, and only when
- *    the host is below min (critical) anonymous memory of unprotected
- *    guests, down to their floors;
+ *    before touching anon): page cache of streaming guests, then guests'
+ *    free memory (their headroom), then half the cache of other guests,
+ *    and only when the host is below min (critical) anonymous memory of
+ *    unprotected guests, down to their floors; a guest still filling its
+ *    cache from disk gives nothing until it settles;
  *  - within a tier, guests give in proportion to what they can give divided
  *    by their shares;
  *  - a thrashing guest is never a donor and grows first (working-set
@@ -69,11 +70,14 @@ typedef struct {
     guest_table memory;     /* split_guest */
 } split_state;
 
-typedef enum { TIER_FREE, TIER_STREAM_CACHE, TIER_CACHE, TIER_ANON, TIER_COUNT } tier;
+/* Streamed cache goes before free memory: both cost the guest nothing
+ * now, but free memory is a guest's headroom for what it allocates next,
+ * and a stream's cache will not be read again. */
+typedef enum { TIER_STREAM_CACHE, TIER_FREE, TIER_CACHE, TIER_ANON, TIER_COUNT } tier;
 
 static const char *const tier_reason[TIER_COUNT] = {
-    "reclaim: guest free memory",
     "reclaim: streaming page cache",
+    "reclaim: guest free memory",
     "reclaim: page cache",
     "reclaim: anon (host critical)",
 };
@@ -210,6 +214,10 @@ static bool is_adjustable(const guest_view *g, const work *w)
  * it to what is left of this tick's step. */
 static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool with_step)
 {
+    /* a guest filling its cache from disk is not settled: a warming
+     * database looks like a stream until then (policies/classify.c) */
+    if (g->filling)
+        return 0;
     /* Lowest target this tier may reach.  Outside the critical tier we
      * never take more than the guest's available memory minus a reserve:
      * ballooning then costs the guest only free memory and cache. */
@@ -370,7 +378,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     uint64_t cheap = 0;
     for (size_t i = 0; i < in->n_guests; i++)
         if (is_adjustable(&in->guests[i], &ws[i]))
-            for (tier t = TIER_FREE; t < TIER_ANON; t++)
+            for (tier t = TIER_STREAM_CACHE; t < TIER_ANON; t++)
                 cheap += tier_supply(&in->guests[i], &ws[i], t, false);
     /* signed: growth already asked for and not yet funded has pushed the
      * host's account below zero, and that debt comes first */
@@ -429,7 +437,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
      * step is what holds them back now), as kswapd escalates priority
      * only when scanning the cheap lists did not free enough. */
     uint64_t reclaimed = 0, later = 0;
-    for (tier t = TIER_FREE; t < TIER_COUNT && reclaimed < need; t++) {
+    for (tier t = TIER_STREAM_CACHE; t < TIER_COUNT && reclaimed < need; t++) {
         if (t == TIER_ANON && !critical)
             break;
         uint64_t unbounded = 0;

@@ -321,11 +321,29 @@ static void apply_policy_xml(balancer *b, guest *g, const char *xml)
 
 /* Apply one decision within the safety bounds every policy gets:
  * never below the floor, never above the ceiling or domain maximum. */
+/* A migration, save or dump holds libvirt's job lock: a balloon change
+ * would wait for it (up to 30 s) and change memory under the copy, so the
+ * guest is left alone until the job ends. */
+static void note_job(guest *g, int64_t job_ms)
+{
+    if (job_ms >= 0 && g->job_ms < 0)
+        log_info("guest %s: libvirt is running a job on it (migration, save or dump): its balloon is left "
+                 "alone until the job ends", g->hv.name);
+    else if (job_ms < 0 && g->job_ms >= 0)
+        log_info("guest %s: the libvirt job ended after %.1f s: balancing it again", g->hv.name,
+                 (double)g->job_ms / 1000.0);
+    g->job_ms = job_ms;
+}
+
 static void actuate(balancer *b, guest *g, const guest_decision *d)
 {
     const guest_view *v = &g->view;
     snprintf(g->last_reason, sizeof(g->last_reason), "%s", d->reason);
     g->decided_target = d->target_bytes;
+    if (g->job_ms >= 0) {
+        snprintf(g->last_reason, sizeof(g->last_reason), "left alone: a libvirt job (migration, save or dump) runs");
+        return;
+    }
     if (!d->change || v->policy.mode == VM_MODE_OFF)
         return;
     uint64_t target = d->target_bytes;
@@ -426,6 +444,7 @@ static bool tick_round(balancer *b)
             g->view.stats_valid = false;
         } else {
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
+            note_job(g, s.job_ms);
         }
         /* a balloon still on its way counts as done (no overshoot while it moves) */
         int64_t quiet_ms = (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;
@@ -450,6 +469,8 @@ static bool tick_round(balancer *b)
         }
         g->seen_actual = g->view.actual_bytes;
         views[i] = g->view;
+        if (g->job_ms >= 0)
+            views[i].stats_valid = false; /* neither gives nor takes while the job runs */
     }
     policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host, .wm = b->wm,
                         .tun = b->cfg.tun, .n_guests = n, .guests = views };

@@ -15,6 +15,7 @@ void guest_init(guest *g, const char *name, const char *uuid)
     vm_policy_default(&g->policy);
     g->disk_prev = -1;
     g->disk_read_bps = -1;
+    g->job_ms = -1;
     g->view.name = g->hv.name;
     g->view.uuid = g->hv.uuid;
 }
@@ -179,6 +180,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
 
     v->thrashing = g->cls.thrashing;
     v->streaming = g->cls.streaming;
+    v->filling = g->cls.filling;
     v->in_need = g->cls.need;
     /* a need is granted once, on the report that showed it */
     v->need_bytes = fresh_report ? g->cls.need_bytes : 0;

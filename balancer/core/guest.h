@@ -45,6 +45,7 @@ typedef struct guest {
     uint64_t balloon_ops, balloon_errors;
     uint64_t reclaimed_bytes, returned_bytes;
     char last_reason[96];
+    int64_t job_ms;           /* a libvirt job (migration, save, dump) has run this long, -1 none */
     hswap_guest *hswap;       /* host-side reclaim state (reclaim/host_swap.c), NULL if none */
 } guest;
 

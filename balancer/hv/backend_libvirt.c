@@ -311,6 +311,23 @@ static int64_t disk_read_bytes(virDomainPtr dom)
     return sum;
 }
 
+/* How long libvirt has been running a job on the domain (migration,
+ * save, dump, snapshot), -1 when none.  Without a job libvirt answers from
+ * its own state; with one it asks QEMU under a query job, which a running
+ * migration allows.  An incoming migration has no statistics here (libvirt:
+ * "migration statistics are available only on the source host"), which
+ * says as much. */
+static int64_t job_ms(virDomainPtr dom)
+{
+    virDomainJobInfo ji;
+    if (virDomainGetJobInfo(dom, &ji) < 0)
+        return virGetLastErrorCode() == VIR_ERR_OPERATION_UNSUPPORTED ? 0 : -1;
+    if (ji.type == VIR_DOMAIN_JOB_NONE || ji.type == VIR_DOMAIN_JOB_COMPLETED ||
+        ji.type == VIR_DOMAIN_JOB_FAILED || ji.type == VIR_DOMAIN_JOB_CANCELLED)
+        return -1;
+    return ji.timeElapsed > (unsigned long long)INT64_MAX ? INT64_MAX : (int64_t)ji.timeElapsed;
+}
+
 static void lv_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t guest_bytes)
 {
     (void)hv;
@@ -360,6 +377,7 @@ static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
         }
     }
     out->disk_read_bytes = disk_read_bytes(dom);
+    out->job_ms = job_ms(dom);
     return 0;
 }
 

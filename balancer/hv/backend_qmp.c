@@ -197,6 +197,7 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     out->major_faults = gs.major_faults;
     out->minor_faults = gs.minor_faults;
     out->rss_bytes = qemu_rss_bytes(q_qemu_pid(hv, g));
+    out->job_ms = -1; /* a bare QEMU's migrations are its operator's business */
     uint64_t rd;
     out->disk_read_bytes = qmp_query_blockstats_read(t->conn, &rd, QMP_TIMEOUT_MS, &e) == 0 &&
                                    rd <= INT64_MAX ? (int64_t)rd : -1;

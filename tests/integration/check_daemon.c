@@ -95,6 +95,18 @@ static void quiet_libvirt(void *opaque, virErrorPtr e)
 }
 static char libvirtd_started[512];
 
+/* Run cmd (stderr joined to stdout) and return its exit status, its
+ * output in out. */
+static int run_capture(const char *cmd, char *out, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
 static void libvirt_teardown(void)
 {
     stop_daemon();
@@ -155,16 +167,18 @@ static void set_policy(const char *xml)
                          "--set '%s' --live >/dev/null", domname, URI, xml), 0);
 }
 
-START_TEST(libvirt_metadata_drives_balloon)
+/* A libvirt domain of the test guest named domname (with copies of its
+ * kernel and initramfs in workdir, which libvirt may relabel): 512 MiB,
+ * balloon stats every second, the agent's channel, the console in
+ * workdir/serial.log. */
+static void libvirt_domain_xml(const char *tag, char *xml, size_t len)
 {
-    libvirt_setup();
-    /* libvirt relabels and chowns what it boots: give it copies */
-    snprintf(workdir, sizeof(workdir), "/var/lib/libvirt/images/membal-test-%d", (int)getpid());
-    snprintf(domname, sizeof(domname), "membal-test-%d", (int)getpid());
+    snprintf(workdir, sizeof(workdir), "/var/lib/libvirt/images/%s-%d", tag, (int)getpid());
+    snprintf(domname, sizeof(domname), "%s-%d", tag, (int)getpid());
     ck_assert_int_eq(test_run("mkdir -p '%s' && cp '%s/build/guest/vmlinuz' '%s/build/guest/initramfs.gz' '%s/'",
                          workdir, test_top(), test_top(), workdir), 0);
     /* the boot helper's KVM probe decides the domain type */
-    char accel[16] = "tcg", probe_path[512], xml[4096], path[280];
+    char accel[16] = "tcg", probe_path[512];
     snprintf(probe_path, sizeof(probe_path), "%s/build/guest/accel-probe", test_top());
     FILE *pf = fopen(probe_path, "r");
     if (pf) {
@@ -173,7 +187,7 @@ START_TEST(libvirt_metadata_drives_balloon)
         fclose(pf);
     }
     const char *dtype = strncmp(accel, "kvm", 3) == 0 ? "kvm" : "qemu";
-    snprintf(xml, sizeof(xml),
+    snprintf(xml, len,
              "<domain type='%s'><name>%s</name>"
              "<memory unit='MiB'>512</memory><currentMemory unit='MiB'>512</currentMemory>"
              "<vcpu>1</vcpu><os><type arch='x86_64' machine='pc'>hvm</type>"
@@ -185,13 +199,24 @@ START_TEST(libvirt_metadata_drives_balloon)
              "<memballoon model='virtio'><stats period='1'/></memballoon></devices></domain>",
              dtype, domname, workdir, workdir, workdir);
     fprintf(stderr, "libvirt domain type %s\n", dtype);
+}
+
+static void wait_guest_ready(void)
+{
+    guest_vm probe = { .pid = 0 };
+    snprintf(probe.serial_path, sizeof(probe.serial_path), "%s/serial.log", workdir);
+    ck_assert_msg(guest_vm_wait_console(&probe, "MEMBAL-GUEST-READY", 90000), "guest did not boot");
+}
+
+START_TEST(libvirt_metadata_drives_balloon)
+{
+    libvirt_setup();
+    char xml[4096];
+    libvirt_domain_xml("membal-test", xml, sizeof(xml));
     cleanup_register("virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; rm -rf '%s'", domname, workdir);
     virDomainPtr d = virDomainCreateXML(conn, xml, 0);
     ck_assert_msg(d != NULL, "virDomainCreateXML: %s", virGetLastErrorMessage());
-    snprintf(path, sizeof(path), "%s/serial.log", workdir);
-    guest_vm probe = { .pid = 0 };
-    snprintf(probe.serial_path, sizeof(probe.serial_path), "%s", path);
-    ck_assert_msg(guest_vm_wait_console(&probe, "MEMBAL-GUEST-READY", 90000), "guest did not boot");
+    wait_guest_ready();
 
     set_policy("<policy min=\"384MiB\" priority=\"high\"/>");
 
@@ -294,6 +319,86 @@ START_TEST(libvirt_metadata_drives_balloon)
 }
 END_TEST
 
+/* The policy set with --config is in the persistent XML: it survives
+ * dumpxml/undefine/define (so it travels with a migrated or re-created
+ * domain) and drives the balloon when the domain starts.  While libvirt
+ * runs a job on the guest (here a live memory dump into a pipe nobody
+ * reads, which holds the job as a slow migration would) its balloon is left
+ * alone; when the job ends it is balanced again. */
+START_TEST(libvirt_policy_persists_and_jobs_hold_the_balloon)
+{
+    libvirt_setup();
+    char xml[4096], cmd[1024], out[2048];
+    libvirt_domain_xml("membal-persist", xml, sizeof(xml));
+    cleanup_register("virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; "
+                     "virsh -q -c qemu:///system undefine %s >/dev/null 2>&1; kill $(cat '%s/reader.pid') 2>/dev/null; rm -rf '%s'",
+                     domname, domname, workdir, workdir);
+    virDomainPtr d = virDomainDefineXML(conn, xml);
+    ck_assert_msg(d != NULL, "virDomainDefineXML: %s", virGetLastErrorMessage());
+    virDomainFree(d);
+    ck_assert_int_eq(test_run("virsh -q -c qemu:///system metadata %s --uri %s --key balancer "
+                              "--set '<policy min=\"400MiB\"/>' --config >/dev/null", domname, URI), 0);
+    ck_assert_int_eq(test_run("virsh -q -c qemu:///system dumpxml --inactive %s > '%s/saved.xml' && "
+                              "virsh -q -c qemu:///system undefine %s >/dev/null && "
+                              "! virsh -q -c qemu:///system dominfo %s >/dev/null 2>&1 && "
+                              "virsh -q -c qemu:///system define '%s/saved.xml' >/dev/null",
+                              workdir, domname, domname, domname, workdir), 0);
+    snprintf(cmd, sizeof(cmd), "virsh -q -c qemu:///system metadata %s --uri %s --config 2>&1", domname, URI);
+    ck_assert_int_eq(run_capture(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "min=\"400MiB\""), "metadata after undefine/define: %s", out);
+
+    d = virDomainLookupByName(conn, domname);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_msg(virDomainCreate(d) == 0, "virDomainCreate: %s", virGetLastErrorMessage());
+    wait_guest_ready();
+    char conf[512];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n");
+    start_daemon(conf, "--connect qemu:///system");
+    if (!wait_actual(d, 400 * MIB, 60)) {
+        dump_log();
+        ck_abort_msg("balloon at %llu MiB, expected the 400 MiB floor from the persistent XML",
+                     (unsigned long long)(actual_bytes(d) / MIB));
+    }
+
+    /* a job: `virsh dump --live` into a FIFO whose reader never reads */
+    ck_assert_int_eq(test_run("mkfifo '%s/dump.fifo' && (sleep 600 < '%s/dump.fifo' & echo $! > '%s/reader.pid') && "
+                              "(virsh -q -c qemu:///system dump --live --memory-only %s '%s/dump.fifo' "
+                              ">'%s/dump.out' 2>&1 &)", workdir, workdir, workdir, domname, workdir, workdir), 0);
+    if (!wait_log("libvirt is running a job on it", 20)) {
+        test_run("cat '%s/dump.out' >&2; virsh -c qemu:///system domjobinfo %s >&2", workdir, domname);
+        dump_log();
+        ck_abort_msg("the dump job was not noticed");
+    }
+    set_policy("<policy min=\"448MiB\"/>");
+    ck_assert(wait_log("policy metadata changed", 10));
+    sleep(4);
+    ck_assert_msg(actual_bytes(d) == 400 * MIB, "the balloon moved during the job: %llu MiB",
+                  (unsigned long long)(actual_bytes(d) / MIB));
+    snprintf(cmd, sizeof(cmd), "'%s/build/balancerctl' --socket '%s/ctl.sock' explain %s 2>&1", test_top(),
+             workdir, domname);
+    ck_assert_int_eq(run_capture(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "left alone: a libvirt job"), "explain during the job: %s", out);
+    /* the job ends (its reader goes away); the raised floor is applied */
+    ck_assert_int_eq(test_run("kill $(cat '%s/reader.pid')", workdir), 0);
+    if (!wait_log("the libvirt job ended", 30)) {
+        test_run("cat '%s/dump.out' >&2", workdir);
+        dump_log();
+        ck_abort_msg("the end of the job was not noticed");
+    }
+    if (!wait_actual(d, 448 * MIB, 30)) {
+        dump_log();
+        ck_abort_msg("after the job: %llu MiB, expected 448 MiB", (unsigned long long)(actual_bytes(d) / MIB));
+    }
+    ck_assert_int_eq(stop_daemon(), 0);
+    virDomainDestroy(d);
+    virDomainUndefine(d);
+    virDomainFree(d);
+    libvirt_teardown();
+}
+END_TEST
+
 /* ---- bare QEMU through --qmp ---- */
 
 /* Boot the test guest and start balancerd on its QMP socket with the
@@ -339,18 +444,6 @@ START_TEST(qmp_mode_reclaims_to_floor)
     test_run("rm -rf '%s'", workdir);
 }
 END_TEST
-
-/* Run cmd (stderr joined to stdout) and return its exit status, its
- * output in out. */
-static int run_capture(const char *cmd, char *out, size_t len)
-{
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t n = fread(out, 1, len - 1, p);
-    out[n] = '\0';
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
 
 START_TEST(bad_config_is_refused_clearly)
 {
@@ -947,6 +1040,7 @@ int main(void)
     tcase_add_test(tc, qemu_killed_under_the_daemon);
     tcase_add_test(tc, host_reclaim_pages_out_cold_guest_memory);
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
+    tcase_add_test(tc, libvirt_policy_persists_and_jobs_hold_the_balloon);
     suite_add_tcase(s, tc);
     cleanup_init();
     int rc = check_run_suite(s, CK_FORK);
