@@ -202,6 +202,15 @@ int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, GError **error)
         guest_ram_close(r);
         return -1;
     }
+    /* the process behind the pidfd is still there, so pid was not reused
+     * while we read its maps and opened its pagemap (which stays bound to
+     * that process) */
+    if (syscall(SYS_pidfd_send_signal, r->pidfd, 0, NULL, 0) < 0) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "QEMU pid %d exited while it was being opened",
+                    (int)pid);
+        guest_ram_close(r);
+        return -1;
+    }
     r->zero_pfn = zero_page_pfn();
     return 0;
 }

@@ -124,6 +124,20 @@ int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_
     return rc;
 }
 
+/* guest_ram_advise clips ranges to the RAM: so does the count. */
+size_t pageout_covered(const guest_ram *r, const ram_range *rr, size_t k, uint64_t advised)
+{
+    uint64_t covered = 0;
+    size_t j = 0;
+    for (; j < k && rr[j].offset < r->bytes; j++) {
+        uint64_t len = rr[j].len < r->bytes - rr[j].offset ? rr[j].len : r->bytes - rr[j].offset;
+        if (covered + len > advised)
+            break;
+        covered += len;
+    }
+    return j;
+}
+
 uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
 {
     chunk_obs *obs = g->obs;
@@ -148,14 +162,20 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
         int64_t got = guest_ram_advise(&g->ram, rr, k, MADV_PAGEOUT);
         if (got < 0) {
             g->pageout_errors++;
-        } else {
-            for (size_t j = 0; j < k; j++)
-                cold_lru_mark_evicted(&g->lru, pick[j],
-                                      (uint64_t)obs[pick[j]].resident_pages * g->ram.page_bytes);
-            done = bytes;
-            g->paged_out_bytes += bytes;
-            g->cold_bytes = g->cold_bytes > bytes ? g->cold_bytes - bytes : 0;
+            return 0;
         }
+        /* the kernel advises the ranges in order and may stop early (the
+         * process exiting): only the chunks it covered are out */
+        size_t j = pageout_covered(&g->ram, rr, k, (uint64_t)got);
+        if (j < k)
+            g->pageout_errors++;
+        for (size_t c = 0; c < j; c++) {
+            uint64_t res = (uint64_t)obs[pick[c]].resident_pages * g->ram.page_bytes;
+            cold_lru_mark_evicted(&g->lru, pick[c], res);
+            done += res;
+        }
+        g->paged_out_bytes += done;
+        g->cold_bytes = g->cold_bytes > done ? g->cold_bytes - done : 0;
     }
     return done;
 }

@@ -57,6 +57,10 @@ int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_
 /* Page out up to budget bytes of g's coldest chunks; only chunks on node
  * when node >= 0.  Returns the bytes paged out. */
 uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node);
+/* How many of the k ranges, in order, lie wholly within the first
+ * `advised` bytes a process_madvise covered (it may stop early when the
+ * process exits): only those chunks count as paged out. */
+size_t pageout_covered(const guest_ram *r, const ram_range *rr, size_t k, uint64_t advised);
 
 /* After the round's pageouts: the source arms its next observation and
  * the pagemap is re-read as the baseline for the next refault check. */

@@ -471,6 +471,21 @@ START_TEST(real_memcg_protect)
 }
 END_TEST
 
+/* A process_madvise that stopped early counts only the chunks it covered. */
+START_TEST(partial_pageout_counts_what_was_advised)
+{
+    guest_ram r = { .bytes = 5 * CHUNK, .page_bytes = 4096 };
+    ram_range rr[3] = { { 0, CHUNK }, { 2 * CHUNK, CHUNK }, { 4 * CHUNK, 2 * CHUNK } };
+    ck_assert_uint_eq(pageout_covered(&r, rr, 3, 0), 0);
+    ck_assert_uint_eq(pageout_covered(&r, rr, 3, CHUNK - 4096), 0);
+    ck_assert_uint_eq(pageout_covered(&r, rr, 3, CHUNK), 1);
+    ck_assert_uint_eq(pageout_covered(&r, rr, 3, 2 * CHUNK - 1), 1);
+    ck_assert_uint_eq(pageout_covered(&r, rr, 3, 2 * CHUNK), 2);
+    /* the last range is clipped to the RAM's end, as advised */
+    ck_assert_uint_eq(pageout_covered(&r, rr, 3, 3 * CHUNK), 3);
+}
+END_TEST
+
 START_TEST(maps_lookup)
 {
     g_autoptr(GError) err = NULL;
@@ -557,6 +572,7 @@ int main(void)
     TCase *tc = tcase_create("real_process");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, maps_lookup);
+    tcase_add_test(tc, partial_pageout_counts_what_was_advised);
     tcase_add_test(tc, node_map_fake_tree);
     tcase_add_test(tc, real_memcg_protect);
     tcase_add_test(tc, no_swap_is_harmless);
