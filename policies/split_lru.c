@@ -43,6 +43,7 @@
 #define REFAULT_MIN_BPS (2.0 * 1024 * 1024) /* disk reads that count as a refault ... */
 #define REFAULT_FACTOR 2.0                  /* ... on top of this multiple of before */
 #define MAX_TRACKED 65536
+#define SETTLE_TICKS 3      /* after filling its cache, a guest gives nothing for this many ticks */
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -63,6 +64,7 @@ typedef struct {
     int64_t rss_seen;       /* its QEMU's resident memory last tick; < 0 unknown */
     bool known;             /* set up by memory_observe */
     double disk_avg_bps;    /* its disk reads, averaged over ~8 ticks; < 0 unknown */
+    unsigned settled;       /* ticks since it last filled its cache (capped at SETTLE_TICKS) */
 } split_guest;
 
 typedef struct {
@@ -92,6 +94,7 @@ typedef struct {
     uint64_t keep;     /* learnt: reclaim outside the critical tier leaves this */
     bool cache_hot;    /* its cache refaulted: not treated as streaming */
     bool moving;       /* its balloon is still on the way down: not a donor now */
+    bool settling;     /* filled its cache less than SETTLE_TICKS ago: not a donor yet */
     const char *learnt; /* set when this tick found that a reclaim cost it */
     bool keep_backed;  /* keep was learnt from host-backed evidence (thrashing):
                         * honoured even in the critical tier */
@@ -118,14 +121,25 @@ static void split_state_free(void *p)
 }
 
 /* What the host measures of a guest, remembered across ticks: its disk
- * reads averaged over ~8 ticks (a reclaim's "before"). */
+ * reads averaged over ~8 ticks (a reclaim's "before"), and how long ago it
+ * last filled its cache. */
 static void memory_observe(split_guest *m, const guest_view *g)
 {
     if (!m->known) { /* a new entry is all zeros */
         m->known = true;
         m->rss_seen = -1;
         m->disk_avg_bps = -1;
+        m->settled = SETTLE_TICKS; /* nothing says it is warming up */
     }
+    if (g->filling) {
+        /* reads into free memory are a warm-up, not its usual rate: the
+         * average (a reclaim's "before") starts over when it settles */
+        m->settled = 0;
+        m->disk_avg_bps = g->disk_read_bps < 0 ? -1 : 0;
+        return;
+    }
+    if (m->settled < SETTLE_TICKS)
+        m->settled++;
     if (g->disk_read_bps < 0)
         m->disk_avg_bps = -1;
     else
@@ -203,11 +217,16 @@ static uint64_t pct(uint64_t v, double percent)
 }
 
 
+/* Will this guest be able to give (now, or once its balloon arrived)? */
+static bool is_donor(const guest_view *g, const work *w)
+{
+    return g->policy.mode == VM_MODE_AUTO && !w->fixed && !g->thrashing && !g->in_need && g->stats_valid;
+}
+
 /* May this guest's balloon be moved by the tiers and the growth below? */
 static bool is_adjustable(const guest_view *g, const work *w)
 {
-    return g->policy.mode == VM_MODE_AUTO && !w->fixed && !g->thrashing && !g->in_need && !w->moving &&
-           g->stats_valid;
+    return is_donor(g, w) && !w->moving;
 }
 
 /* How much guest g could give in tier t, before shares; with_step limits
@@ -216,7 +235,7 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
 {
     /* a guest filling its cache from disk is not settled: a warming
      * database looks like a stream until then (policies/classify.c) */
-    if (g->filling)
+    if (g->filling || w->settling)
         return 0;
     /* Lowest target this tier may reach.  Outside the critical tier we
      * never take more than the guest's available memory minus a reserve:
@@ -346,6 +365,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m) {
             memory_observe(m, g);
+            w->settling = m->settled < SETTLE_TICKS;
             w->credit = need_allowance(m, g, w->step);
             const char *why = g->stats_valid ? reclaim_feedback(m, g, w->reserve, in->now_s) : NULL;
             w->keep = m->keep_bytes;
@@ -440,10 +460,12 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     for (tier t = TIER_STREAM_CACHE; t < TIER_COUNT && reclaimed < need; t++) {
         if (t == TIER_ANON && !critical)
             break;
+        /* what this tier holds beyond this tick: a donor whose balloon
+         * is still moving gives again once it has arrived */
         uint64_t unbounded = 0;
         for (size_t i = 0; i < in->n_guests; i++) {
             ws[i].tier_taken = 0;
-            if (is_adjustable(&in->guests[i], &ws[i]))
+            if (is_donor(&in->guests[i], &ws[i]))
                 unbounded += tier_supply(&in->guests[i], &ws[i], t, false);
         }
         uint64_t want = need - reclaimed;

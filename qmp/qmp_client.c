@@ -668,14 +668,20 @@ qmp_conn *qmp_connect_unix(const char *path, int timeout_ms, qmp_error *err)
         return NULL;
     }
     strcpy(addr.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* non-blocking from the start: a listener whose backlog is full (a
+     * QEMU that never accepts) fails at once instead of blocking */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         set_err(err, QMP_ERR_IO, "socket: %s", strerror(errno));
         return NULL;
     }
     if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-        set_err(err, errno == ENOENT || errno == ECONNREFUSED ? QMP_ERR_CLOSED : QMP_ERR_IO,
-                "connecting to QMP socket %s: %s", path, strerror(errno));
+        if (errno == EAGAIN)
+            set_err(err, QMP_ERR_IO, "connecting to QMP socket %s: its listen backlog is full (QEMU is not "
+                    "accepting)", path);
+        else
+            set_err(err, errno == ENOENT || errno == ECONNREFUSED ? QMP_ERR_CLOSED : QMP_ERR_IO,
+                    "connecting to QMP socket %s: %s", path, strerror(errno));
         close(fd);
         return NULL;
     }

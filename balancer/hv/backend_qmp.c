@@ -4,10 +4,21 @@
  * socket file).  QEMU allows one QMP client per socket, so a guest that
  * libvirt manages must not be given here.  "--qmp PATH,agent=APATH" also
  * reads the guest agent's virtio-serial port, exposed by QEMU as a unix
- * socket chardev (guest-agent/PROTOCOL.md).  Calls are blocking with a
- * short timeout: the sockets are local and QEMU answers in microseconds.
+ * socket chardev (guest-agent/PROTOCOL.md).
+ *
+ * No QEMU can stall the tick.  Each tick sends every guest its questions
+ * (query-balloon, the balloon's guest-stats, query-blockstats) at once,
+ * without waiting, and then waits at most GATHER_MS for all the answers
+ * together; a QEMU that does not answer in time (stopped, hung, its
+ * monitor busy) is sampled from whatever it answers later, is not waited
+ * for again until it answers, and gets no new questions or balloon
+ * changes meanwhile.  Connecting never blocks (a full listen backlog is
+ * an error, not a wait); the greeting and identity have CONNECT_MS, then
+ * the socket is retried with backoff.
  */
+#include <errno.h>
 #include <glib.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +33,14 @@
 #include "util/small_file.h"
 #include "qmp/qmp.h"
 
-#define QMP_TIMEOUT_MS 2000
+#define CONNECT_MS 500           /* greeting, capabilities and identity of a new connection */
+#define GATHER_MS 100            /* a tick waits this long for all the QEMUs' answers */
+#define REQUEST_MS 10000         /* a question unanswered this long fails (the answer is stray) */
+#define RETRY_MIN_S 5            /* reconnect backoff, doubling ... */
+#define RETRY_MAX_S 60           /* ... up to this */
 #define BALLOON_QOM_PATH "/machine/peripheral/balloon0"
+
+enum { PART_BALLOON, PART_STATS, PART_DISK, PARTS };
 
 typedef struct {
     char *path;
@@ -32,8 +49,20 @@ typedef struct {
     hv_guest *g;
     uint64_t max_bytes;
     int64_t next_attempt;
+    unsigned backoff;      /* seconds before the next connect attempt after a failure */
     bool warned;
     bool ever_connected;   /* a later connect is a reconnect */
+    /* this round of questions */
+    unsigned waiting;      /* answers still to come */
+    int64_t asked_ms;      /* when they were sent */
+    bool round_failed;
+    char round_error[300];
+    guest_sample partial;  /* being assembled */
+    /* the last complete answer */
+    guest_sample last;
+    int64_t last_ms;       /* when it completed (mono ms), 0 never */
+    int64_t taken_ms;      /* last_ms of the sample the core took last, 0 none */
+    bool stuck;            /* missed a gather: not waited for until it answers */
 } qmp_target;
 
 typedef struct {
@@ -60,17 +89,17 @@ static qmp_state *state_of(hv_ctx *hv)
 
 /* Identity from QEMU: -name and -uuid (all-zero uuid when not given:
  * then the socket path stands in for it). */
-static void identify(qmp_target *t, char *name, size_t nlen, char *uuid, size_t ulen)
+static void identify(qmp_target *t, int timeout_ms, char *name, size_t nlen, char *uuid, size_t ulen)
 {
     json_object *ret = NULL, *v;
     snprintf(name, nlen, "%s", strrchr(t->path, '/') ? strrchr(t->path, '/') + 1 : t->path);
     snprintf(uuid, ulen, "qmp:%s", t->path);
-    if (qmp_execute(t->conn, "query-name", NULL, &ret, QMP_TIMEOUT_MS, NULL) == 0) {
+    if (qmp_execute(t->conn, "query-name", NULL, &ret, timeout_ms, NULL) == 0) {
         if (json_object_object_get_ex(ret, "name", &v) && json_object_get_string_len(v) > 0)
             snprintf(name, nlen, "%s", json_object_get_string(v));
         json_object_put(ret);
     }
-    if (qmp_execute(t->conn, "query-uuid", NULL, &ret, QMP_TIMEOUT_MS, NULL) == 0) {
+    if (qmp_execute(t->conn, "query-uuid", NULL, &ret, timeout_ms, NULL) == 0) {
         if (json_object_object_get_ex(ret, "UUID", &v) &&
             strcmp(json_object_get_string(v), "00000000-0000-0000-0000-000000000000") != 0)
             snprintf(uuid, ulen, "%s", json_object_get_string(v));
@@ -78,37 +107,181 @@ static void identify(qmp_target *t, char *name, size_t nlen, char *uuid, size_t 
     }
 }
 
+static int left_ms(int64_t deadline)
+{
+    int64_t l = deadline - mono_ms();
+    return l > 0 ? (int)l : 1;
+}
+
 static void target_connect(hv_ctx *hv, qmp_target *t)
 {
     if (mono_s() < t->next_attempt)
         return;
     qmp_error err;
-    t->conn = qmp_connect_unix(t->path, QMP_TIMEOUT_MS, &err);
+    int64_t deadline = mono_ms() + CONNECT_MS;
+    t->conn = qmp_connect_unix(t->path, CONNECT_MS, &err);
     uint64_t plugged = 0;
-    if (t->conn && qmp_query_memory_size_summary(t->conn, &t->max_bytes, &plugged,
-                                                 QMP_TIMEOUT_MS, &err) == 0) {
+    if (t->conn && qmp_query_memory_size_summary(t->conn, &t->max_bytes, &plugged, left_ms(deadline), &err) == 0) {
         t->max_bytes += plugged;
-        if (qmp_set_stats_polling(t->conn, BALLOON_QOM_PATH, (int)hv->stats_period,
-                                  QMP_TIMEOUT_MS, &err) < 0)
+        if (qmp_set_stats_polling(t->conn, BALLOON_QOM_PATH, (int)hv->stats_period, left_ms(deadline), &err) < 0)
             log_warn("%s: cannot enable balloon stats: %s", t->path, err.msg);
         char name[256], uuid[300];
-        identify(t, name, sizeof(name), uuid, sizeof(uuid));
+        identify(t, left_ms(deadline), name, sizeof(name), uuid, sizeof(uuid));
         t->g = hv->inv->find(hv->inv_ctx, uuid);
         if (!t->g)
             t->g = hv->inv->add(hv->inv_ctx, name, uuid);
         t->g->backend_data = t;
         t->warned = false;
+        t->backoff = 0;
+        t->waiting = 0;
+        t->stuck = false;
+        t->last_ms = t->taken_ms = 0;
         if (t->ever_connected)
             hv->reconnects++;
         t->ever_connected = true;
         return;
     }
+    t->backoff = t->backoff ? (t->backoff * 2 > RETRY_MAX_S ? RETRY_MAX_S : t->backoff * 2) : RETRY_MIN_S;
     if (!t->warned)
-        log_warn("%s: %s (retrying)", t->path, err.msg);
+        log_warn("%s: %s (retrying, backing off up to %d s)", t->path, err.msg, RETRY_MAX_S);
     t->warned = true;
     qmp_close(t->conn);
     t->conn = NULL;
-    t->next_attempt = mono_s() + 5;
+    t->next_attempt = mono_s() + t->backoff;
+}
+
+/* One answer of a round: fill its part of the sample; the round completes
+ * with the last one. */
+static void round_answer(qmp_target *t, const qmp_error *err, const char *what)
+{
+    if (err && !t->round_failed) {
+        t->round_failed = true;
+        snprintf(t->round_error, sizeof(t->round_error), "%s: %s", what, err->msg);
+    }
+    if (t->waiting && --t->waiting == 0 && !t->round_failed) {
+        t->last = t->partial;
+        t->last_ms = mono_ms();
+        if (t->stuck) {
+            log_info("%s: QEMU answers again (after %.1f s)", t->path, (double)(t->last_ms - t->asked_ms) / 1000.0);
+            t->stuck = false;
+        }
+    }
+    if (!t->waiting && t->round_failed)
+        t->stuck = false; /* an error is an answer: ask again next tick */
+}
+
+static void on_balloon(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    qmp_error perr;
+    uint64_t actual = 0;
+    if (!err && qmp_parse_query_balloon(ret, &actual, &perr) < 0)
+        err = &perr;
+    if (!err)
+        t->partial.actual_bytes = actual > INT64_MAX ? INT64_MAX : (int64_t)actual;
+    round_answer(t, err, "query-balloon");
+}
+
+static void on_stats(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    qmp_error perr;
+    qmp_guest_stats gs;
+    if (!err && qmp_parse_guest_stats(ret, &gs, &perr) < 0)
+        err = &perr;
+    if (!err) {
+        guest_sample *o = &t->partial;
+        o->last_update = gs.last_update;
+        o->free_bytes = gs.free_memory;
+        o->available_bytes = gs.available_memory;
+        o->cache_bytes = gs.disk_caches;
+        o->total_bytes = gs.total_memory;
+        o->swap_in_bytes = gs.swap_in;
+        o->swap_out_bytes = gs.swap_out;
+        o->major_faults = gs.major_faults;
+        o->minor_faults = gs.minor_faults;
+    }
+    round_answer(t, err, "guest-stats");
+}
+
+/* Disk reads are evidence, not a requirement: a QEMU without block
+ * devices (or an old one) still gives a sample. */
+static void on_disk(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    qmp_error perr;
+    uint64_t rd = 0;
+    t->partial.disk_read_bytes = !err && qmp_parse_blockstats_read(ret, &rd, &perr) == 0 && rd <= INT64_MAX
+                                     ? (int64_t)rd : -1;
+    round_answer(t, NULL, "query-blockstats");
+}
+
+/* Send this tick's questions (none while the last ones are unanswered). */
+static void ask(qmp_target *t)
+{
+    if (t->waiting)
+        return;
+    memset(&t->partial, 0xff, sizeof(t->partial)); /* every field -1: not reported */
+    t->partial.max_bytes = (int64_t)t->max_bytes;
+    t->round_failed = false;
+    t->round_error[0] = '\0';
+    t->asked_ms = mono_ms();
+    json_object *args = json_object_new_object();
+    json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH));
+    json_object_object_add(args, "property", json_object_new_string("guest-stats"));
+    static const struct { const char *cmd; qmp_reply_cb cb; } q[PARTS] = {
+        [PART_BALLOON] = { "query-balloon", on_balloon },
+        [PART_STATS] = { "qom-get", on_stats },
+        [PART_DISK] = { "query-blockstats", on_disk },
+    };
+    for (int i = 0; i < PARTS; i++) {
+        qmp_error err;
+        t->waiting++;
+        if (qmp_execute_async(t->conn, q[i].cmd, i == PART_STATS ? args : NULL, REQUEST_MS, q[i].cb, t, &err) < 0)
+            round_answer(t, &err, q[i].cmd); /* the callback will not run */
+        if (i == PART_STATS)
+            args = NULL; /* consumed */
+    }
+    json_object_put(args);
+}
+
+/* Wait up to GATHER_MS for the answers of every target asked this tick
+ * that is not known to be stuck; whoever has not answered by then is. */
+static void gather(qmp_state *st)
+{
+    int64_t deadline = mono_ms() + GATHER_MS;
+    g_autofree struct pollfd *fds = g_new(struct pollfd, st->targets->len ? st->targets->len : 1);
+    g_autofree qmp_target **who = g_new(qmp_target *, st->targets->len ? st->targets->len : 1);
+    for (;;) {
+        nfds_t n = 0;
+        for (guint i = 0; i < st->targets->len; i++) {
+            qmp_target *t = g_ptr_array_index(st->targets, i);
+            if (t->conn && t->waiting && !t->stuck) {
+                fds[n] = (struct pollfd){ .fd = qmp_fd(t->conn), .events = POLLIN };
+                who[n++] = t;
+            }
+        }
+        int64_t left = deadline - mono_ms();
+        if (!n)
+            return;
+        if (left <= 0)
+            break;
+        if (poll(fds, n, (int)left) < 0 && errno != EINTR)
+            break;
+        for (nfds_t k = 0; k < n; k++)
+            if (fds[k].revents)
+                qmp_pump(who[k]->conn, 0, NULL);
+    }
+    for (guint i = 0; i < st->targets->len; i++) {
+        qmp_target *t = g_ptr_array_index(st->targets, i);
+        if (t->conn && t->waiting && !t->stuck) {
+            t->stuck = true;
+            log_warn("%s: QEMU did not answer within %d ms: not waited for until it does", t->path, GATHER_MS);
+        }
+    }
 }
 
 static int q_sync(hv_ctx *hv)
@@ -117,6 +290,9 @@ static int q_sync(hv_ctx *hv)
     hv_mark_unseen(hv);
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
+        /* answers and events that came since the last tick */
+        if (t->conn)
+            qmp_pump(t->conn, 0, NULL);
         if (t->conn && qmp_is_broken(t->conn)) {
             log_warn("%s: %s", t->path, qmp_broken_reason(t->conn)->msg);
             qmp_close(t->conn);
@@ -127,12 +303,13 @@ static int q_sync(hv_ctx *hv)
         if (t->conn && t->g) {
             t->g->seen = true;
             /* nobody consumes events here: drop them so none pile up */
-            qmp_pump(t->conn, 0, NULL);
             qmp_event *ev;
             while ((ev = qmp_next_event(t->conn)))
                 qmp_event_free(ev);
+            ask(t);
         }
     }
+    gather(st);
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
         if (t->g && !t->g->seen)
@@ -169,41 +346,42 @@ static int64_t qemu_rss_bytes(int pid)
     return (int64_t)kb * 1024;
 }
 
+/* The answer gathered since the core's last sample, with what the host
+ * measures itself. */
 static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
 {
-    (void)hv;
     qmp_target *t = g->backend_data;
-    qmp_error e;
-    uint64_t actual;
-    qmp_guest_stats gs;
     if (!t || !t->conn) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not connected");
         return -1;
     }
-    if (qmp_query_balloon(t->conn, &actual, QMP_TIMEOUT_MS, &e) < 0 ||
-        qmp_get_guest_stats(t->conn, BALLOON_QOM_PATH, &gs, QMP_TIMEOUT_MS, &e) < 0) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", e.msg);
+    if (t->round_failed && !t->waiting) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", t->round_error);
         return -1;
     }
-    out->actual_bytes = (int64_t)actual;
-    out->max_bytes = (int64_t)t->max_bytes;
-    out->last_update = gs.last_update;
-    out->free_bytes = gs.free_memory;
-    out->available_bytes = gs.available_memory;
-    out->cache_bytes = gs.disk_caches;
-    out->total_bytes = gs.total_memory;
-    out->swap_in_bytes = gs.swap_in;
-    out->swap_out_bytes = gs.swap_out;
-    out->major_faults = gs.major_faults;
-    out->minor_faults = gs.minor_faults;
+    if (!t->last_ms || t->last_ms == t->taken_ms) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "QEMU has not answered for %.1f s",
+                    (double)(mono_ms() - t->asked_ms) / 1000.0);
+        return -1;
+    }
+    t->taken_ms = t->last_ms;
+    *out = t->last;
     out->rss_bytes = qemu_rss_bytes(q_qemu_pid(hv, g));
     out->job_ms = -1; /* a bare QEMU's migrations are its operator's business */
-    uint64_t rd;
-    out->disk_read_bytes = qmp_query_blockstats_read(t->conn, &rd, QMP_TIMEOUT_MS, &e) == 0 &&
-                                   rd <= INT64_MAX ? (int64_t)rd : -1;
     return 0;
 }
 
+static void on_balloon_set(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    (void)ret;
+    qmp_target *t = opaque;
+    if (err)
+        log_warn("%s: balloon change failed: %s", t->path, err->msg);
+}
+
+/* Sent without waiting; QEMU's refusal is logged when it comes.  A QEMU
+ * that does not answer its questions is not given more to queue. */
 static int q_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
 {
     (void)hv;
@@ -213,7 +391,17 @@ static int q_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not connected");
         return -1;
     }
-    if (qmp_balloon(t->conn, bytes, QMP_TIMEOUT_MS, &e) < 0) {
+    if (t->stuck) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "QEMU is not answering");
+        return -1;
+    }
+    if (bytes == 0) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "balloon target 0 bytes is out of range");
+        return -1;
+    }
+    json_object *args = json_object_new_object();
+    json_object_object_add(args, "value", json_object_new_int64(bytes > INT64_MAX ? INT64_MAX : (int64_t)bytes));
+    if (qmp_execute_async(t->conn, "balloon", args, REQUEST_MS, on_balloon_set, t, &e) < 0) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", e.msg);
         return -1;
     }

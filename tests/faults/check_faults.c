@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -386,6 +388,123 @@ START_TEST(host_reclaim_without_swap)
 }
 END_TEST
 
+/* ---- a stopped QEMU and a QEMU that never accepts (fake QMP) ---- */
+
+static pid_t spawn_fake_qemu(const char *dir, int n, int first)
+{
+    char exe[400], nbuf[8], fbuf[8], log[400];
+    snprintf(exe, sizeof(exe), "%s/build/tests/fake_qemu", test_top());
+    snprintf(nbuf, sizeof(nbuf), "%d", n);
+    snprintf(fbuf, sizeof(fbuf), "%d", first);
+    snprintf(log, sizeof(log), "%s.log", dir);
+    mkdir(dir, 0700);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(log, "w", stdout))
+            _exit(127);
+        execl(exe, exe, dir, nbuf, "1024", fbuf, (char *)NULL);
+        _exit(127);
+    }
+    cleanup_register("kill -CONT %d 2>/dev/null; kill -9 %d 2>/dev/null", (int)pid, (int)pid);
+    ck_assert_msg(test_wait_line(log, "ready", 10), "fake_qemu did not start");
+    return pid;
+}
+
+/* The longest tick in the log from line `from` on (balancerd --verbose
+ * prints "tick N: ... (S s)"), and how many there were. */
+static double longest_tick(int from, int *ticks)
+{
+    char *t = slurp(daemon_log);
+    double worst = 0;
+    int line = 0;
+    *ticks = 0;
+    for (char *p = t; p && *p; line++) {
+        char *nl = strchr(p, '\n');
+        if (nl)
+            *nl = '\0';
+        const char *k = strstr(p, "debug: tick ");
+        const char *paren = k ? strrchr(p, '(') : NULL;
+        if (line >= from && paren) {
+            double sec = strtod(paren + 1, NULL);
+            (*ticks)++;
+            if (sec > worst)
+                worst = sec;
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    g_free(t);
+    return worst;
+}
+
+START_TEST(stopped_qemu_delays_nobody)
+{
+    make_workdir("stop");
+    char a[250], b[250], deaf[100], qmp[2000];
+    snprintf(a, sizeof(a), "%s/a", workdir);
+    snprintf(b, sizeof(b), "%s/b", workdir);
+    pid_t fa = spawn_fake_qemu(a, 3, 0), fb = spawn_fake_qemu(b, 1, 3);
+    /* a QMP socket whose listener never accepts, its backlog already full */
+    snprintf(deaf, sizeof(deaf), "%.80s/deaf.sock", workdir);
+    int lfd = socket(AF_UNIX, SOCK_STREAM, 0), cfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", deaf);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(lfd, 0), 0);
+    ck_assert_int_eq(connect(cfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    snprintf(qmp, sizeof(qmp), "--verbose --qmp '%s/fake-00.sock' --qmp '%s/fake-01.sock' --qmp '%s/fake-02.sock' "
+             "--qmp '%s/fake-00.sock' --qmp '%s'", a, a, a, b, deaf);
+    /* bare: the tick times are what is measured */
+    start_daemon_ex("[balancer]\ntick = 1\nstats_period = 1\n"
+                    "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n", qmp, true);
+    ck_assert_msg(wait_log("guest fake-03", 15), "fake-03 not managed");
+    ck_assert_msg(wait_log("listen backlog is full", 10), "the deaf socket was not reported");
+    sleep(2);
+
+    /* one of four QEMUs stops: the others are sampled and ballooned every tick */
+    int from = test_count_lines(daemon_log, "");
+    ck_assert_int_eq(kill(fb, SIGSTOP), 0);
+    sleep(6);
+    int ticks = 0;
+    double worst = longest_tick(from, &ticks);
+    fprintf(stderr, "with fake-03 stopped: %d ticks in 6 s, the longest %.3f s\n", ticks, worst);
+    ck_assert_int_ge(ticks, 5);
+    ck_assert_msg(worst <= 0.35, "a tick took %.3f s with one QEMU stopped", worst);
+    ck_assert(wait_log("did not answer within", 1));
+    char *log = slurp(daemon_log);
+    int others_missed = 0;
+    for (char *p = log; (p = strstr(p, ": no stats this tick")); p++)
+        others_missed += strncmp(p - 7, "fake-03", 7) != 0;
+    g_free(log);
+    ck_assert_int_eq(others_missed, 0);
+    double t0 = mono();
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "'%s/build/balancerctl' --socket '%s/ctl.sock' status >/dev/null", test_top(), workdir);
+    ck_assert_int_eq(test_run("%s", cmd), 0);
+    ck_assert_msg(mono() - t0 < 1.0, "balancerctl took %.2f s", mono() - t0);
+
+    /* it continues: picked up again */
+    ck_assert_int_eq(kill(fb, SIGCONT), 0);
+    ck_assert_msg(wait_log("QEMU answers again", 5), "the continued QEMU was not picked up");
+
+    /* stopped again, SIGTERM still ends balancerd at once */
+    ck_assert_int_eq(kill(fb, SIGSTOP), 0);
+    sleep(2);
+    t0 = mono();
+    ck_assert_int_eq(stop_daemon(), 0);
+    double took = mono() - t0;
+    fprintf(stderr, "SIGTERM with a stopped QEMU: exited in %.2f s\n", took);
+    ck_assert_msg(took < 2.0, "balancerd took %.2f s to exit", took);
+    kill(fb, SIGCONT);
+    kill(fa, SIGTERM);
+    kill(fb, SIGTERM);
+    waitpid(fa, NULL, 0);
+    waitpid(fb, NULL, 0);
+    close(cfd);
+    close(lfd);
+}
+END_TEST
+
 int main(void)
 {
     if (geteuid() != 0 || !guest_vm_qemu_available()) {
@@ -399,6 +518,7 @@ int main(void)
     tcase_add_test(tc, host_cgroup_vanishes);
     tcase_add_test(tc, guest_kernel_panics);
     tcase_add_test(tc, host_reclaim_without_swap);
+    tcase_add_test(tc, stopped_qemu_delays_nobody);
     suite_add_tcase(s, tc);
     cleanup_init();
     int rc = check_run_suite(s, CK_FORK);

@@ -10,8 +10,10 @@
  * backwards, values near 2^62, and now and then no stats at all; it must
  * not gain from it nor fall below its floor (soak.sh checks).
  *
- * Usage: fake_qemu DIR N [MEM_MIB=1024]
- *   creates DIR/fake-00.sock ... and serves them until SIGTERM.
+ * Usage: fake_qemu DIR N [MEM_MIB=1024] [FIRST=0]
+ *   creates DIR/fake-00.sock ... and serves them until SIGTERM; the guests
+ *   are named fake-FIRST ... (distinct names and uuids for several
+ *   instances, e.g. one to SIGSTOP alone).
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -45,6 +47,7 @@ typedef struct {
 } fake_guest;
 
 static volatile sig_atomic_t stop;
+static size_t first; /* the first guest's number in names and uuids */
 static void on_term(int sig) { (void)sig; stop = 1; }
 
 static double now_s(void)
@@ -130,13 +133,13 @@ static void handle(fake_guest *g, size_t idx, const char *line)
         reply(g, id, NULL);
     } else if (!strcmp(c, "query-name")) {
         char name[32];
-        snprintf(name, sizeof(name), "fake-%02zu", idx);
+        snprintf(name, sizeof(name), "fake-%02zu", first + idx);
         ret = json_object_new_object();
         json_object_object_add(ret, "name", json_object_new_string(name));
         reply(g, id, ret);
     } else if (!strcmp(c, "query-uuid")) {
         char uuid[40];
-        snprintf(uuid, sizeof(uuid), "00000000-0000-4000-8000-%012zx", idx + 1);
+        snprintf(uuid, sizeof(uuid), "00000000-0000-4000-8000-%012zx", first + idx + 1);
         ret = json_object_new_object();
         json_object_object_add(ret, "UUID", json_object_new_string(uuid));
         reply(g, id, ret);
@@ -217,11 +220,12 @@ static void read_client(fake_guest *g, size_t idx)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: fake_qemu DIR N [MEM_MIB]\n");
+        fprintf(stderr, "usage: fake_qemu DIR N [MEM_MIB] [FIRST]\n");
         return 2;
     }
     size_t n = (size_t)atoi(argv[2]);
     uint64_t mem = (argc > 3 ? (uint64_t)atoi(argv[3]) : 1024) * MIB;
+    first = argc > 4 ? (size_t)atoi(argv[4]) : 0;
     if (n == 0 || n > MAX_GUESTS || mem < 128 * MIB) {
         fprintf(stderr, "fake_qemu: N must be 1..%d and MEM_MIB at least 128\n", MAX_GUESTS);
         return 2;
