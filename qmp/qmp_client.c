@@ -313,7 +313,10 @@ static void read_input(qmp_conn *c)
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return;
             qmp_error e;
-            set_err(&e, QMP_ERR_IO, "reading QMP socket: %s", strerror(errno));
+            if (errno == ECONNRESET) /* it went away with our commands unread */
+                set_err(&e, QMP_ERR_CLOSED, "QMP peer closed the connection (reset)");
+            else
+                set_err(&e, QMP_ERR_IO, "reading QMP socket: %s", strerror(errno));
             conn_break(c, &e);
             return;
         }

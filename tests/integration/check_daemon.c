@@ -342,7 +342,7 @@ START_TEST(libvirt_policy_persists_and_jobs_hold_the_balloon)
                               "virsh -q -c qemu:///system undefine %s >/dev/null && "
                               "! virsh -q -c qemu:///system dominfo %s >/dev/null 2>&1 && "
                               "virsh -q -c qemu:///system define '%s/saved.xml' >/dev/null",
-                              workdir, domname, domname, domname, workdir), 0);
+                              domname, workdir, domname, domname, workdir), 0);
     snprintf(cmd, sizeof(cmd), "virsh -q -c qemu:///system metadata %s --uri %s --config 2>&1", domname, URI);
     ck_assert_int_eq(run_capture(cmd, out, sizeof(out)), 0);
     ck_assert_msg(strstr(out, "min=\"400MiB\""), "metadata after undefine/define: %s", out);
@@ -362,6 +362,13 @@ START_TEST(libvirt_policy_persists_and_jobs_hold_the_balloon)
                      (unsigned long long)(actual_bytes(d) / MIB));
     }
 
+    /* a raised floor waits while balancerd is paused (a policy cannot be
+     * changed during the job: libvirt holds the domain for it) */
+    char ctl[600];
+    snprintf(ctl, sizeof(ctl), "'%s/build/balancerctl' --socket '%s/ctl.sock'", test_top(), workdir);
+    ck_assert_int_eq(test_run("%s pause >/dev/null", ctl), 0);
+    set_policy("<policy min=\"448MiB\"/>");
+    ck_assert(wait_log("policy metadata changed", 10));
     /* a job: `virsh dump --live` into a FIFO whose reader never reads */
     ck_assert_int_eq(test_run("mkfifo '%s/dump.fifo' && (sleep 600 < '%s/dump.fifo' & echo $! > '%s/reader.pid') && "
                               "(virsh -q -c qemu:///system dump --live --memory-only %s '%s/dump.fifo' "
@@ -371,8 +378,8 @@ START_TEST(libvirt_policy_persists_and_jobs_hold_the_balloon)
         dump_log();
         ck_abort_msg("the dump job was not noticed");
     }
-    set_policy("<policy min=\"448MiB\"/>");
-    ck_assert(wait_log("policy metadata changed", 10));
+    /* resumed during the job: the balloon stays until the job ends */
+    ck_assert_int_eq(test_run("%s resume >/dev/null", ctl), 0);
     sleep(4);
     ck_assert_msg(actual_bytes(d) == 400 * MIB, "the balloon moved during the job: %llu MiB",
                   (unsigned long long)(actual_bytes(d) / MIB));
@@ -665,15 +672,16 @@ START_TEST(operate_metrics_ctl_reload)
     guest_vm_stop(&vm);
 
     /* the unit file is valid, alone and with the host-reclaim drop-in
-     * (read from the unit path: systemd-analyze warns of any key it does
-     * not know, and any warning fails this) */
+     * (read from the unit path, by name and from / so that no file of that
+     * name is taken instead: systemd-analyze warns of any key it does not
+     * know, and any warning fails this) */
     if (test_run("command -v systemd-analyze >/dev/null") == 0) {
         ck_assert_int_eq(test_run("sed 's|/usr/sbin/balancerd|%s/build/balancerd|' '%s/balancer.service' > '%s/balancer.service' && "
                              "systemd-analyze verify --man=no '%s/balancer.service'",
                              test_top(), test_top(), workdir, workdir), 0);
         ck_assert_int_eq(test_run("mkdir -p '%s/balancer.service.d' && "
                              "cp '%s/contrib/systemd/host-reclaim.conf' '%s/balancer.service.d/' && "
-                             "out=$(SYSTEMD_UNIT_PATH='%s': systemd-analyze verify --man=no balancer.service 2>&1) && "
+                             "cd / && out=$(SYSTEMD_UNIT_PATH='%s': systemd-analyze verify --man=no balancer.service 2>&1) && "
                              "echo \"$out\" >&2 && [ -z \"$out\" ]",
                              workdir, test_top(), workdir, workdir), 0);
     }
