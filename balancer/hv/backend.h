@@ -65,6 +65,10 @@ typedef struct {
     void *priv;               /* the backend's own state */
 } hv_ctx;
 
+/* A tick waits this long for all its guests' answers together; a guest
+ * that has not answered by then is not waited for again until it does. */
+#define HV_GATHER_MS 100
+
 typedef struct backend_ops {
     const char *name;
     /* Connect if needed, then bring the inventory in line with the

@@ -4,6 +4,14 @@
  * change events re-read the guest's policy; each tick also resyncs, so a
  * missed event costs at most one tick.  If libvirtd goes away, we
  * reconnect with backoff and keep the guests we knew until then.
+ *
+ * Calls that reach a guest's QEMU (its stats, its balloon) have no
+ * timeout in libvirt, so they run in a thread pool: each tick queues one
+ * call per guest and waits at most HV_GATHER_MS for them all together; a
+ * guest whose call has not returned by then (its QEMU stopped or hung) is
+ * not waited for again, gets no new calls, and is picked up when its call
+ * returns.  The domain list, events and metadata stay on the main loop
+ * (they do not reach QEMU).
  */
 #include <glib.h>
 #include <stdio.h>
@@ -26,6 +34,9 @@
 
 #define LIBVIRT_QEMU_RUN_DIR "/run/libvirt/qemu"
 
+#define WORKERS 16            /* threads for calls that reach QEMU; a stuck guest holds at most one */
+#define EXIT_WAIT_MS 1000     /* at shutdown, calls still running are waited for this long */
+
 typedef struct {
     virConnectPtr conn;
     bool closed;            /* libvirt told us the connection died */
@@ -33,13 +44,52 @@ typedef struct {
     int64_t next_attempt;   /* monotonic s */
     unsigned backoff;
     guint resync_source;
+    GThreadPool *pool;      /* lv_call*, run by lv_work */
+    GMutex lock;            /* guards the lv_guest fields marked (locked) and running */
+    GCond done;             /* a call returned */
+    unsigned running;       /* calls queued or running (locked) */
 } lv_state;
 
-/* What balancerd attaches to a libvirt guest. */
+/* What balancerd attaches to a libvirt guest; shared with the call that
+ * runs for it, hence counted. */
 typedef struct {
+    gint refs;
     virDomainPtr dom;
-    agent_conn agent;
+    agent_conn agent;       /* main loop only */
+    unsigned stats_period;  /* to set on the first call */
+    bool period_set;        /* worker only */
+    bool busy;              /* a call runs for it (locked) */
+    bool stuck;             /* its call missed a gather (locked) */
+    bool back;              /* returned after being stuck, not yet logged (locked) */
+    int64_t asked_ms;       /* when its call was queued (locked) */
+    bool have;              /* a sample came in since the core took one (locked) */
+    guest_sample sample;    /* (locked) */
+    char error[256];        /* the last sample call's error, "" none (locked) */
+    char note[256];         /* something the worker wants logged, "" none (locked) */
 } lv_guest;
+
+typedef enum { CALL_SAMPLE, CALL_BALLOON } call_kind;
+
+typedef struct {
+    lv_guest *lg;           /* a reference */
+    call_kind kind;
+    uint64_t bytes;         /* CALL_BALLOON */
+} lv_call;
+
+static lv_guest *lg_ref(lv_guest *lg)
+{
+    g_atomic_int_inc(&lg->refs);
+    return lg;
+}
+
+static void lg_unref(lv_guest *lg)
+{
+    if (!g_atomic_int_dec_and_test(&lg->refs))
+        return;
+    virDomainFree(lg->dom);
+    agent_conn_clear(&lg->agent);
+    g_free(lg);
+}
 
 static const char *last_error(void)
 {
@@ -55,10 +105,17 @@ static void quiet_errors(void *opaque, virErrorPtr e)
     (void)e;
 }
 
+static void lv_work(gpointer data, gpointer user_data);
+
 static lv_state *state_of(hv_ctx *hv)
 {
-    if (!hv->priv)
-        hv->priv = g_new0(lv_state, 1);
+    if (!hv->priv) {
+        lv_state *st = g_new0(lv_state, 1);
+        g_mutex_init(&st->lock);
+        g_cond_init(&st->done);
+        st->pool = g_thread_pool_new(lv_work, st, WORKERS, FALSE, NULL);
+        hv->priv = st;
+    }
     return hv->priv;
 }
 
@@ -73,10 +130,8 @@ static void release(hv_guest *g)
     lv_guest *lg = g->backend_data;
     if (!lg)
         return;
-    virDomainFree(lg->dom);
-    agent_conn_clear(&lg->agent);
-    g_free(lg);
     g->backend_data = NULL;
+    lg_unref(lg); /* a call still running keeps it until it returns */
 }
 
 static void read_policy(hv_ctx *hv, hv_guest *g)
@@ -133,16 +188,15 @@ static void track_domain(hv_ctx *hv, virDomainPtr dom)
     g = hv->inv->add(hv->inv_ctx, name ? name : uuid, uuid);
     virDomainRef(dom);
     lv_guest *lg = g_new0(lv_guest, 1);
+    lg->refs = 1;
     lg->dom = dom;
+    lg->stats_period = hv->stats_period; /* set by its first call: it reaches QEMU */
     char *agent = agent_channel_path(dom);
     agent_conn_init(&lg->agent, agent);
     if (agent)
         log_info("guest %s: reading its agent at %s", g->name, agent);
     g_free(agent);
     g->backend_data = lg;
-    if (virDomainSetMemoryStatsPeriod(dom, (int)hv->stats_period, VIR_DOMAIN_AFFECT_LIVE) < 0)
-        log_warn("guest %s: cannot enable balloon stats (period %u s): %s", g->name, hv->stats_period,
-                 last_error());
     read_policy(hv, g);
 }
 
@@ -275,6 +329,59 @@ static int connect_libvirt(hv_ctx *hv)
     return 0;
 }
 
+/* Queue a call for lg (locked).  false when one already runs for it. */
+static bool queue_call(lv_state *st, lv_guest *lg, call_kind kind, uint64_t bytes)
+{
+    if (lg->busy)
+        return false;
+    lv_call *c = g_new0(lv_call, 1);
+    c->lg = lg_ref(lg);
+    c->kind = kind;
+    c->bytes = bytes;
+    lg->busy = true;
+    lg->asked_ms = mono_ms();
+    st->running++;
+    g_thread_pool_push(st->pool, c, NULL);
+    return true;
+}
+
+/* Every guest's sample call this tick, then at most HV_GATHER_MS for all
+ * of them together; whoever has not returned by then is stuck. */
+static void sample_all(hv_ctx *hv)
+{
+    lv_state *st = state_of(hv);
+    size_t n = hv->inv->count(hv->inv_ctx);
+    g_autofree lv_guest **late = g_new0(lv_guest *, n ? n : 1);
+    size_t n_late = 0;
+    g_mutex_lock(&st->lock);
+    for (size_t i = 0; i < n; i++) {
+        lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
+        if (lg)
+            queue_call(st, lg, CALL_SAMPLE, 0);
+    }
+    gint64 end = g_get_monotonic_time() + (gint64)HV_GATHER_MS * 1000;
+    for (;;) {
+        bool waiting = false;
+        for (size_t i = 0; i < n && !waiting; i++) {
+            lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
+            waiting = lg && lg->busy && !lg->stuck;
+        }
+        if (!waiting || !g_cond_wait_until(&st->done, &st->lock, end))
+            break;
+    }
+    for (size_t i = 0; i < n; i++) {
+        lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
+        if (lg && lg->busy && !lg->stuck) {
+            lg->stuck = true;
+            late[n_late++] = lg;
+        }
+    }
+    g_mutex_unlock(&st->lock);
+    for (size_t i = 0; i < n_late; i++)
+        log_warn("domain %s: libvirt did not answer within %d ms (its QEMU stopped or hung?): not waited for "
+                 "until it does", virDomainGetName(late[i]->dom), HV_GATHER_MS);
+}
+
 static int lv_sync(hv_ctx *hv)
 {
     if (connect_libvirt(hv) < 0)
@@ -286,6 +393,8 @@ static int lv_sync(hv_ctx *hv)
          * reconnect next tick instead of failing forever */
         st->closed = true;
     }
+    if (rc == 0)
+        sample_all(hv);
     return rc;
 }
 
@@ -336,13 +445,12 @@ static void lv_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gu
         agent_conn_drain(&lg->agent, st, guest_bytes);
 }
 
-static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
+/* One guest's sample, straight from libvirt (a worker thread). */
+static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
 {
-    (void)hv;
-    virDomainPtr dom = dom_of(g);
     virDomainInfo info;
-    if (!dom || virDomainGetInfo(dom, &info) < 0) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", dom ? last_error() : "not attached");
+    if (virDomainGetInfo(dom, &info) < 0) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", last_error());
         return -1;
     }
     virDomainMemoryStatStruct st[VIR_DOMAIN_MEMORY_STAT_NR];
@@ -381,16 +489,105 @@ static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     return 0;
 }
 
-static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
+/* A worker: run one call, post its outcome, wake the gather. */
+static void lv_work(gpointer data, gpointer user_data)
 {
-    (void)hv;
-    virDomainPtr dom = dom_of(g);
-    if (!dom) {
+    lv_call *c = data;
+    lv_state *st = user_data;
+    lv_guest *lg = c->lg;
+    g_autoptr(GError) err = NULL;
+    char note[256] = "";
+    guest_sample s;
+    int rc;
+    if (c->kind == CALL_SAMPLE) {
+        if (!lg->period_set) {
+            lg->period_set = true;
+            if (virDomainSetMemoryStatsPeriod(lg->dom, (int)lg->stats_period, VIR_DOMAIN_AFFECT_LIVE) < 0)
+                snprintf(note, sizeof(note), "cannot enable balloon stats (period %u s): %s", lg->stats_period,
+                         last_error());
+        }
+        rc = sample_now(lg->dom, &s, &err);
+    } else {
+        rc = virDomainSetMemoryFlags(lg->dom, (unsigned long)(c->bytes / 1024), VIR_DOMAIN_AFFECT_LIVE);
+        if (rc < 0)
+            snprintf(note, sizeof(note), "balloon change failed: %s", last_error());
+    }
+    g_mutex_lock(&st->lock);
+    if (c->kind == CALL_SAMPLE) {
+        if (rc == 0) {
+            lg->sample = s;
+            lg->have = true;
+            lg->error[0] = '\0';
+        } else {
+            snprintf(lg->error, sizeof(lg->error), "%s", err->message);
+        }
+    }
+    if (note[0])
+        snprintf(lg->note, sizeof(lg->note), "%s", note);
+    if (lg->stuck) {
+        lg->stuck = false;
+        lg->back = true;
+    }
+    lg->busy = false;
+    st->running--;
+    g_cond_broadcast(&st->done);
+    g_mutex_unlock(&st->lock);
+    lg_unref(lg);
+    g_free(c);
+}
+
+/* What the guest's call brought since the core's last sample. */
+static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
+{
+    lv_state *st = state_of(hv);
+    lv_guest *lg = g->backend_data;
+    if (!lg) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not attached");
         return -1;
     }
-    if (virDomainSetMemoryFlags(dom, (unsigned long)(bytes / 1024), VIR_DOMAIN_AFFECT_LIVE) < 0) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", last_error());
+    char note[256], back_after[32] = "";
+    int rc = 0;
+    g_mutex_lock(&st->lock);
+    snprintf(note, sizeof(note), "%s", lg->note);
+    lg->note[0] = '\0';
+    if (lg->back) {
+        lg->back = false;
+        snprintf(back_after, sizeof(back_after), "%.1f", (double)(mono_ms() - lg->asked_ms) / 1000.0);
+    }
+    if (lg->have) {
+        *out = lg->sample;
+        lg->have = false;
+    } else {
+        rc = -1;
+        if (lg->busy)
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "libvirt has not answered for %.1f s",
+                        (double)(mono_ms() - lg->asked_ms) / 1000.0);
+        else
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", lg->error[0] ? lg->error : "no sample");
+    }
+    g_mutex_unlock(&st->lock);
+    if (note[0])
+        log_warn("guest %s: %s", g->name, note);
+    if (back_after[0])
+        log_info("guest %s: libvirt answers again (after %s s)", g->name, back_after);
+    return rc;
+}
+
+/* Queued, not waited for; libvirt's refusal is logged at the next tick.
+ * A guest whose last call has not returned is given no more. */
+static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
+{
+    lv_state *st = state_of(hv);
+    lv_guest *lg = g->backend_data;
+    if (!lg) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not attached");
+        return -1;
+    }
+    g_mutex_lock(&st->lock);
+    bool queued = queue_call(st, lg, CALL_BALLOON, bytes);
+    g_mutex_unlock(&st->lock);
+    if (!queued) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "its last libvirt call has not returned");
         return -1;
     }
     return 0;
@@ -426,9 +623,25 @@ static void lv_shutdown(hv_ctx *hv)
         return;
     if (st->resync_source)
         g_source_remove(st->resync_source);
+    /* calls still running (a stuck QEMU) are waited for a moment, not
+     * for ever: then their state is left to the exiting process */
+    gint64 end = g_get_monotonic_time() + (gint64)EXIT_WAIT_MS * 1000;
+    g_mutex_lock(&st->lock);
+    while (st->running && g_cond_wait_until(&st->done, &st->lock, end))
+        ;
+    unsigned running = st->running;
+    g_mutex_unlock(&st->lock);
     disconnect(hv);
-    g_free(st);
     hv->priv = NULL;
+    if (running) {
+        log_warn("libvirt: %u call(s) still running at exit (a stuck QEMU): not waited for", running);
+        g_thread_pool_free(st->pool, TRUE, FALSE);
+        return; /* st stays: the stuck calls still use it */
+    }
+    g_thread_pool_free(st->pool, FALSE, TRUE);
+    g_mutex_clear(&st->lock);
+    g_cond_clear(&st->done);
+    g_free(st);
 }
 
 const backend_ops backend_libvirt = {

@@ -8,7 +8,7 @@
  *
  * No QEMU can stall the tick.  Each tick sends every guest its questions
  * (query-balloon, the balloon's guest-stats, query-blockstats) at once,
- * without waiting, and then waits at most GATHER_MS for all the answers
+ * without waiting, and then waits at most HV_GATHER_MS for all the answers
  * together; a QEMU that does not answer in time (stopped, hung, its
  * monitor busy) is sampled from whatever it answers later, is not waited
  * for again until it answers, and gets no new questions or balloon
@@ -34,7 +34,6 @@
 #include "qmp/qmp.h"
 
 #define CONNECT_MS 500           /* greeting, capabilities and identity of a new connection */
-#define GATHER_MS 100            /* a tick waits this long for all the QEMUs' answers */
 #define REQUEST_MS 10000         /* a question unanswered this long fails (the answer is stray) */
 #define RETRY_MIN_S 5            /* reconnect backoff, doubling ... */
 #define RETRY_MAX_S 60           /* ... up to this */
@@ -248,11 +247,11 @@ static void ask(qmp_target *t)
     json_object_put(args);
 }
 
-/* Wait up to GATHER_MS for the answers of every target asked this tick
+/* Wait up to HV_GATHER_MS for the answers of every target asked this tick
  * that is not known to be stuck; whoever has not answered by then is. */
 static void gather(qmp_state *st)
 {
-    int64_t deadline = mono_ms() + GATHER_MS;
+    int64_t deadline = mono_ms() + HV_GATHER_MS;
     g_autofree struct pollfd *fds = g_new(struct pollfd, st->targets->len ? st->targets->len : 1);
     g_autofree qmp_target **who = g_new(qmp_target *, st->targets->len ? st->targets->len : 1);
     for (;;) {
@@ -279,7 +278,7 @@ static void gather(qmp_state *st)
         qmp_target *t = g_ptr_array_index(st->targets, i);
         if (t->conn && t->waiting && !t->stuck) {
             t->stuck = true;
-            log_warn("%s: QEMU did not answer within %d ms: not waited for until it does", t->path, GATHER_MS);
+            log_warn("%s: QEMU did not answer within %d ms: not waited for until it does", t->path, HV_GATHER_MS);
         }
     }
 }

@@ -411,32 +411,6 @@ static pid_t spawn_fake_qemu(const char *dir, int n, int first)
     return pid;
 }
 
-/* The longest tick in the log from line `from` on (balancerd --verbose
- * prints "tick N: ... (S s)"), and how many there were. */
-static double longest_tick(int from, int *ticks)
-{
-    char *t = slurp(daemon_log);
-    double worst = 0;
-    int line = 0;
-    *ticks = 0;
-    for (char *p = t; p && *p; line++) {
-        char *nl = strchr(p, '\n');
-        if (nl)
-            *nl = '\0';
-        const char *k = strstr(p, "debug: tick ");
-        const char *paren = k ? strrchr(p, '(') : NULL;
-        if (line >= from && paren) {
-            double sec = strtod(paren + 1, NULL);
-            (*ticks)++;
-            if (sec > worst)
-                worst = sec;
-        }
-        p = nl ? nl + 1 : NULL;
-    }
-    g_free(t);
-    return worst;
-}
-
 START_TEST(stopped_qemu_delays_nobody)
 {
     make_workdir("stop");
@@ -466,7 +440,7 @@ START_TEST(stopped_qemu_delays_nobody)
     ck_assert_int_eq(kill(fb, SIGSTOP), 0);
     sleep(6);
     int ticks = 0;
-    double worst = longest_tick(from, &ticks);
+    double worst = test_longest_tick(daemon_log, from, &ticks);
     fprintf(stderr, "with fake-03 stopped: %d ticks in 6 s, the longest %.3f s\n", ticks, worst);
     ck_assert_int_ge(ticks, 5);
     ck_assert_msg(worst <= 0.35, "a tick took %.3f s with one QEMU stopped", worst);

@@ -201,12 +201,14 @@ static void libvirt_domain_xml(const char *tag, char *xml, size_t len)
     fprintf(stderr, "libvirt domain type %s\n", dtype);
 }
 
-static void wait_guest_ready(void)
+static void wait_guest_ready_in(const char *dir)
 {
     guest_vm probe = { .pid = 0 };
-    snprintf(probe.serial_path, sizeof(probe.serial_path), "%s/serial.log", workdir);
-    ck_assert_msg(guest_vm_wait_console(&probe, "MEMBAL-GUEST-READY", 90000), "guest did not boot");
+    snprintf(probe.serial_path, sizeof(probe.serial_path), "%s/serial.log", dir);
+    ck_assert_msg(guest_vm_wait_console(&probe, "MEMBAL-GUEST-READY", 90000), "guest %s did not boot", dir);
 }
+
+static void wait_guest_ready(void) { wait_guest_ready_in(workdir); }
 
 START_TEST(libvirt_metadata_drives_balloon)
 {
@@ -402,6 +404,76 @@ START_TEST(libvirt_policy_persists_and_jobs_hold_the_balloon)
     virDomainDestroy(d);
     virDomainUndefine(d);
     virDomainFree(d);
+    libvirt_teardown();
+}
+END_TEST
+
+/* One of two libvirt guests' QEMU is SIGSTOPped: libvirt's calls to it
+ * hang (no timeout), but they run in balancerd's worker pool: the other
+ * guest is sampled and ballooned every tick, the ticks stay short,
+ * balancerctl answers, SIGCONT brings the guest back, and SIGTERM is obeyed
+ * at once while it is stopped. */
+START_TEST(libvirt_stopped_qemu_delays_nobody)
+{
+    libvirt_setup();
+    char xml_b[4096], xml[4096], dir_b[sizeof(workdir)], name_b[sizeof(domname)];
+    libvirt_domain_xml("membal-stopb", xml_b, sizeof(xml_b));
+    snprintf(dir_b, sizeof(dir_b), "%s", workdir);
+    snprintf(name_b, sizeof(name_b), "%s", domname);
+    cleanup_register("kill -CONT $(cat /run/libvirt/qemu/%s.pid) 2>/dev/null; "
+                     "virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; rm -rf '%s'", name_b, name_b, dir_b);
+    libvirt_domain_xml("membal-stopa", xml, sizeof(xml));
+    cleanup_register("virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; rm -rf '%s'", domname, workdir);
+    virDomainPtr b = virDomainCreateXML(conn, xml_b, 0), a = virDomainCreateXML(conn, xml, 0);
+    ck_assert_msg(a && b, "virDomainCreateXML: %s", virGetLastErrorMessage());
+    wait_guest_ready_in(dir_b);
+    wait_guest_ready();
+    char conf[512], pidfile[300];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
+                     "[guests]\ndefault_floor_percent = 0\ndefault_floor_min = 128MiB\n");
+    /* bare: the tick times are what is measured */
+    start_daemon_ex(conf, "--verbose --connect qemu:///system", true);
+    ck_assert_msg(wait_log("balloon 512 MiB ->", 30), "no balloon change");
+    snprintf(pidfile, sizeof(pidfile), "/run/libvirt/qemu/%s.pid", name_b);
+    g_autofree char *pid_text = NULL;
+    ck_assert(g_file_get_contents(pidfile, &pid_text, NULL, NULL));
+    pid_t qb = (pid_t)atoi(pid_text);
+    ck_assert_int_gt(qb, 0);
+
+    int from = count_log("");
+    uint64_t a_before = actual_bytes(a);
+    ck_assert_int_eq(kill(qb, SIGSTOP), 0);
+    sleep(8);
+    int ticks = 0;
+    double worst = test_longest_tick(daemon_log, from, &ticks);
+    fprintf(stderr, "libvirt guest %s stopped: %d ticks in 8 s, the longest %.3f s; %s %llu -> %llu MiB\n", name_b,
+            ticks, worst, domname, (unsigned long long)(a_before / MIB), (unsigned long long)(actual_bytes(a) / MIB));
+    ck_assert_msg(ticks >= 6, "%d ticks in 8 s with one QEMU stopped", ticks);
+    ck_assert_msg(worst <= 0.35, "a tick took %.3f s with one QEMU stopped", worst);
+    ck_assert(log_has("libvirt did not answer within"));
+    ck_assert_msg(actual_bytes(a) < a_before, "the running guest was not ballooned while the other was stopped");
+    double t0 = (double)g_get_monotonic_time() / 1e6;
+    g_autofree char *st = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", test_top(), workdir);
+    ck_assert_ptr_nonnull(strstr(st, domname));
+    ck_assert_msg((double)g_get_monotonic_time() / 1e6 - t0 < 1.0, "balancerctl was slow");
+
+    ck_assert_int_eq(kill(qb, SIGCONT), 0);
+    ck_assert_msg(wait_log("libvirt answers again", 10), "the continued guest was not picked up");
+
+    ck_assert_int_eq(kill(qb, SIGSTOP), 0);
+    sleep(3);
+    t0 = (double)g_get_monotonic_time() / 1e6;
+    ck_assert_int_eq(stop_daemon(), 0);
+    double took = (double)g_get_monotonic_time() / 1e6 - t0;
+    fprintf(stderr, "SIGTERM with a stopped libvirt guest: exited in %.2f s\n", took);
+    ck_assert_msg(took < 2.0, "balancerd took %.2f s to exit", took);
+    kill(qb, SIGCONT);
+    virDomainDestroy(a);
+    virDomainDestroy(b);
+    virDomainFree(a);
+    virDomainFree(b);
     libvirt_teardown();
 }
 END_TEST
@@ -1049,6 +1121,7 @@ int main(void)
     tcase_add_test(tc, host_reclaim_pages_out_cold_guest_memory);
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     tcase_add_test(tc, libvirt_policy_persists_and_jobs_hold_the_balloon);
+    tcase_add_test(tc, libvirt_stopped_qemu_delays_nobody);
     suite_add_tcase(s, tc);
     cleanup_init();
     int rc = check_run_suite(s, CK_FORK);

@@ -1,5 +1,6 @@
 /* Helpers for tests against real processes; see test_util.h. */
 #include "test_util.h"
+#include <glib.h>
 
 #include <signal.h>
 #include <stdarg.h>
@@ -118,4 +119,29 @@ int test_stop_daemon(pid_t pid)
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     return -1;
+}
+
+double test_longest_tick(const char *log, int from, int *ticks)
+{
+    char *t = NULL;
+    *ticks = 0;
+    if (!g_file_get_contents(log, &t, NULL, NULL))
+        return 0;
+    double worst = 0;
+    int line = 0;
+    for (char *p = t; p && *p; line++) {
+        char *nl = strchr(p, '\n');
+        if (nl)
+            *nl = '\0';
+        const char *paren = strstr(p, "debug: tick ") ? strrchr(p, '(') : NULL;
+        if (line >= from && paren) {
+            double sec = strtod(paren + 1, NULL);
+            (*ticks)++;
+            if (sec > worst)
+                worst = sec;
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    g_free(t);
+    return worst;
 }

@@ -17,6 +17,9 @@ int test_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool test_put(const char *path, const char *text);
 /* Lines of path that contain needle (0 if unreadable). */
 int test_count_lines(const char *path, const char *needle);
+/* The longest tick balancerd --verbose logged ("tick N: ... (S s)") from
+ * line `from` of log on, in seconds, and how many ticks there were. */
+double test_longest_tick(const char *log, int from, int *ticks);
 /* Poll path until a line contains needle. */
 bool test_wait_line(const char *path, const char *needle, int seconds);
 
