@@ -54,7 +54,7 @@ INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp 
 FAKE_QEMU    := $(BUILD)/tests/fake_qemu
 SIM          := $(BUILD)/bench/membal-sim
 
-.PHONY: all daemon deb deb-check deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
+.PHONY: all daemon deb deb-check bench-scale deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
 
 all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS) $(FAKE_QEMU)
 
@@ -231,6 +231,11 @@ $(SIM): $(BUILD)/bench/sim/sim.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ -lm
 sim: $(SIM)
 	$(SIM)
+# balancerd's own cost with many guests (200 fake QMP guests, 1 s tick)
+bench-scale: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU)
+	bench/scale.sh --guests $(SCALE_GUESTS) --seconds $(SCALE_SECONDS) --runs $(RUNS)
+SCALE_GUESTS  ?= 200
+SCALE_SECONDS ?= 60
 bench-smoke: $(BALANCERD) guest
 	$(RUN) bench/bench.py --smoke --out build/bench-smoke
 

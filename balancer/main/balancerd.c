@@ -126,6 +126,20 @@ static gboolean reload(daemon_ctx *d)
     const balancer_config *now = balancer_config_get(d->b);
     if (strcmp(c.connect_uri, now->connect_uri) != 0)
         log_warn("reload: connect URI changes take effect on restart");
+    /* the sockets are bound once: a new address is refused, said, and the
+     * running one kept (in the configuration shown too) */
+    if (strcmp(c.metrics_listen, now->metrics_listen) != 0) {
+        log_warn("reload: [metrics] listen = \"%s\" takes effect on restart; still serving on \"%s\"",
+                 c.metrics_listen, now->metrics_listen);
+        g_free(c.metrics_listen);
+        c.metrics_listen = g_strdup(now->metrics_listen);
+    }
+    if (strcmp(c.control_socket, now->control_socket) != 0) {
+        log_warn("reload: [balancer] control_socket = \"%s\" takes effect on restart; still listening on \"%s\"",
+                 c.control_socket, now->control_socket);
+        g_free(c.control_socket);
+        c.control_socket = g_strdup(now->control_socket);
+    }
     if (strcmp(c.policy, now->policy) != 0 && balancer_set_policy(d->b, c.policy, &err) < 0) {
         log_err("reload: %s; keeping the running configuration", err->message);
         config_clear(&c);
