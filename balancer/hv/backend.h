@@ -68,6 +68,8 @@ typedef struct {
 /* A tick waits this long for all its guests' answers together; a guest
  * that has not answered by then is not waited for again until it does. */
 #define HV_GATHER_MS 100
+/* A guest not answering this long is logged (once; a slow answer is not). */
+#define HV_STUCK_WARN_MS 5000
 
 typedef struct backend_ops {
     const char *name;

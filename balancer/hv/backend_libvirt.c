@@ -60,7 +60,8 @@ typedef struct {
     bool period_set;        /* worker only */
     bool busy;              /* a call runs for it (locked) */
     bool stuck;             /* its call missed a gather (locked) */
-    bool back;              /* returned after being stuck, not yet logged (locked) */
+    bool warned;            /* its stuck call was logged (locked) */
+    bool back;              /* returned after a logged stall, not yet logged (locked) */
     int64_t asked_ms;       /* when its call was queued (locked) */
     bool have;              /* a sample came in since the core took one (locked) */
     guest_sample sample;    /* (locked) */
@@ -369,17 +370,20 @@ static void sample_all(hv_ctx *hv)
         if (!waiting || !g_cond_wait_until(&st->done, &st->lock, end))
             break;
     }
+    int64_t now = mono_ms();
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
-        if (lg && lg->busy && !lg->stuck) {
+        if (lg && lg->busy)
             lg->stuck = true;
+        if (lg && lg->stuck && !lg->warned && now - lg->asked_ms >= HV_STUCK_WARN_MS) {
+            lg->warned = true;
             late[n_late++] = lg;
         }
     }
     g_mutex_unlock(&st->lock);
     for (size_t i = 0; i < n_late; i++)
-        log_warn("domain %s: libvirt did not answer within %d ms (its QEMU stopped or hung?): not waited for "
-                 "until it does", virDomainGetName(late[i]->dom), HV_GATHER_MS);
+        log_warn("domain %s: libvirt has been stuck on its QEMU for %d s (stopped or hung?): not waited for "
+                 "until it answers", virDomainGetName(late[i]->dom), HV_STUCK_WARN_MS / 1000);
 }
 
 static int lv_sync(hv_ctx *hv)
@@ -524,10 +528,8 @@ static void lv_work(gpointer data, gpointer user_data)
     }
     if (note[0])
         snprintf(lg->note, sizeof(lg->note), "%s", note);
-    if (lg->stuck) {
-        lg->stuck = false;
-        lg->back = true;
-    }
+    lg->back = lg->back || lg->warned;
+    lg->stuck = lg->warned = false;
     lg->busy = false;
     st->running--;
     g_cond_broadcast(&st->done);

@@ -62,6 +62,7 @@ typedef struct {
     int64_t last_ms;       /* when it completed (mono ms), 0 never */
     int64_t taken_ms;      /* last_ms of the sample the core took last, 0 none */
     bool stuck;            /* missed a gather: not waited for until it answers */
+    bool silence_logged;   /* its silence was logged */
 } qmp_target;
 
 typedef struct {
@@ -133,7 +134,7 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
         t->warned = false;
         t->backoff = 0;
         t->waiting = 0;
-        t->stuck = false;
+        t->stuck = t->silence_logged = false;
         t->last_ms = t->taken_ms = 0;
         if (t->ever_connected)
             hv->reconnects++;
@@ -160,13 +161,12 @@ static void round_answer(qmp_target *t, const qmp_error *err, const char *what)
     if (t->waiting && --t->waiting == 0 && !t->round_failed) {
         t->last = t->partial;
         t->last_ms = mono_ms();
-        if (t->stuck) {
+        if (t->silence_logged)
             log_info("%s: QEMU answers again (after %.1f s)", t->path, (double)(t->last_ms - t->asked_ms) / 1000.0);
-            t->stuck = false;
-        }
+        t->stuck = t->silence_logged = false;
     }
     if (!t->waiting && t->round_failed)
-        t->stuck = false; /* an error is an answer: ask again next tick */
+        t->stuck = t->silence_logged = false; /* an error is an answer: ask again next tick */
 }
 
 static void on_balloon(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
@@ -264,9 +264,7 @@ static void gather(qmp_state *st)
             }
         }
         int64_t left = deadline - mono_ms();
-        if (!n)
-            return;
-        if (left <= 0)
+        if (!n || left <= 0)
             break;
         if (poll(fds, n, (int)left) < 0 && errno != EINTR)
             break;
@@ -274,11 +272,15 @@ static void gather(qmp_state *st)
             if (fds[k].revents)
                 qmp_pump(who[k]->conn, 0, NULL);
     }
+    int64_t now = mono_ms();
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
-        if (t->conn && t->waiting && !t->stuck) {
+        if (t->conn && t->waiting)
             t->stuck = true;
-            log_warn("%s: QEMU did not answer within %d ms: not waited for until it does", t->path, HV_GATHER_MS);
+        if (t->stuck && !t->silence_logged && now - t->asked_ms >= HV_STUCK_WARN_MS) {
+            t->silence_logged = true;
+            log_warn("%s: QEMU has not answered for %d s (stopped or hung?): not waited for until it does", t->path,
+                     HV_STUCK_WARN_MS / 1000);
         }
     }
 }
