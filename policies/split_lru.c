@@ -133,9 +133,11 @@ static void memory_observe(split_guest *m, const guest_view *g)
     }
     if (g->filling) {
         /* reads into free memory are a warm-up, not its usual rate: the
-         * average (a reclaim's "before") starts over when it settles */
+         * average (a reclaim's "before") starts over from its first
+         * settled sample (from zero, a stream's "before" would be too low
+         * for ticks and its steady reads would look like refaults) */
         m->settled = 0;
-        m->disk_avg_bps = g->disk_read_bps < 0 ? -1 : 0;
+        m->disk_avg_bps = -1;
         return;
     }
     if (m->settled < SETTLE_TICKS)
