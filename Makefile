@@ -63,7 +63,7 @@ daemon: $(BALANCERD) $(BALANCERCTL)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(call pc_cflags,$(PKGS) $(CHECKPKG)) -MMD -MP -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(call pc_cflags,$(PKGS)) $(call pc_cflags,$(CHECKPKG)) -MMD -MP -c $< -o $@
 
 $(LIBQMP): $(QMP_OBJ) $(QMP_GLIB_OBJ)
 	@mkdir -p $(dir $@)

@@ -67,12 +67,16 @@ void classify_update(classify_state *st, const guest_view *g, const classify_par
      * nothing (as the host measures it) is a cache in use or at rest, not
      * a stream: a buffered-IO database's working set looks like this. */
     bool reading = g->disk_read_bps < 0 || g->disk_read_bps >= p->stream_read_bps;
-    /* A guest that reads its disks into free memory is filling its cache:
+    /* A guest that reads its disks into free memory, its cache growing, is
+     * filling its cache:
      * a stream and a database warming up its buffer cache look alike until
      * the cache is full, and its free memory is cache in the making.  It
      * gives nothing until it settles (the host kernel alone balances it,
      * as with no balancer). */
-    st->filling = g->disk_read_bps >= p->stream_read_bps && g->free_bytes > p->fill_free_fraction * (double)g->actual_bytes;
+    bool cache_grows = g->cache_bytes > st->cache_prev;
+    st->cache_prev = g->cache_bytes;
+    st->filling = cache_grows && g->disk_read_bps >= p->stream_read_bps &&
+                  g->free_bytes > p->fill_free_fraction * (double)g->actual_bytes;
     st->streaming = !st->thrashing && !st->need &&
                     ((quiet_faults && reading && g->actual_bytes > 0 &&
                       (double)g->cache_bytes >= p->stream_cache_fraction * (double)g->actual_bytes) ||

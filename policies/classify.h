@@ -42,7 +42,8 @@ typedef struct {
 typedef struct {
     bool thrashing;
     bool streaming;
-    bool filling;                 /* reading its disks into free memory: not settled */
+    bool filling;                 /* reading its disks into a growing cache: not settled */
+    uint64_t cache_prev;          /* its cache at the previous sample (0 before the first) */
     unsigned quiet;               /* consecutive quiet samples while thrashing */
     bool need;
     unsigned need_quiet;          /* consecutive samples without need while in need */

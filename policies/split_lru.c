@@ -94,6 +94,7 @@ typedef struct {
     uint64_t keep;     /* learnt: reclaim outside the critical tier leaves this */
     bool cache_hot;    /* its cache refaulted: not treated as streaming */
     bool moving;       /* its balloon is still on the way down: not a donor now */
+    uint64_t moving_to; /* where it is going */
     bool settling;     /* filled its cache less than SETTLE_TICKS ago: not a donor yet */
     const char *learnt; /* set when this tick found that a reclaim cost it */
     bool keep_backed;  /* keep was learnt from host-backed evidence (thrashing):
@@ -236,8 +237,9 @@ static bool is_adjustable(const guest_view *g, const work *w)
 static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool with_step)
 {
     /* a guest filling its cache from disk is not settled: a warming
-     * database looks like a stream until then (policies/classify.c) */
-    if (g->filling || w->settling)
+     * database looks like a stream until then (policies/classify.c); when
+     * the host is critical that shelters nothing */
+    if (t != TIER_ANON && (g->filling || w->settling))
         return 0;
     /* Lowest target this tier may reach.  Outside the critical tier we
      * never take more than the guest's available memory minus a reserve:
@@ -274,6 +276,11 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
         supply = g->policy.protect ? 0 : room;
         break;
     }
+    /* a balloon still on its way down takes this much of what the guest
+     * reports as free or cache before any further reclaim does */
+    uint64_t inflight = w->moving && g->actual_bytes > w->moving_to ? g->actual_bytes - w->moving_to : 0;
+    if (t != TIER_ANON)
+        supply = supply > inflight ? supply - inflight : 0;
     supply = supply > w->tier_taken ? supply - w->tier_taken : 0;
     return min_u64(supply, room);
 }
@@ -361,6 +368,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         work *w = &ws[i];
         w->target = g->pending_target_bytes ? g->pending_target_bytes : g->actual_bytes;
         w->moving = g->pending_target_bytes && g->pending_target_bytes < g->actual_bytes;
+        w->moving_to = g->pending_target_bytes;
         w->step = max_u64(tun->step_min_bytes, pct(g->actual_bytes, tun->step_percent));
         w->reserve = max_u64(tun->reserve_min_bytes, pct(g->actual_bytes, tun->reserve_percent));
         w->reason = "steady";

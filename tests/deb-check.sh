@@ -15,6 +15,17 @@ if [ "$(id -u)" != 0 ]; then echo "*** SKIPPED: installing a package needs root 
 if dpkg-query -W -f='${Status}' membal 2>/dev/null | grep -q installed; then
     echo "*** SKIPPED: a membal package is already installed on this machine ***"; exit 77
 fi
+# a `make install` here: dpkg would take those files over and purge them
+for f in /usr/sbin/balancerd /etc/balancer /lib/systemd/system/balancer.service; do
+    [ -e "$f" ] && { echo "*** SKIPPED: $f exists (membal installed without a package); not ours to replace ***"; exit 77; }
+done
+# the maintainer scripts must not start balancerd on this machine's guests
+# (where systemd runs): invoke-rc.d asks policy-rc.d first
+if [ -e /usr/sbin/policy-rc.d ]; then
+    echo "*** SKIPPED: /usr/sbin/policy-rc.d exists; not ours to replace ***"; exit 77
+fi
+printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 set -- "$dir"/membal_*.deb "$dir"/membal-agent_*.deb
 for f in "$@"; do [ -f "$f" ] || { echo "FAIL: no package $f (make deb)"; exit 1; }; done
 

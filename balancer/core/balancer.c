@@ -445,6 +445,9 @@ static bool tick_round(balancer *b)
         } else {
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
             note_job(g, s.job_ms);
+            /* balloon changes are sent without waiting: refusals come back here */
+            g->balloon_errors += s.balloon_failures;
+            b->backend_errors += s.balloon_failures;
         }
         /* a balloon still on its way counts as done (no overshoot while it moves) */
         int64_t quiet_ms = (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;

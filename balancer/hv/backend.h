@@ -31,6 +31,7 @@ typedef struct {
     int64_t rss_bytes;                     /* host-side RSS of the QEMU process */
     int64_t disk_read_bytes;  /* host-measured: bytes the guest's disks read so far, -1 unknown */
     int64_t job_ms;           /* a hypervisor job (migration, save, dump) has run this long, -1 none */
+    unsigned balloon_failures; /* balloon changes the hypervisor refused since the last sample */
 } guest_sample;
 
 /* What the hypervisor layer knows of one guest. */

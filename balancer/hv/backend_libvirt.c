@@ -34,7 +34,11 @@
 
 #define LIBVIRT_QEMU_RUN_DIR "/run/libvirt/qemu"
 
-#define WORKERS 16            /* threads for calls that reach QEMU; a stuck guest holds at most one */
+/* Threads for calls that reach QEMU; a stuck guest holds at most one.
+ * libvirtd serves 5 requests of one client at a time (max_client_requests)
+ * and stops reading its socket beyond that: 4 workers leave room for the
+ * main loop's own calls (listing domains, metadata), whatever is stuck. */
+#define WORKERS 4
 #define EXIT_WAIT_MS 1000     /* at shutdown, calls still running are waited for this long */
 
 typedef struct {
@@ -62,6 +66,9 @@ typedef struct {
     bool stuck;             /* its call missed a gather (locked) */
     bool warned;            /* its stuck call was logged (locked) */
     bool back;              /* returned after a logged stall, not yet logged (locked) */
+    int64_t stalled_ms;     /* how long that stall lasted (locked) */
+    uint64_t want_bytes;    /* a balloon target to set after the running call, 0 none (locked) */
+    unsigned set_failures;  /* balloon changes libvirt refused since the last sample (locked) */
     int64_t asked_ms;       /* when its call was queued (locked) */
     bool have;              /* a sample came in since the core took one (locked) */
     guest_sample sample;    /* (locked) */
@@ -88,7 +95,6 @@ static void lg_unref(lv_guest *lg)
     if (!g_atomic_int_dec_and_test(&lg->refs))
         return;
     virDomainFree(lg->dom);
-    agent_conn_clear(&lg->agent);
     g_free(lg);
 }
 
@@ -132,6 +138,7 @@ static void release(hv_guest *g)
     if (!lg)
         return;
     g->backend_data = NULL;
+    agent_conn_clear(&lg->agent); /* main loop only: not left to a stuck call */
     lg_unref(lg); /* a call still running keeps it until it returns */
 }
 
@@ -424,21 +431,32 @@ static int64_t disk_read_bytes(virDomainPtr dom)
     return sum;
 }
 
-/* How long libvirt has been running a job on the domain (migration,
- * save, dump, snapshot), -1 when none.  Without a job libvirt answers from
- * its own state; with one it asks QEMU under a query job, which a running
- * migration allows.  An incoming migration has no statistics here (libvirt:
- * "migration statistics are available only on the source host"), which
- * says as much. */
+/* How long libvirt has been running a job on the domain that copies or
+ * restores its memory (migration in or out, save, restore, dump,
+ * snapshot), -1 when none: a backup job (disks only) does not count.
+ * Without a job libvirt answers from its own state; with one it asks
+ * QEMU under a query job, which these jobs allow.  An incoming migration
+ * has no statistics here (libvirt: "migration statistics are available
+ * only on the source host"), which says as much. */
 static int64_t job_ms(virDomainPtr dom)
 {
-    virDomainJobInfo ji;
-    if (virDomainGetJobInfo(dom, &ji) < 0)
+    int type = VIR_DOMAIN_JOB_NONE, nparams = 0, op = VIR_DOMAIN_JOB_OPERATION_UNKNOWN;
+    virTypedParameterPtr params = NULL;
+    if (virDomainGetJobStats(dom, &type, &params, &nparams, 0) < 0)
         return virGetLastErrorCode() == VIR_ERR_OPERATION_UNSUPPORTED ? 0 : -1;
-    if (ji.type == VIR_DOMAIN_JOB_NONE || ji.type == VIR_DOMAIN_JOB_COMPLETED ||
-        ji.type == VIR_DOMAIN_JOB_FAILED || ji.type == VIR_DOMAIN_JOB_CANCELLED)
+    unsigned long long elapsed = 0;
+    virTypedParamsGetInt(params, nparams, VIR_DOMAIN_JOB_OPERATION, &op);
+    virTypedParamsGetULLong(params, nparams, VIR_DOMAIN_JOB_TIME_ELAPSED, &elapsed);
+    virTypedParamsFree(params, nparams);
+    if (type != VIR_DOMAIN_JOB_BOUNDED && type != VIR_DOMAIN_JOB_UNBOUNDED)
         return -1;
-    return ji.timeElapsed > (unsigned long long)INT64_MAX ? INT64_MAX : (int64_t)ji.timeElapsed;
+    switch (op) {
+    case VIR_DOMAIN_JOB_OPERATION_BACKUP:
+    case VIR_DOMAIN_JOB_OPERATION_SNAPSHOT_REVERT: /* the guest is stopped meanwhile */
+        return -1;
+    default: /* migration, save, restore, dump, snapshot, and what libvirt cannot name */
+        return elapsed > (unsigned long long)INT64_MAX ? INT64_MAX : (int64_t)elapsed;
+    }
 }
 
 static void lv_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t guest_bytes)
@@ -493,6 +511,15 @@ static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
     return 0;
 }
 
+/* Set the balloon (a worker).  0, or -1 with the reason in note. */
+static int set_balloon(lv_guest *lg, uint64_t bytes, char *note, size_t len)
+{
+    if (virDomainSetMemoryFlags(lg->dom, (unsigned long)(bytes / 1024), VIR_DOMAIN_AFFECT_LIVE) == 0)
+        return 0;
+    snprintf(note, len, "balloon change failed: %s", last_error());
+    return -1;
+}
+
 /* A worker: run one call, post its outcome, wake the gather. */
 static void lv_work(gpointer data, gpointer user_data)
 {
@@ -512,11 +539,24 @@ static void lv_work(gpointer data, gpointer user_data)
         }
         rc = sample_now(lg->dom, &s, &err);
     } else {
-        rc = virDomainSetMemoryFlags(lg->dom, (unsigned long)(c->bytes / 1024), VIR_DOMAIN_AFFECT_LIVE);
-        if (rc < 0)
-            snprintf(note, sizeof(note), "balloon change failed: %s", last_error());
+        rc = set_balloon(lg, c->bytes, note, sizeof(note));
     }
     g_mutex_lock(&st->lock);
+    /* a balloon change decided while this call ran goes right after it;
+     * one decided before the call stalled is stale by now */
+    if (lg->stuck)
+        lg->want_bytes = 0;
+    while (lg->want_bytes) {
+        uint64_t want = lg->want_bytes;
+        lg->want_bytes = 0;
+        g_mutex_unlock(&st->lock);
+        int src = set_balloon(lg, want, note, sizeof(note));
+        g_mutex_lock(&st->lock);
+        if (src < 0)
+            lg->set_failures++;
+    }
+    if (c->kind == CALL_BALLOON && rc < 0)
+        lg->set_failures++;
     if (c->kind == CALL_SAMPLE) {
         if (rc == 0) {
             lg->sample = s;
@@ -528,7 +568,10 @@ static void lv_work(gpointer data, gpointer user_data)
     }
     if (note[0])
         snprintf(lg->note, sizeof(lg->note), "%s", note);
-    lg->back = lg->back || lg->warned;
+    if (lg->warned) {
+        lg->back = true;
+        lg->stalled_ms = mono_ms() - lg->asked_ms; /* nothing was queued for it meanwhile */
+    }
     lg->stuck = lg->warned = false;
     lg->busy = false;
     st->running--;
@@ -554,10 +597,12 @@ static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     lg->note[0] = '\0';
     if (lg->back) {
         lg->back = false;
-        snprintf(back_after, sizeof(back_after), "%.1f", (double)(mono_ms() - lg->asked_ms) / 1000.0);
+        snprintf(back_after, sizeof(back_after), "%.1f", (double)lg->stalled_ms / 1000.0);
     }
     if (lg->have) {
         *out = lg->sample;
+        out->balloon_failures = lg->set_failures;
+        lg->set_failures = 0;
         lg->have = false;
     } else {
         rc = -1;
@@ -575,8 +620,9 @@ static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     return rc;
 }
 
-/* Queued, not waited for; libvirt's refusal is logged at the next tick.
- * A guest whose last call has not returned is given no more. */
+/* Queued, not waited for (behind a slow call of the guest's, if one
+ * runs); libvirt's refusal is logged and counted at the next sample.  A
+ * stuck guest is given nothing more. */
 static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
 {
     lv_state *st = state_of(hv);
@@ -586,9 +632,11 @@ static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error
         return -1;
     }
     g_mutex_lock(&st->lock);
-    bool queued = queue_call(st, lg, CALL_BALLOON, bytes);
+    bool stuck = lg->stuck;
+    if (!stuck && !queue_call(st, lg, CALL_BALLOON, bytes))
+        lg->want_bytes = bytes; /* a slow call runs: set right after it */
     g_mutex_unlock(&st->lock);
-    if (!queued) {
+    if (stuck) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "its last libvirt call has not returned");
         return -1;
     }

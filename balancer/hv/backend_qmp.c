@@ -63,6 +63,10 @@ typedef struct {
     int64_t taken_ms;      /* last_ms of the sample the core took last, 0 none */
     bool stuck;            /* missed a gather: not waited for until it answers */
     bool silence_logged;   /* its silence was logged */
+    bool closing;          /* shutting down: pending commands fail, nothing is wrong */
+    bool expired;          /* its questions timed out: asked again only once it shows life */
+    uint64_t messages_seen; /* what it had sent when they did */
+    unsigned set_failures; /* balloon changes QEMU refused since the last sample */
 } qmp_target;
 
 typedef struct {
@@ -87,30 +91,34 @@ static qmp_state *state_of(hv_ctx *hv)
     return st;
 }
 
-/* Identity from QEMU: -name and -uuid (all-zero uuid when not given:
- * then the socket path stands in for it). */
-static void identify(qmp_target *t, int timeout_ms, char *name, size_t nlen, char *uuid, size_t ulen)
-{
-    json_object *ret = NULL, *v;
-    snprintf(name, nlen, "%s", strrchr(t->path, '/') ? strrchr(t->path, '/') + 1 : t->path);
-    snprintf(uuid, ulen, "qmp:%s", t->path);
-    if (qmp_execute(t->conn, "query-name", NULL, &ret, timeout_ms, NULL) == 0) {
-        if (json_object_object_get_ex(ret, "name", &v) && json_object_get_string_len(v) > 0)
-            snprintf(name, nlen, "%s", json_object_get_string(v));
-        json_object_put(ret);
-    }
-    if (qmp_execute(t->conn, "query-uuid", NULL, &ret, timeout_ms, NULL) == 0) {
-        if (json_object_object_get_ex(ret, "UUID", &v) &&
-            strcmp(json_object_get_string(v), "00000000-0000-0000-0000-000000000000") != 0)
-            snprintf(uuid, ulen, "%s", json_object_get_string(v));
-        json_object_put(ret);
-    }
-}
-
 static int left_ms(int64_t deadline)
 {
     int64_t l = deadline - mono_ms();
     return l > 0 ? (int)l : 1;
+}
+
+/* Identity from QEMU: -name and -uuid (all-zero uuid when not given:
+ * then the socket path stands in for it). */
+static int identify(qmp_target *t, int64_t deadline, char *name, size_t nlen, char *uuid, size_t ulen,
+                    qmp_error *err)
+{
+    json_object *ret = NULL, *v;
+    snprintf(name, nlen, "%s", strrchr(t->path, '/') ? strrchr(t->path, '/') + 1 : t->path);
+    snprintf(uuid, ulen, "qmp:%s", t->path);
+    /* a QEMU that does not answer these is not taken under another
+     * identity: the connect fails and is retried */
+    if (qmp_execute(t->conn, "query-name", NULL, &ret, left_ms(deadline), err) < 0)
+        return -1;
+    if (json_object_object_get_ex(ret, "name", &v) && json_object_get_string_len(v) > 0)
+        snprintf(name, nlen, "%s", json_object_get_string(v));
+    json_object_put(ret);
+    if (qmp_execute(t->conn, "query-uuid", NULL, &ret, left_ms(deadline), err) < 0)
+        return -1;
+    if (json_object_object_get_ex(ret, "UUID", &v) &&
+        strcmp(json_object_get_string(v), "00000000-0000-0000-0000-000000000000") != 0)
+        snprintf(uuid, ulen, "%s", json_object_get_string(v));
+    json_object_put(ret);
+    return 0;
 }
 
 static void target_connect(hv_ctx *hv, qmp_target *t)
@@ -121,12 +129,12 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
     int64_t deadline = mono_ms() + CONNECT_MS;
     t->conn = qmp_connect_unix(t->path, CONNECT_MS, &err);
     uint64_t plugged = 0;
-    if (t->conn && qmp_query_memory_size_summary(t->conn, &t->max_bytes, &plugged, left_ms(deadline), &err) == 0) {
+    char name[256], uuid[300];
+    if (t->conn && qmp_query_memory_size_summary(t->conn, &t->max_bytes, &plugged, left_ms(deadline), &err) == 0 &&
+        identify(t, deadline, name, sizeof(name), uuid, sizeof(uuid), &err) == 0) {
         t->max_bytes += plugged;
         if (qmp_set_stats_polling(t->conn, BALLOON_QOM_PATH, (int)hv->stats_period, left_ms(deadline), &err) < 0)
             log_warn("%s: cannot enable balloon stats: %s", t->path, err.msg);
-        char name[256], uuid[300];
-        identify(t, left_ms(deadline), name, sizeof(name), uuid, sizeof(uuid));
         t->g = hv->inv->find(hv->inv_ctx, uuid);
         if (!t->g)
             t->g = hv->inv->add(hv->inv_ctx, name, uuid);
@@ -134,7 +142,7 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
         t->warned = false;
         t->backoff = 0;
         t->waiting = 0;
-        t->stuck = t->silence_logged = false;
+        t->stuck = t->silence_logged = t->expired = false;
         t->last_ms = t->taken_ms = 0;
         if (t->ever_connected)
             hv->reconnects++;
@@ -154,6 +162,13 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
  * with the last one. */
 static void round_answer(qmp_target *t, const qmp_error *err, const char *what)
 {
+    if (err && err->code == QMP_ERR_TIMEOUT && t->conn) {
+        /* no answer at all: it stays stuck, and is asked again only once
+         * it sends something (unread questions would pile up in its
+         * socket until writing to it blocks) */
+        t->expired = true;
+        t->messages_seen = qmp_get_counters(t->conn)->messages_in;
+    }
     if (err && !t->round_failed) {
         t->round_failed = true;
         snprintf(t->round_error, sizeof(t->round_error), "%s: %s", what, err->msg);
@@ -165,7 +180,7 @@ static void round_answer(qmp_target *t, const qmp_error *err, const char *what)
             log_info("%s: QEMU answers again (after %.1f s)", t->path, (double)(t->last_ms - t->asked_ms) / 1000.0);
         t->stuck = t->silence_logged = false;
     }
-    if (!t->waiting && t->round_failed)
+    if (!t->waiting && t->round_failed && !t->expired)
         t->stuck = t->silence_logged = false; /* an error is an answer: ask again next tick */
 }
 
@@ -218,11 +233,17 @@ static void on_disk(qmp_conn *c, json_object *ret, const qmp_error *err, void *o
     round_answer(t, NULL, "query-blockstats");
 }
 
-/* Send this tick's questions (none while the last ones are unanswered). */
+/* Send this tick's questions (none while the last ones are unanswered,
+ * nor to a QEMU whose questions expired and that has said nothing since). */
 static void ask(qmp_target *t)
 {
     if (t->waiting)
         return;
+    if (t->expired) {
+        if (qmp_get_counters(t->conn)->messages_in == t->messages_seen)
+            return;
+        t->expired = false; /* late answers came: it is alive */
+    }
     memset(&t->partial, 0xff, sizeof(t->partial)); /* every field -1: not reported */
     t->partial.max_bytes = (int64_t)t->max_bytes;
     t->round_failed = false;
@@ -367,6 +388,8 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     }
     t->taken_ms = t->last_ms;
     *out = t->last;
+    out->balloon_failures = t->set_failures;
+    t->set_failures = 0;
     out->rss_bytes = qemu_rss_bytes(q_qemu_pid(hv, g));
     out->job_ms = -1; /* a bare QEMU's migrations are its operator's business */
     return 0;
@@ -377,8 +400,10 @@ static void on_balloon_set(qmp_conn *c, json_object *ret, const qmp_error *err, 
     (void)c;
     (void)ret;
     qmp_target *t = opaque;
-    if (err)
+    if (err && !t->closing) {
         log_warn("%s: balloon change failed: %s", t->path, err->msg);
+        t->set_failures++;
+    }
 }
 
 /* Sent without waiting; QEMU's refusal is logged when it comes.  A QEMU
@@ -427,7 +452,7 @@ static void q_guest_release(hv_ctx *hv, hv_guest *g)
 {
     (void)hv;
     qmp_target *t = g->backend_data;
-    if (t)
+    if (t && t->g == g) /* it may already serve the guest under a new identity */
         t->g = NULL;
     g->backend_data = NULL;
 }
@@ -437,8 +462,17 @@ static void q_shutdown(hv_ctx *hv)
     qmp_state *st = hv->priv;
     if (!st)
         return;
+    /* balloon changes just sent get their answers (QEMU may drop what a
+     * client that left had asked); a stuck QEMU is not waited for */
+    int64_t deadline = mono_ms() + 200;
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
+        if (t->conn && !t->stuck)
+            qmp_pump(t->conn, left_ms(deadline), NULL);
+    }
+    for (guint i = 0; i < st->targets->len; i++) {
+        qmp_target *t = g_ptr_array_index(st->targets, i);
+        t->closing = true;
         qmp_close(t->conn);
         agent_conn_clear(&t->agent);
         g_free(t->path);

@@ -205,7 +205,7 @@ int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, GError **error)
     /* the process behind the pidfd is still there, so pid was not reused
      * while we read its maps and opened its pagemap (which stays bound to
      * that process) */
-    if (syscall(SYS_pidfd_send_signal, r->pidfd, 0, NULL, 0) < 0) {
+    if (syscall(SYS_pidfd_send_signal, r->pidfd, 0, NULL, 0) < 0 && errno == ESRCH) { /* EPERM: alive */
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "QEMU pid %d exited while it was being opened",
                     (int)pid);
         guest_ram_close(r);

@@ -82,9 +82,10 @@ void host_swap_free(host_swap *hs)
 }
 
 /* The capabilities host reclaim uses, by number (linux/capability.h):
- * pagemap frame numbers, a QEMU of another user, process_madvise. */
+ * pagemap frame numbers; a QEMU of another user (ptrace access, and its
+ * /proc/PID/pagemap is mode 0400, owned by that user); process_madvise. */
 static const struct { int bit; const char *name; } needed_caps[] = {
-    { 21, "CAP_SYS_ADMIN" }, { 19, "CAP_SYS_PTRACE" }, { 23, "CAP_SYS_NICE" },
+    { 21, "CAP_SYS_ADMIN" }, { 19, "CAP_SYS_PTRACE" }, { 2, "CAP_DAC_READ_SEARCH" }, { 23, "CAP_SYS_NICE" },
 };
 
 /* The capabilities of needed_caps this process lacks, space separated
@@ -112,7 +113,8 @@ host_swap *host_swap_new(const balancer_config *cfg, const char *damon_dir, GErr
     g_autofree char *missing = missing_caps();
     if (*missing) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE,
-                    "[host_reclaim] needs the capabilities CAP_SYS_ADMIN CAP_SYS_PTRACE CAP_SYS_NICE, this "
+                    "[host_reclaim] needs the capabilities CAP_SYS_ADMIN CAP_SYS_PTRACE CAP_DAC_READ_SEARCH "
+                    "CAP_SYS_NICE, this "
                     "process lacks %s (under systemd: install the drop-in host-reclaim.conf from "
                     "/usr/share/doc/membal/examples/ into /etc/systemd/system/balancer.service.d/)",
                     missing);
