@@ -8,8 +8,9 @@
  *  - reclaim order, cheapest first (like shrinking the inactive file list
  *    before touching anon): page cache of streaming guests, then guests'
  *    free memory (their headroom), then half the cache of other guests,
- *    and only when the host is below min (critical) anonymous memory of
- *    unprotected guests, down to their floors; a guest still filling its
+ *    and only when the host is below min (critical) all the cache of
+ *    unprotected guests; never anyone's anonymous memory (below that the
+ *    host kernel swaps, as with no balancer); a guest still filling its
  *    cache from disk gives nothing until it settles;
  *  - within a tier, guests give in proportion to what they can give divided
  *    by their shares;
@@ -24,7 +25,7 @@
  * available memory runs out, or it thrashes) is never a donor and is given
  * what it needs in the same tick, whatever the watermarks say: from the
  * host down to min, the rest reclaimed from the other guests' cheap tiers
- * (anon only when the host is critical).  Reclaim leaves every guest its
+ * (never anon).  Reclaim leaves every guest its
  * decaying peak of used memory plus a reserve, and is an experiment: a
  * guest that shows need, or whose disks read more (its page cache was its
  * working set: the host-side analogue of a file refault, mm/workingset.c),
@@ -81,7 +82,7 @@ static const char *const tier_reason[TIER_COUNT] = {
     "reclaim: streaming page cache",
     "reclaim: guest free memory",
     "reclaim: page cache",
-    "reclaim: anon (host critical)",
+    "reclaim: all cache (host critical)",
 };
 
 typedef struct {
@@ -236,20 +237,23 @@ static bool is_adjustable(const guest_view *g, const work *w)
  * it to what is left of this tick's step. */
 static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool with_step)
 {
-    /* a guest filling its cache from disk is not settled: a warming
-     * database looks like a stream until then (policies/classify.c); when
-     * the host is critical that shelters nothing */
-    if (t != TIER_ANON && (g->filling || w->settling))
+    /* a guest filling its cache from disk is not settled: a warming database looks like a stream until
+     * then (policies/classify.c).  It gives nothing, even when the host is
+     * critical: the host kernel balances it, as with no balancer (no tier
+     * takes anyone's anonymous memory, so this shelters no working set
+     * from being pushed out by it) */
+    if (g->filling || w->settling)
         return 0;
-    /* Lowest target this tier may reach.  Outside the critical tier we
-     * never take more than the guest's available memory minus a reserve:
-     * ballooning then costs the guest only free memory and cache. */
+    /* Lowest target this tier may reach.  We never take more than the
+     * guest's available memory minus a reserve: ballooning costs the guest
+     * only free memory and cache, never its anonymous working set -- below
+     * that the host kernel swaps, as with no balancer, choosing pages by
+     * their use, which a balloon cannot.  Outside the critical tier the
+     * decaying peak of its used memory is kept too. */
     uint64_t used = g->actual_bytes > g->available_bytes ? g->actual_bytes - g->available_bytes : 0;
-    uint64_t bound = g->floor_bytes;
+    uint64_t bound = max_u64(g->floor_bytes, used + w->reserve);
     if (t != TIER_ANON)
-        bound = max_u64(bound, max_u64(used, g->peak_used_bytes) + w->reserve);
-    else if (g->policy.protect)
-        bound = max_u64(bound, used + w->reserve);
+        bound = max_u64(bound, g->peak_used_bytes + w->reserve);
     /* what a reclaim just proved the guest needs is not taken again; when
      * the host is critical only if the proof was host-backed (thrashing):
      * the same loss twice (others give by shares, and below that the host

@@ -272,25 +272,27 @@ START_TEST(never_takes_beyond_available_unless_critical)
 }
 END_TEST
 
-START_TEST(critical_takes_anon_from_unprotected_only)
+/* A critical host: the balloon takes every guest's cache (all of it, not
+ * half), never its anonymous working set -- below that the host kernel
+ * swaps, as with no balancer -- and nothing from a protected guest. */
+START_TEST(critical_takes_cache_never_anon)
 {
     sim s;
-    sim_init(&s, &policy_split_lru, 2, 0);
-    guest_init(&s, 0, "protected", 2 * GIB, 2032 * MIB, 0);
-    s.v[0].policy.protect = true;
-    s.v[0].floor_bytes = 512 * MIB;
-    guest_init(&s, 1, "low-prio", 2 * GIB, 2032 * MIB, 0);
-    s.v[1].policy.shares = 500;
-    s.v[1].floor_bytes = 1 * GIB;
-    s.host_base = 4 * GIB + 100 * MIB; /* 100 MiB available < min */
-    for (int t = 0; t < 40; t++)
+    sim_init(&s, &policy_split_lru, 3, 0);
+    guest_init(&s, 0, "anon-only", 2 * GIB, 2032 * MIB, 0);
+    guest_init(&s, 1, "cache", 2 * GIB, 512 * MIB, 1400 * MIB);
+    s.v[1].floor_bytes = 256 * MIB;
+    guest_init(&s, 2, "protected", 2 * GIB, 2032 * MIB, 0);
+    s.v[2].policy.protect = true;
+    s.host_base = 6 * GIB - 100 * MIB; /* nothing available: critical, half a cache is not enough */
+    for (int t = 0; t < 60; t++)
         sim_tick(&s);
-    /* the protected guest kept everything (it had nothing but anon) */
+    /* nothing but anon: not ballooned */
     ck_assert_uint_eq(s.v[0].actual_bytes, 2 * GIB);
-    /* the other went below its anon set, never below its floor, and
-     * only as far as the host needed to leave the critical zone */
-    ck_assert_uint_lt(s.v[1].actual_bytes, 2032 * MIB);
-    ck_assert_uint_ge(s.v[1].actual_bytes, 1 * GIB);
+    /* the cache guest gave more than half its cache, never its anon */
+    ck_assert_uint_lt(s.v[1].actual_bytes, 2 * GIB - 700 * MIB);
+    ck_assert_uint_ge(s.v[1].actual_bytes, 512 * MIB + 32 * MIB);
+    ck_assert_uint_eq(s.v[2].actual_bytes, 2 * GIB);
     model_refresh(&s);
     ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.min);
     sim_free(&s);
@@ -980,7 +982,7 @@ int main(void)
     tcase_add_test(tc, thrashing_guest_is_protected_and_grows);
     tcase_add_test(tc, floor_ceiling_and_mode_off);
     tcase_add_test(tc, never_takes_beyond_available_unless_critical);
-    tcase_add_test(tc, critical_takes_anon_from_unprotected_only);
+    tcase_add_test(tc, critical_takes_cache_never_anon);
     tcase_add_test(tc, plenty_grows_short_guests_within_surplus);
     tcase_add_test(tc, no_oscillation_over_many_ticks);
     tcase_add_test(tc, shares_weight_the_reclaim);
