@@ -22,10 +22,13 @@ done
 # the maintainer scripts must not start balancerd on this machine's guests
 # (where systemd runs): invoke-rc.d asks policy-rc.d first
 if [ -e /usr/sbin/policy-rc.d ]; then
-    echo "*** SKIPPED: /usr/sbin/policy-rc.d exists; not ours to replace ***"; exit 77
+    # the machine's own (container images ship one that denies every start)
+    /usr/sbin/policy-rc.d balancer.service start >/dev/null 2>&1
+    [ $? = 101 ] || { echo "*** SKIPPED: /usr/sbin/policy-rc.d allows starting services; not ours to replace ***"; exit 77; }
+else
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 fi
-printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
-trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 set -- "$dir"/membal_*.deb "$dir"/membal-agent_*.deb
 for f in "$@"; do [ -f "$f" ] || { echo "FAIL: no package $f (make deb)"; exit 1; }; done
 

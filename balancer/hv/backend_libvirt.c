@@ -681,13 +681,16 @@ static void lv_shutdown(hv_ctx *hv)
         ;
     unsigned running = st->running;
     g_mutex_unlock(&st->lock);
-    disconnect(hv);
-    hv->priv = NULL;
     if (running) {
+        hv->priv = NULL;
+        /* no goodbye to libvirt either: a call on a connection with a
+         * stuck one may wait for it; the exiting process closes it */
         log_warn("libvirt: %u call(s) still running at exit (a stuck QEMU): not waited for", running);
         g_thread_pool_free(st->pool, TRUE, FALSE);
-        return; /* st stays: the stuck calls still use it */
+        return; /* st and the connection stay: the stuck calls still use them */
     }
+    disconnect(hv);
+    hv->priv = NULL;
     g_thread_pool_free(st->pool, FALSE, TRUE);
     g_mutex_clear(&st->lock);
     g_cond_clear(&st->done);

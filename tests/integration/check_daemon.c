@@ -816,9 +816,22 @@ START_TEST(agent_reports_refaults_in_a_squeeze)
                         .append = "membal.report=1 membal.agent=1 membal.swap=/dev/vda membal.run=wss:360:100" };
     ck_assert(guest_vm_start(&vm, &o) == 0);
     ck_assert(guest_vm_wait_console(&vm, "WSS ready", 120000));
+    /* the squeeze: balancerd never balloons a guest below its used memory,
+     * so the test inflates the balloon itself (QMP, before balancerd holds
+     * the socket) under the 360 MiB working set */
+    qmp_error qe;
+    qmp_conn *qc = qmp_connect_unix(vm.qmp_path, 5000, &qe);
+    ck_assert_msg(qc != NULL, "%s", qe.msg);
+    ck_assert_msg(qmp_balloon(qc, 300 * MIB, 5000, &qe) == 0, "%s", qe.msg);
+    uint64_t actual = 0;
+    for (int i = 0; i < 60 && (actual == 0 || actual > 310 * MIB); i++) {
+        usleep(500 * 1000);
+        ck_assert_int_eq(qmp_query_balloon(qc, &actual, 5000, &qe), 0);
+    }
+    qmp_close(qc);
+    ck_assert_uint_le(actual, 310 * MIB);
     char conf[512], extra[1024];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    /* the host "critical": anon may be taken down to the 256 MiB floor */
     write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 99%\nlow = 99.5%\nhigh = 99.8%\n"
                      "[guests]\ndefault_floor_min = 256MiB\ndefault_floor_percent = 0\n"
