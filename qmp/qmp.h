@@ -4,8 +4,9 @@
  * One connection object serves two styles of use:
  *  - blocking: qmp_connect_unix() then qmp_execute() / the typed wrappers,
  *    each with a timeout (tests, the CLI);
- *  - event driven: qmp_execute_async() plus qmp_pump(conn, 0) whenever the
- *    fd is readable (qmp_glib.h wires that into a GLib main loop).
+ *  - event driven: qmp_connect_unix_async(), qmp_execute_async() plus
+ *    qmp_pump(conn, 0) whenever the fd is readable (qmp_glib.h wires that
+ *    into a GLib main loop); nothing waits.
  *
  * Every failure is returned as a value (qmp_error) with a readable message;
  * nothing the peer sends can make the library abort.  A peer that sends
@@ -92,6 +93,16 @@ qmp_conn *qmp_connect_unix(const char *path, int timeout_ms, qmp_error *err);
  * handshake (used by tests with socketpair()). */
 qmp_conn *qmp_open_fd(int fd, int timeout_ms, qmp_error *err);
 
+/* The same without waiting: connect (a listener that is not accepting and
+ * whose backlog is full is an error at once), return the connection, and
+ * let qmp_pump() / qmp_expire() do the handshake.  ready runs once from
+ * them: ret non-NULL when the greeting came and capabilities were
+ * negotiated within timeout_ms, else err says why (no greeting, closed,
+ * garbage).  Send nothing before ready. */
+qmp_conn *qmp_connect_unix_async(const char *path, int timeout_ms, qmp_reply_cb ready, void *opaque,
+                                 qmp_error *err);
+qmp_conn *qmp_open_fd_async(int fd, int timeout_ms, qmp_reply_cb ready, void *opaque, qmp_error *err);
+
 void qmp_close(qmp_conn *conn);
 
 int qmp_fd(const qmp_conn *conn);
@@ -175,6 +186,8 @@ int qmp_balloon(qmp_conn *conn, uint64_t target_bytes, int timeout_ms,
                 qmp_error *err);
 int qmp_set_stats_polling(qmp_conn *conn, const char *qom_path, int seconds,
                           int timeout_ms, qmp_error *err);
+int qmp_set_stats_polling_async(qmp_conn *conn, const char *qom_path, int seconds, int timeout_ms,
+                                qmp_reply_cb cb, void *opaque, qmp_error *err);
 int qmp_get_guest_stats(qmp_conn *conn, const char *qom_path,
                         qmp_guest_stats *out, int timeout_ms, qmp_error *err);
 int qmp_query_memory_size_summary(qmp_conn *conn, uint64_t *base_bytes,

@@ -50,6 +50,11 @@ struct qmp_conn {
     void *ev_opaque;
     int ver_major, ver_minor, ver_micro;
     qmp_counters counters;
+    /* the handshake of an async open, until ready has run */
+    qmp_reply_cb ready;
+    void *ready_opaque;
+    int64_t greet_deadline_ms;
+    int greet_timeout_ms;
 };
 
 static qmp_conn *conn_new(int fd);
@@ -108,6 +113,10 @@ static void conn_break(qmp_conn *c, const qmp_error *why)
         return;
     c->state = ST_BROKEN;
     c->broken = *why;
+    qmp_reply_cb ready = c->ready;
+    c->ready = NULL;
+    if (ready) /* broken before the capabilities were even asked */
+        ready(c, NULL, why, c->ready_opaque);
     pending *p = c->pending;
     c->pending = NULL;
     while (p) {
@@ -183,6 +192,20 @@ static void parse_greeting(qmp_conn *c, json_object *greeting)
     }
 }
 
+/* The greeting came: negotiate capabilities; their reply is the handshake's
+ * end, handed to ready. */
+static void greeted(qmp_conn *c)
+{
+    qmp_reply_cb ready = c->ready;
+    c->ready = NULL;
+    if (!ready)
+        return;
+    int64_t left = c->greet_deadline_ms - now_ms();
+    qmp_error e;
+    if (qmp_execute_async(c, "qmp_capabilities", NULL, left > 0 ? (int)left : 1, ready, c->ready_opaque, &e) < 0)
+        ready(c, NULL, &e, c->ready_opaque);
+}
+
 static pending *take_pending(qmp_conn *c, uint64_t id)
 {
     for (pending **pp = &c->pending; *pp; pp = &(*pp)->next) {
@@ -237,8 +260,10 @@ static void handle_message(qmp_conn *c, json_object *msg)
     }
     if (json_object_object_get_ex(msg, "QMP", &greeting)) {
         parse_greeting(c, greeting);
-        if (c->state == ST_GREETING)
+        if (c->state == ST_GREETING) {
             c->state = ST_READY;
+            greeted(c);
+        }
         return;
     }
     if (json_object_object_get_ex(msg, "event", NULL)) {
@@ -376,6 +401,12 @@ static int write_all(qmp_conn *c, const char *buf, size_t len, int64_t deadline,
 void qmp_expire(qmp_conn *c)
 {
     int64_t now = now_ms();
+    if (c->state == ST_GREETING && c->ready && now >= c->greet_deadline_ms) {
+        qmp_error e;
+        set_err(&e, QMP_ERR_TIMEOUT, "no QMP greeting within %d ms", c->greet_timeout_ms);
+        conn_break(c, &e);
+        return;
+    }
     pending **pp = &c->pending;
     while (*pp) {
         pending *p = *pp;
@@ -626,27 +657,17 @@ static qmp_conn *conn_new(int fd)
     return c;
 }
 
-static int handshake(qmp_conn *c, int timeout_ms, qmp_error *err)
-{
-    int64_t deadline = now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
-    while (c->state == ST_GREETING) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0) {
-            set_err(err, QMP_ERR_TIMEOUT, "no QMP greeting within %d ms", timeout_ms);
-            return -1;
-        }
-        if (pump_input(c, (int)(left < 100 ? left : 100), err) < 0)
-            return -1;
-    }
-    int left = (int)(deadline - now_ms());
-    return qmp_execute(c, "qmp_capabilities", NULL, NULL, left > 0 ? left : 1, err);
-}
-
-qmp_conn *qmp_open_fd(int fd, int timeout_ms, qmp_error *err)
+/* Take fd and start the handshake: ready runs when it ends. */
+static qmp_conn *conn_open(int fd, int timeout_ms, qmp_reply_cb ready, void *opaque, qmp_error *err)
 {
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
         set_err(err, QMP_ERR_ARG, "QMP fd %d: %s", fd, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (!ready) {
+        set_err(err, QMP_ERR_ARG, "qmp_open_fd_async: no ready callback");
         close(fd);
         return NULL;
     }
@@ -656,19 +677,20 @@ qmp_conn *qmp_open_fd(int fd, int timeout_ms, qmp_error *err)
         close(fd);
         return NULL;
     }
-    if (handshake(c, timeout_ms, err) < 0) {
-        qmp_close(c);
-        return NULL;
-    }
+    c->ready = ready;
+    c->ready_opaque = opaque;
+    c->greet_timeout_ms = timeout_ms < 0 ? 0 : timeout_ms;
+    c->greet_deadline_ms = now_ms() + c->greet_timeout_ms;
     return c;
 }
 
-qmp_conn *qmp_connect_unix(const char *path, int timeout_ms, qmp_error *err)
+/* A connected, non-blocking socket to path, or -1. */
+static int socket_connect(const char *path, qmp_error *err)
 {
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
     if (!path || strlen(path) >= sizeof(addr.sun_path)) {
         set_err(err, QMP_ERR_ARG, "QMP socket path %s", path ? "is too long" : "is missing");
-        return NULL;
+        return -1;
     }
     strcpy(addr.sun_path, path);
     /* non-blocking from the start: a listener whose backlog is full (a
@@ -676,7 +698,7 @@ qmp_conn *qmp_connect_unix(const char *path, int timeout_ms, qmp_error *err)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         set_err(err, QMP_ERR_IO, "socket: %s", strerror(errno));
-        return NULL;
+        return -1;
     }
     if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
         if (errno == EAGAIN)
@@ -686,9 +708,47 @@ qmp_conn *qmp_connect_unix(const char *path, int timeout_ms, qmp_error *err)
             set_err(err, errno == ENOENT || errno == ECONNREFUSED ? QMP_ERR_CLOSED : QMP_ERR_IO,
                     "connecting to QMP socket %s: %s", path, strerror(errno));
         close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+qmp_conn *qmp_open_fd_async(int fd, int timeout_ms, qmp_reply_cb ready, void *opaque, qmp_error *err)
+{
+    return conn_open(fd, timeout_ms, ready, opaque, err);
+}
+
+qmp_conn *qmp_connect_unix_async(const char *path, int timeout_ms, qmp_reply_cb ready, void *opaque,
+                                 qmp_error *err)
+{
+    int fd = socket_connect(path, err);
+    return fd < 0 ? NULL : conn_open(fd, timeout_ms, ready, opaque, err);
+}
+
+/* The blocking handshake: the async one, pumped until ready has run (the
+ * greeting's and the capabilities' deadlines end it either way). */
+qmp_conn *qmp_open_fd(int fd, int timeout_ms, qmp_error *err)
+{
+    sync_result r = { .done = false, .ret = NULL, .err = { QMP_OK, "" } };
+    qmp_conn *c = conn_open(fd, timeout_ms, sync_reply, &r, err);
+    if (!c)
+        return NULL;
+    while (!r.done)
+        pump_input(c, 100, NULL);
+    json_object_put(r.ret);
+    if (r.err.code != QMP_OK) {
+        if (err)
+            *err = r.err;
+        qmp_close(c);
         return NULL;
     }
-    return qmp_open_fd(fd, timeout_ms, err);
+    return c;
+}
+
+qmp_conn *qmp_connect_unix(const char *path, int timeout_ms, qmp_error *err)
+{
+    int fd = socket_connect(path, err);
+    return fd < 0 ? NULL : qmp_open_fd(fd, timeout_ms, err);
 }
 
 void qmp_close(qmp_conn *c)

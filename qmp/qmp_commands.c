@@ -115,17 +115,30 @@ int qmp_balloon(qmp_conn *conn, uint64_t target, int timeout_ms, qmp_error *err)
     return qmp_execute(conn, "balloon", args, NULL, timeout_ms, err);
 }
 
-int qmp_set_stats_polling(qmp_conn *conn, const char *path, int seconds, int timeout_ms,
-                          qmp_error *err)
+static json_object *stats_polling_args(const char *path, int seconds)
 {
-    if (!path || seconds < 0)
-        return fail(err, QMP_ERR_ARG, "stats polling needs a QOM path and seconds >= 0");
     json_object *args = json_object_new_object();
     json_object_object_add(args, "path", json_object_new_string(path));
     json_object_object_add(args, "property",
                            json_object_new_string("guest-stats-polling-interval"));
     json_object_object_add(args, "value", json_object_new_int(seconds));
-    return qmp_execute(conn, "qom-set", args, NULL, timeout_ms, err);
+    return args;
+}
+
+int qmp_set_stats_polling(qmp_conn *conn, const char *path, int seconds, int timeout_ms,
+                          qmp_error *err)
+{
+    if (!path || seconds < 0)
+        return fail(err, QMP_ERR_ARG, "stats polling needs a QOM path and seconds >= 0");
+    return qmp_execute(conn, "qom-set", stats_polling_args(path, seconds), NULL, timeout_ms, err);
+}
+
+int qmp_set_stats_polling_async(qmp_conn *conn, const char *path, int seconds, int timeout_ms,
+                                qmp_reply_cb cb, void *opaque, qmp_error *err)
+{
+    if (!path || seconds < 0)
+        return fail(err, QMP_ERR_ARG, "stats polling needs a QOM path and seconds >= 0");
+    return qmp_execute_async(conn, "qom-set", stats_polling_args(path, seconds), timeout_ms, cb, opaque, err);
 }
 
 int qmp_get_guest_stats(qmp_conn *conn, const char *path, qmp_guest_stats *out,

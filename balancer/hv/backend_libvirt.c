@@ -5,13 +5,18 @@
  * missed event costs at most one tick.  If libvirtd goes away, we
  * reconnect with backoff and keep the guests we knew until then.
  *
- * Calls that reach a guest's QEMU (its stats, its balloon) have no
- * timeout in libvirt, so they run in a thread pool: each tick queues one
- * call per guest and waits at most HV_GATHER_MS for them all together; a
- * guest whose call has not returned by then (its QEMU stopped or hung) is
- * not waited for again, gets no new calls, and is picked up when its call
- * returns.  The domain list, events and metadata stay on the main loop
- * (they do not reach QEMU).
+ * No libvirt RPC runs on the main loop: libvirt has no timeout for them,
+ * and a stopped libvirtd or QEMU answers none.  Two kinds of threads:
+ * - the link (one thread, one request at a time) talks to libvirtd alone:
+ *   connecting, listing the running domains, reading their policy and
+ *   agent channel;
+ * - the pool (WORKERS threads) runs the calls that reach a guest's QEMU
+ *   (its stats, its balloon), one at a time per guest.
+ * Each tick posts the link's request and every guest's sample call, then
+ * waits at most HV_GATHER_MS for all of them together; what has not
+ * returned by then is stuck: not waited for again, given nothing new, and
+ * picked up when it returns.  Answers are applied on the main loop, the
+ * only place that touches the guest inventory.
  */
 #include <glib.h>
 #include <stdio.h>
@@ -37,21 +42,67 @@
 /* Threads for calls that reach QEMU; a stuck guest holds at most one.
  * libvirtd serves 5 requests of one client at a time (max_client_requests)
  * and stops reading its socket beyond that: 4 workers leave room for the
- * main loop's own calls (listing domains, metadata), whatever is stuck. */
+ * link's one. */
 #define WORKERS 4
 #define EXIT_WAIT_MS 1000     /* at shutdown, calls still running are waited for this long */
+#define RETRY_MAX_S 60        /* reconnect backoff: 1, 2, 4 ... s up to this */
+
+/* One running domain as the link found it. */
+typedef struct {
+    char uuid[VIR_UUID_STRING_BUFLEN];
+    char *name;
+    virDomainPtr dom;         /* a reference: the main loop takes it or frees it */
+    bool attach;              /* new on this connection: agent_path read */
+    char *agent_path;         /* NULL: no agent channel */
+    bool policy_read;         /* policy_xml is the domain's (NULL: it has none) */
+    char *policy_xml;
+    unsigned policy_seq;      /* the metadata change it answers (0: none asked) */
+} lv_found;
+
+/* What the main loop asks of the link. */
+typedef struct {
+    bool close;               /* at exit: disconnect, nothing else */
+    char *uri;
+    hv_ctx *hv;               /* for the event callbacks only (they run on the main loop) */
+    GHashTable *known;        /* uuid -> connection generation it is attached on */
+    GHashTable *reread;       /* uuid -> metadata change seq: read its policy again */
+} lv_link_req;
+
+/* The link's answer. */
+typedef struct {
+    unsigned gen;             /* the connection it came over */
+    bool reconnected;         /* a new connection after an earlier one */
+    GPtrArray *found;         /* lv_found*; NULL: no domain list (not connected, or it failed) */
+    GPtrArray *warnings;      /* messages to log, from a thread that does not log */
+    GPtrArray *infos;
+    int64_t stalled_ms;       /* it answered after a logged stall this long, 0 if not */
+} lv_link_answer;
 
 typedef struct {
+    /* the link thread's alone */
     virConnectPtr conn;
-    bool closed;            /* libvirt told us the connection died */
+    unsigned gen;             /* bumped at each new connection */
+    bool ever_connected;
     int cb_lifecycle, cb_metadata;
-    int64_t next_attempt;   /* monotonic s */
+    int64_t next_attempt;     /* monotonic s */
     unsigned backoff;
+    gint closed;              /* atomic: libvirt told us the connection died */
+
+    /* the main loop's alone */
     guint resync_source;
-    GThreadPool *pool;      /* lv_call*, run by lv_work */
-    GMutex lock;            /* guards the lv_guest fields marked (locked) and running */
-    GCond done;             /* a call returned */
-    unsigned running;       /* calls queued or running (locked) */
+    GHashTable *reread;       /* uuid -> seq of its latest metadata change */
+    unsigned meta_seq;
+    bool reachable;           /* the latest answer had a domain list */
+
+    GThreadPool *pool;        /* lv_call*, run by lv_work */
+    GThreadPool *link;        /* lv_link_req*, run by lv_link_work, 1 thread */
+    GMutex lock;              /* guards the fields marked (locked) */
+    GCond done;               /* a call or link request returned */
+    unsigned running;         /* calls and link requests queued or running (locked) */
+    bool link_busy;           /* (locked) */
+    bool link_stuck, link_warned; /* (locked) */
+    int64_t link_asked_ms;    /* (locked) */
+    lv_link_answer *answer;   /* not yet applied (locked) */
 } lv_state;
 
 /* What balancerd attaches to a libvirt guest; shared with the call that
@@ -59,6 +110,7 @@ typedef struct {
 typedef struct {
     gint refs;
     virDomainPtr dom;
+    unsigned gen;             /* the connection dom belongs to */
     agent_conn agent;       /* main loop only */
     unsigned stats_period;  /* to set on the first call */
     bool period_set;        /* worker only */
@@ -100,7 +152,7 @@ static void lg_unref(lv_guest *lg)
 
 static const char *last_error(void)
 {
-    const char *m = virGetLastErrorMessage();
+    const char *m = virGetLastErrorMessage(); /* thread-local */
     return m ? m : "unknown libvirt error";
 }
 
@@ -113,6 +165,7 @@ static void quiet_errors(void *opaque, virErrorPtr e)
 }
 
 static void lv_work(gpointer data, gpointer user_data);
+static void lv_link_work(gpointer data, gpointer user_data);
 
 static lv_state *state_of(hv_ctx *hv)
 {
@@ -120,16 +173,46 @@ static lv_state *state_of(hv_ctx *hv)
         lv_state *st = g_new0(lv_state, 1);
         g_mutex_init(&st->lock);
         g_cond_init(&st->done);
+        st->cb_lifecycle = st->cb_metadata = -1;
+        st->reread = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
         st->pool = g_thread_pool_new(lv_work, st, WORKERS, FALSE, NULL);
+        st->link = g_thread_pool_new(lv_link_work, st, 1, FALSE, NULL);
+        virSetErrorFunc(NULL, quiet_errors);
         hv->priv = st;
     }
     return hv->priv;
 }
 
-static virDomainPtr dom_of(const hv_guest *g)
+static void found_free(gpointer p)
 {
-    const lv_guest *lg = g->backend_data;
-    return lg ? lg->dom : NULL;
+    lv_found *f = p;
+    if (f->dom)
+        virDomainFree(f->dom);
+    g_free(f->name);
+    g_free(f->agent_path);
+    free(f->policy_xml); /* libvirt's allocation */
+    g_free(f);
+}
+
+static void answer_free(lv_link_answer *a)
+{
+    if (!a)
+        return;
+    if (a->found)
+        g_ptr_array_free(a->found, TRUE);
+    g_ptr_array_free(a->warnings, TRUE);
+    g_ptr_array_free(a->infos, TRUE);
+    g_free(a);
+}
+
+static void req_free(lv_link_req *rq)
+{
+    g_free(rq->uri);
+    if (rq->known)
+        g_hash_table_unref(rq->known);
+    if (rq->reread)
+        g_hash_table_unref(rq->reread);
+    g_free(rq);
 }
 
 static void release(hv_guest *g)
@@ -142,19 +225,7 @@ static void release(hv_guest *g)
     lg_unref(lg); /* a call still running keeps it until it returns */
 }
 
-static void read_policy(hv_ctx *hv, hv_guest *g)
-{
-    virDomainPtr dom = dom_of(g);
-    char *xml = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, VM_POLICY_NS_URI,
-                                     VIR_DOMAIN_AFFECT_LIVE);
-    if (!xml && virGetLastErrorCode() != VIR_ERR_NO_DOMAIN_METADATA) {
-        log_warn("guest %s: cannot read policy metadata: %s", g->name, last_error());
-        return;
-    }
-    hv->inv->policy_xml(hv->inv_ctx, g, xml);
-    free(xml); /* libvirt's allocation */
-}
-
+/* ---- the link thread ---- */
 
 /* The unix socket of <channel type='unix'> whose target is our agent
  * port, from the live domain XML; NULL if the guest has none. */
@@ -182,49 +253,266 @@ static char *agent_channel_path(virDomainPtr dom)
     return path;
 }
 
-static void track_domain(hv_ctx *hv, virDomainPtr dom)
+static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
+static void on_metadata(virConnectPtr conn, virDomainPtr dom, int type, const char *nsuri, void *opaque);
+
+/* Runs on the main loop (libvirt's events are dispatched there). */
+static void on_close(virConnectPtr conn, int reason, void *opaque)
 {
-    char uuid[VIR_UUID_STRING_BUFLEN];
-    if (virDomainGetUUIDString(dom, uuid) < 0)
-        return;
-    hv_guest *g = hv->inv->find(hv->inv_ctx, uuid);
-    if (g) {
-        g->seen = true;
-        return;
-    }
-    const char *name = virDomainGetName(dom);
-    g = hv->inv->add(hv->inv_ctx, name ? name : uuid, uuid);
-    virDomainRef(dom);
-    lv_guest *lg = g_new0(lv_guest, 1);
-    lg->refs = 1;
-    lg->dom = dom;
-    lg->stats_period = hv->stats_period; /* set by its first call: it reaches QEMU */
-    char *agent = agent_channel_path(dom);
-    agent_conn_init(&lg->agent, agent);
-    if (agent)
-        log_info("guest %s: reading its agent at %s", g->name, agent);
-    g_free(agent);
-    g->backend_data = lg;
-    read_policy(hv, g);
+    (void)conn;
+    lv_state *st = opaque;
+    g_atomic_int_set(&st->closed, 1);
+    log_warn("libvirt connection closed (reason %d); will reconnect", reason);
 }
 
-static int resync(hv_ctx *hv)
+static void link_disconnect(lv_state *st)
 {
-    lv_state *st = state_of(hv);
+    if (!st->conn)
+        return;
+    if (st->cb_lifecycle >= 0)
+        virConnectDomainEventDeregisterAny(st->conn, st->cb_lifecycle);
+    if (st->cb_metadata >= 0)
+        virConnectDomainEventDeregisterAny(st->conn, st->cb_metadata);
+    st->cb_lifecycle = st->cb_metadata = -1;
+    virConnectUnregisterCloseCallback(st->conn, on_close);
+    /* the guests' domain handles keep the old connection until the main
+     * loop attaches them to the new one */
+    virConnectClose(st->conn);
+    st->conn = NULL;
+}
+
+static int link_connect(lv_state *st, const lv_link_req *rq, lv_link_answer *a)
+{
+    if (st->conn && !g_atomic_int_get(&st->closed))
+        return 0;
+    link_disconnect(st);
+    if (mono_s() < st->next_attempt)
+        return -1;
+    st->conn = virConnectOpen(rq->uri);
+    if (!st->conn) {
+        st->backoff = st->backoff ? MIN(st->backoff * 2, RETRY_MAX_S) : 1;
+        st->next_attempt = mono_s() + st->backoff;
+        g_ptr_array_add(a->warnings, g_strdup_printf("cannot connect to %s: %s (retrying in %u s)", rq->uri,
+                                                     last_error(), st->backoff));
+        return -1;
+    }
+    g_atomic_int_set(&st->closed, 0);
+    st->backoff = 0;
+    st->gen++;
+    a->reconnected = st->ever_connected;
+    st->ever_connected = true;
+    if (virConnectSetKeepAlive(st->conn, 5, 3) < 0)
+        g_ptr_array_add(a->infos, g_strdup_printf("keepalive not available: %s", last_error()));
+    virConnectRegisterCloseCallback(st->conn, on_close, st, NULL);
+    st->cb_lifecycle = virConnectDomainEventRegisterAny(
+        st->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), rq->hv, NULL);
+    st->cb_metadata = virConnectDomainEventRegisterAny(
+        st->conn, NULL, VIR_DOMAIN_EVENT_ID_METADATA_CHANGE, VIR_DOMAIN_EVENT_CALLBACK(on_metadata), rq->hv,
+        NULL);
+    if (st->cb_lifecycle < 0 || st->cb_metadata < 0)
+        g_ptr_array_add(a->warnings, g_strdup_printf("cannot register for domain events (%s): changes are "
+                                                     "picked up each tick", last_error()));
+    g_ptr_array_add(a->infos, g_strdup_printf("connected to %s", rq->uri));
+    return 0;
+}
+
+/* The running domains; for the ones new on this connection their agent
+ * channel and policy, for the ones whose metadata changed their policy. */
+static void link_list(lv_state *st, const lv_link_req *rq, lv_link_answer *a)
+{
     virDomainPtr *doms = NULL;
     int n = virConnectListAllDomains(st->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
     if (n < 0) {
-        log_warn("listing domains: %s", last_error());
+        g_ptr_array_add(a->warnings, g_strdup_printf("listing domains: %s", last_error()));
+        /* dead without a close event (keepalive not yet expired):
+         * reconnect at the next request instead of failing for ever */
+        if (virConnectIsAlive(st->conn) != 1)
+            g_atomic_int_set(&st->closed, 1);
+        return;
+    }
+    a->found = g_ptr_array_new_with_free_func(found_free);
+    for (int i = 0; i < n; i++) {
+        lv_found *f = g_new0(lv_found, 1);
+        f->dom = doms[i];
+        if (virDomainGetUUIDString(f->dom, f->uuid) < 0) {
+            found_free(f);
+            continue;
+        }
+        const char *name = virDomainGetName(f->dom);
+        f->name = g_strdup(name ? name : f->uuid);
+        gpointer gen = NULL, seq = NULL;
+        f->attach = !g_hash_table_lookup_extended(rq->known, f->uuid, NULL, &gen) ||
+                    GPOINTER_TO_UINT(gen) != st->gen;
+        bool changed = g_hash_table_lookup_extended(rq->reread, f->uuid, NULL, &seq);
+        if (f->attach)
+            f->agent_path = agent_channel_path(f->dom);
+        if (f->attach || changed) {
+            f->policy_seq = changed ? GPOINTER_TO_UINT(seq) : 0;
+            f->policy_xml = virDomainGetMetadata(f->dom, VIR_DOMAIN_METADATA_ELEMENT, VM_POLICY_NS_URI,
+                                                 VIR_DOMAIN_AFFECT_LIVE);
+            f->policy_read = f->policy_xml || virGetLastErrorCode() == VIR_ERR_NO_DOMAIN_METADATA;
+            if (!f->policy_read)
+                g_ptr_array_add(a->warnings, g_strdup_printf("guest %s: cannot read policy metadata: %s",
+                                                             f->name, last_error()));
+        }
+        g_ptr_array_add(a->found, f);
+    }
+    free(doms);
+}
+
+static void lv_link_work(gpointer data, gpointer user_data)
+{
+    lv_link_req *rq = data;
+    lv_state *st = user_data;
+    lv_link_answer *a = g_new0(lv_link_answer, 1);
+    a->warnings = g_ptr_array_new_with_free_func(g_free);
+    a->infos = g_ptr_array_new_with_free_func(g_free);
+    if (rq->close)
+        link_disconnect(st);
+    else if (link_connect(st, rq, a) == 0)
+        link_list(st, rq, a);
+    a->gen = st->gen;
+    req_free(rq);
+    g_mutex_lock(&st->lock);
+    if (st->link_warned)
+        a->stalled_ms = mono_ms() - st->link_asked_ms;
+    answer_free(st->answer); /* the main loop applies an answer before it posts; only at exit can one be left */
+    st->answer = a;
+    st->link_busy = st->link_stuck = false;
+    st->running--;
+    g_cond_broadcast(&st->done);
+    g_mutex_unlock(&st->lock);
+}
+
+/* ---- the main loop's side of the link ---- */
+
+/* Post a request to the link unless one is running (locked). */
+static void link_post(hv_ctx *hv, lv_state *st, bool close)
+{
+    if (st->link_busy)
+        return;
+    lv_link_req *rq = g_new0(lv_link_req, 1);
+    rq->close = close;
+    rq->uri = g_strdup(hv->connect_uri);
+    rq->hv = hv;
+    rq->known = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    for (size_t i = 0; i < hv->inv->count(hv->inv_ctx); i++) {
+        hv_guest *g = hv->inv->at(hv->inv_ctx, i);
+        const lv_guest *lg = g->backend_data;
+        if (lg)
+            g_hash_table_insert(rq->known, g_strdup(g->uuid), GUINT_TO_POINTER(lg->gen));
+    }
+    /* the link reads it while the main loop may add to it: a copy */
+    rq->reread = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    GHashTableIter it;
+    gpointer k, v;
+    g_hash_table_iter_init(&it, st->reread);
+    while (g_hash_table_iter_next(&it, &k, &v))
+        g_hash_table_insert(rq->reread, g_strdup(k), v);
+    st->link_busy = true;
+    st->link_stuck = st->link_warned = false;
+    st->link_asked_ms = mono_ms();
+    st->running++;
+    g_thread_pool_push(st->link, rq, NULL);
+}
+
+static bool queue_call(lv_state *st, lv_guest *lg, call_kind kind, uint64_t bytes);
+
+static void attach(hv_ctx *hv, hv_guest *g, lv_found *f, unsigned gen)
+{
+    lv_state *st = state_of(hv);
+    lv_guest *lg = g_new0(lv_guest, 1);
+    lg->refs = 1;
+    lg->dom = g_steal_pointer(&f->dom);
+    lg->gen = gen;
+    lg->stats_period = hv->stats_period; /* set by its first call: it reaches QEMU */
+    agent_conn_init(&lg->agent, f->agent_path);
+    if (f->agent_path)
+        log_info("guest %s: reading its agent at %s", g->name, f->agent_path);
+    g->backend_data = lg;
+    g_mutex_lock(&st->lock);
+    queue_call(st, lg, CALL_SAMPLE, 0); /* its first sample, ready by the next tick */
+    g_mutex_unlock(&st->lock);
+}
+
+/* Apply the link's answer, if one came: the inventory follows its domain
+ * list.  0 when libvirt's domains are known (now or from the last
+ * answer, while a request is still out), -1 when libvirt is unreachable. */
+static int link_apply(hv_ctx *hv)
+{
+    lv_state *st = state_of(hv);
+    g_mutex_lock(&st->lock);
+    lv_link_answer *a = g_steal_pointer(&st->answer);
+    g_mutex_unlock(&st->lock);
+    if (!a)
+        return st->reachable ? 0 : -1;
+    for (guint i = 0; i < a->infos->len; i++)
+        log_info("%s", (const char *)g_ptr_array_index(a->infos, i));
+    for (guint i = 0; i < a->warnings->len; i++)
+        log_warn("%s", (const char *)g_ptr_array_index(a->warnings, i));
+    if (a->stalled_ms)
+        log_info("libvirtd answers again (after %.1f s)", (double)a->stalled_ms / 1000.0);
+    if (a->reconnected)
+        hv->reconnects++;
+    st->reachable = a->found != NULL;
+    if (!a->found) {
+        answer_free(a);
         return -1;
     }
     hv_mark_unseen(hv);
-    for (int i = 0; i < n; i++) {
-        track_domain(hv, doms[i]);
-        virDomainFree(doms[i]);
+    for (guint i = 0; i < a->found->len; i++) {
+        lv_found *f = g_ptr_array_index(a->found, i);
+        hv_guest *g = hv->inv->find(hv->inv_ctx, f->uuid);
+        const lv_guest *lg = g ? g->backend_data : NULL;
+        if (!lg || lg->gen != a->gen) {
+            if (!f->attach)
+                continue; /* cannot happen: the request listed what is attached */
+            if (!g)
+                g = hv->inv->add(hv->inv_ctx, f->name, f->uuid);
+            release(g);
+            attach(hv, g, f, a->gen);
+        }
+        g->seen = true;
+        if (f->policy_read) {
+            hv->inv->policy_xml(hv->inv_ctx, g, f->policy_xml);
+            gpointer seq;
+            if (g_hash_table_lookup_extended(st->reread, f->uuid, NULL, &seq) &&
+                GPOINTER_TO_UINT(seq) == f->policy_seq)
+                g_hash_table_remove(st->reread, f->uuid); /* no change came in after this read */
+        }
     }
-    free(doms);
     hv_drop_unseen(hv);
+    answer_free(a);
     return 0;
+}
+
+/* Wait until the link and every guest's sample call have returned, or
+ * until end (locked). */
+static void gather(hv_ctx *hv, lv_state *st, gint64 end, bool samples)
+{
+    size_t n = hv->inv->count(hv->inv_ctx);
+    for (;;) {
+        bool waiting = st->link_busy && !st->link_stuck;
+        for (size_t i = 0; samples && i < n && !waiting; i++) {
+            lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
+            waiting = lg && lg->busy && !lg->stuck;
+        }
+        if (!waiting || !g_cond_wait_until(&st->done, &st->lock, end))
+            break;
+    }
+}
+
+/* A link request that missed a gather is stuck; logged once after
+ * HV_STUCK_WARN_MS (locked: the message is returned, logged unlocked). */
+static bool link_check_stuck(lv_state *st)
+{
+    if (!st->link_busy)
+        return false;
+    st->link_stuck = true;
+    if (st->link_warned || mono_ms() - st->link_asked_ms < HV_STUCK_WARN_MS)
+        return false;
+    st->link_warned = true;
+    return true;
 }
 
 static gboolean resync_idle(gpointer data)
@@ -232,21 +520,30 @@ static gboolean resync_idle(gpointer data)
     hv_ctx *hv = data;
     lv_state *st = state_of(hv);
     st->resync_source = 0;
-    if (st->conn && !st->closed)
-        resync(hv);
+    link_apply(hv);
+    g_mutex_lock(&st->lock);
+    link_post(hv, st, false);
+    gather(hv, st, g_get_monotonic_time() + (gint64)HV_GATHER_MS * 1000, false);
+    link_check_stuck(st);
+    g_mutex_unlock(&st->lock);
+    link_apply(hv);
     return G_SOURCE_REMOVE;
+}
+
+static void schedule_resync(hv_ctx *hv)
+{
+    lv_state *st = state_of(hv);
+    /* coalesce bursts into one resync from the main loop */
+    if (!st->resync_source)
+        st->resync_source = g_idle_add(resync_idle, hv);
 }
 
 static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque)
 {
     (void)conn;
     (void)detail;
-    hv_ctx *hv = opaque;
-    lv_state *st = state_of(hv);
     log_debug("domain %s: lifecycle event %d", virDomainGetName(dom), event);
-    /* coalesce bursts into one resync from the main loop */
-    if (!st->resync_source)
-        st->resync_source = g_idle_add(resync_idle, hv);
+    schedule_resync(opaque);
     return 0;
 }
 
@@ -255,86 +552,18 @@ static void on_metadata(virConnectPtr conn, virDomainPtr dom, int type, const ch
 {
     (void)conn;
     hv_ctx *hv = opaque;
+    lv_state *st = state_of(hv);
     if (type != VIR_DOMAIN_METADATA_ELEMENT || !nsuri || strcmp(nsuri, VM_POLICY_NS_URI) != 0)
         return;
     char uuid[VIR_UUID_STRING_BUFLEN];
     if (virDomainGetUUIDString(dom, uuid) < 0)
         return;
     hv_guest *g = hv->inv->find(hv->inv_ctx, uuid);
-    if (g) {
-        log_info("guest %s: policy metadata changed", g->name);
-        read_policy(hv, g);
-    }
-}
-
-static void on_close(virConnectPtr conn, int reason, void *opaque)
-{
-    (void)conn;
-    lv_state *st = state_of(opaque);
-    st->closed = true;
-    log_warn("libvirt connection closed (reason %d); will reconnect", reason);
-}
-
-static void disconnect(hv_ctx *hv)
-{
-    lv_state *st = state_of(hv);
-    if (!st->conn)
+    if (!g)
         return;
-    if (st->cb_lifecycle >= 0)
-        virConnectDomainEventDeregisterAny(st->conn, st->cb_lifecycle);
-    if (st->cb_metadata >= 0)
-        virConnectDomainEventDeregisterAny(st->conn, st->cb_metadata);
-    virConnectUnregisterCloseCallback(st->conn, on_close);
-    /* domain handles keep a reference on the connection: drop them so the
-     * guests re-attach to the new connection */
-    for (size_t i = 0; i < hv->inv->count(hv->inv_ctx); i++)
-        release(hv->inv->at(hv->inv_ctx, i));
-    virConnectClose(st->conn);
-    st->conn = NULL;
-}
-
-static int connect_libvirt(hv_ctx *hv)
-{
-    lv_state *st = state_of(hv);
-    if (st->conn && !st->closed)
-        return 0;
-    if (st->conn) {
-        disconnect(hv);
-        hv->reconnects++;
-    }
-    if (mono_s() < st->next_attempt)
-        return -1;
-    virSetErrorFunc(NULL, quiet_errors);
-    st->conn = virConnectOpen(hv->connect_uri);
-    if (!st->conn) {
-        st->backoff = st->backoff ? (st->backoff * 2 > 60 ? 60 : st->backoff * 2) : 1;
-        st->next_attempt = mono_s() + st->backoff;
-        log_warn("cannot connect to %s: %s (retrying in %u s)", hv->connect_uri, last_error(),
-                 st->backoff);
-        return -1;
-    }
-    st->closed = false;
-    st->backoff = 0;
-    /* guests kept from the old connection have no domain handle: forget
-     * them and let the resync re-add (and re-read their policy) */
-    for (size_t i = hv->inv->count(hv->inv_ctx); i-- > 0;) {
-        hv_guest *g = hv->inv->at(hv->inv_ctx, i);
-        if (!g->backend_data)
-            hv->inv->remove(hv->inv_ctx, g);
-    }
-    if (virConnectSetKeepAlive(st->conn, 5, 3) < 0)
-        log_debug("keepalive not available: %s", last_error());
-    virConnectRegisterCloseCallback(st->conn, on_close, hv, NULL);
-    st->cb_lifecycle = virConnectDomainEventRegisterAny(
-        st->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), hv, NULL);
-    st->cb_metadata = virConnectDomainEventRegisterAny(
-        st->conn, NULL, VIR_DOMAIN_EVENT_ID_METADATA_CHANGE, VIR_DOMAIN_EVENT_CALLBACK(on_metadata), hv,
-        NULL);
-    if (st->cb_lifecycle < 0 || st->cb_metadata < 0)
-        log_warn("cannot register for domain events (%s): changes are picked up each tick",
-                 last_error());
-    log_info("connected to %s", hv->connect_uri);
-    return 0;
+    log_info("guest %s: policy metadata changed", g->name);
+    g_hash_table_insert(st->reread, g_strdup(uuid), GUINT_TO_POINTER(++st->meta_seq));
+    schedule_resync(hv);
 }
 
 /* Queue a call for lg (locked).  false when one already runs for it. */
@@ -353,30 +582,25 @@ static bool queue_call(lv_state *st, lv_guest *lg, call_kind kind, uint64_t byte
     return true;
 }
 
-/* Every guest's sample call this tick, then at most HV_GATHER_MS for all
- * of them together; whoever has not returned by then is stuck. */
-static void sample_all(hv_ctx *hv)
+/* The link's request and every guest's sample call this tick, then at
+ * most HV_GATHER_MS for all of them together; whoever has not returned by
+ * then is stuck.  The link's answer (when it came) is applied: a guest new
+ * in it is sampled from the next tick on. */
+static int lv_sync(hv_ctx *hv)
 {
     lv_state *st = state_of(hv);
+    link_apply(hv); /* an answer that came since the last gather: before it is replaced */
     size_t n = hv->inv->count(hv->inv_ctx);
     g_autofree lv_guest **late = g_new0(lv_guest *, n ? n : 1);
     size_t n_late = 0;
     g_mutex_lock(&st->lock);
+    link_post(hv, st, false);
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
         if (lg)
             queue_call(st, lg, CALL_SAMPLE, 0);
     }
-    gint64 end = g_get_monotonic_time() + (gint64)HV_GATHER_MS * 1000;
-    for (;;) {
-        bool waiting = false;
-        for (size_t i = 0; i < n && !waiting; i++) {
-            lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
-            waiting = lg && lg->busy && !lg->stuck;
-        }
-        if (!waiting || !g_cond_wait_until(&st->done, &st->lock, end))
-            break;
-    }
+    gather(hv, st, g_get_monotonic_time() + (gint64)HV_GATHER_MS * 1000, true);
     int64_t now = mono_ms();
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
@@ -387,26 +611,15 @@ static void sample_all(hv_ctx *hv)
             late[n_late++] = lg;
         }
     }
+    bool link_late = link_check_stuck(st);
     g_mutex_unlock(&st->lock);
     for (size_t i = 0; i < n_late; i++)
         log_warn("domain %s: libvirt has been stuck on its QEMU for %d s (stopped or hung?): not waited for "
                  "until it answers", virDomainGetName(late[i]->dom), HV_STUCK_WARN_MS / 1000);
-}
-
-static int lv_sync(hv_ctx *hv)
-{
-    if (connect_libvirt(hv) < 0)
-        return -1;
-    int rc = resync(hv);
-    lv_state *st = state_of(hv);
-    if (rc < 0 && virConnectIsAlive(st->conn) != 1) {
-        /* dead without a close event (e.g. keepalive not yet expired):
-         * reconnect next tick instead of failing forever */
-        st->closed = true;
-    }
-    if (rc == 0)
-        sample_all(hv);
-    return rc;
+    if (link_late)
+        log_warn("libvirtd has not answered for %d s (stopped or hung?): guests are kept as they were, "
+                 "not waited for until it answers", HV_STUCK_WARN_MS / 1000);
+    return link_apply(hv);
 }
 
 /* Bytes read so far by all of the domain's disks; -1 if unknown. */
@@ -673,25 +886,33 @@ static void lv_shutdown(hv_ctx *hv)
         return;
     if (st->resync_source)
         g_source_remove(st->resync_source);
-    /* calls still running (a stuck QEMU) are waited for a moment, not
-     * for ever: then their state is left to the exiting process */
+    /* The link closes the connection; calls still running (a stuck QEMU
+     * or libvirtd) are waited for a moment, not for ever: then their
+     * state is left to the exiting process. */
     gint64 end = g_get_monotonic_time() + (gint64)EXIT_WAIT_MS * 1000;
+    bool closing = false;
     g_mutex_lock(&st->lock);
-    while (st->running && g_cond_wait_until(&st->done, &st->lock, end))
-        ;
+    for (;;) {
+        if (!closing && !st->link_busy) {
+            link_post(hv, st, true);
+            closing = true;
+        }
+        if (!st->running || !g_cond_wait_until(&st->done, &st->lock, end))
+            break;
+    }
     unsigned running = st->running;
     g_mutex_unlock(&st->lock);
+    hv->priv = NULL;
     if (running) {
-        hv->priv = NULL;
-        /* no goodbye to libvirt either: a call on a connection with a
-         * stuck one may wait for it; the exiting process closes it */
-        log_warn("libvirt: %u call(s) still running at exit (a stuck QEMU): not waited for", running);
+        log_warn("libvirt: %u call(s) still running at exit (a stuck QEMU or libvirtd): not waited for", running);
         g_thread_pool_free(st->pool, TRUE, FALSE);
+        g_thread_pool_free(st->link, TRUE, FALSE);
         return; /* st and the connection stay: the stuck calls still use them */
     }
-    disconnect(hv);
-    hv->priv = NULL;
     g_thread_pool_free(st->pool, FALSE, TRUE);
+    g_thread_pool_free(st->link, FALSE, TRUE);
+    answer_free(st->answer);
+    g_hash_table_unref(st->reread);
     g_mutex_clear(&st->lock);
     g_cond_clear(&st->done);
     g_free(st);

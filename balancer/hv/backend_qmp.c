@@ -12,9 +12,10 @@
  * together; a QEMU that does not answer in time (stopped, hung, its
  * monitor busy) is sampled from whatever it answers later, is not waited
  * for again until it answers, and gets no new questions or balloon
- * changes meanwhile.  Connecting never blocks (a full listen backlog is
- * an error, not a wait); the greeting and identity have CONNECT_MS, then
- * the socket is retried with backoff.
+ * changes meanwhile.  Connecting does not wait either (a full listen
+ * backlog is an error, not a wait): the greeting, capabilities and the
+ * identity questions are answered from the ticks' pumps and gathers
+ * within CONNECT_MS, or the socket is retried with backoff.
  */
 #include <errno.h>
 #include <glib.h>
@@ -51,6 +52,13 @@ typedef struct {
     unsigned backoff;      /* seconds before the next connect attempt after a failure */
     bool warned;
     bool ever_connected;   /* a later connect is a reconnect */
+    /* joining: a new connection's handshake and identity, not a guest yet */
+    bool joining;
+    unsigned join_waiting; /* answers still to come (the handshake counts as one) */
+    bool join_failed;
+    char join_error[400];
+    char join_name[256], join_uuid[300];
+    uint64_t join_base, join_plugged;
     /* this round of questions */
     unsigned waiting;      /* answers still to come */
     int64_t asked_ms;      /* when they were sent */
@@ -67,6 +75,7 @@ typedef struct {
     bool expired;          /* its questions timed out: asked again only once it shows life */
     uint64_t messages_seen; /* what it had sent when they did */
     unsigned set_failures; /* balloon changes QEMU refused since the last sample */
+    unsigned stats_period; /* for the balloon's stats polling, set at each connect */
 } qmp_target;
 
 typedef struct {
@@ -97,28 +106,102 @@ static int left_ms(int64_t deadline)
     return l > 0 ? (int)l : 1;
 }
 
-/* Identity from QEMU: -name and -uuid (all-zero uuid when not given:
- * then the socket path stands in for it). */
-static int identify(qmp_target *t, int64_t deadline, char *name, size_t nlen, char *uuid, size_t ulen,
-                    qmp_error *err)
+/* ---- joining: connect, handshake, identity ---- */
+
+static void join_fail(qmp_target *t, const char *what, const qmp_error *err)
 {
-    json_object *ret = NULL, *v;
-    snprintf(name, nlen, "%s", strrchr(t->path, '/') ? strrchr(t->path, '/') + 1 : t->path);
-    snprintf(uuid, ulen, "qmp:%s", t->path);
-    /* a QEMU that does not answer these is not taken under another
-     * identity: the connect fails and is retried */
-    if (qmp_execute(t->conn, "query-name", NULL, &ret, left_ms(deadline), err) < 0)
-        return -1;
-    if (json_object_object_get_ex(ret, "name", &v) && json_object_get_string_len(v) > 0)
-        snprintf(name, nlen, "%s", json_object_get_string(v));
-    json_object_put(ret);
-    if (qmp_execute(t->conn, "query-uuid", NULL, &ret, left_ms(deadline), err) < 0)
-        return -1;
-    if (json_object_object_get_ex(ret, "UUID", &v) &&
-        strcmp(json_object_get_string(v), "00000000-0000-0000-0000-000000000000") != 0)
-        snprintf(uuid, ulen, "%s", json_object_get_string(v));
-    json_object_put(ret);
-    return 0;
+    if (!t->join_failed)
+        snprintf(t->join_error, sizeof(t->join_error), "%s%s%s", what, *what ? ": " : "", err->msg);
+    t->join_failed = true;
+}
+
+static void join_answer(qmp_target *t)
+{
+    if (t->join_waiting)
+        t->join_waiting--;
+}
+
+static void on_size(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    qmp_error perr;
+    if (!err && qmp_parse_memory_size_summary(ret, &t->join_base, &t->join_plugged, &perr) < 0)
+        err = &perr;
+    if (err)
+        join_fail(t, "query-memory-size-summary", err);
+    join_answer(t);
+}
+
+/* Identity from QEMU: -name and -uuid (all-zero uuid when not given:
+ * then the socket path stands in for it).  A QEMU that does not answer
+ * these is not taken under another identity: the connect fails and is
+ * retried. */
+static void on_name(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    json_object *v;
+    if (err)
+        join_fail(t, "query-name", err);
+    else if (json_object_object_get_ex(ret, "name", &v) && json_object_get_string_len(v) > 0)
+        snprintf(t->join_name, sizeof(t->join_name), "%s", json_object_get_string(v));
+    join_answer(t);
+}
+
+static void on_uuid(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    json_object *v;
+    if (err)
+        join_fail(t, "query-uuid", err);
+    else if (json_object_object_get_ex(ret, "UUID", &v) && json_object_is_type(v, json_type_string) &&
+             strcmp(json_object_get_string(v), "00000000-0000-0000-0000-000000000000") != 0)
+        snprintf(t->join_uuid, sizeof(t->join_uuid), "%s", json_object_get_string(v));
+    join_answer(t);
+}
+
+static void on_polling(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    (void)ret;
+    qmp_target *t = opaque;
+    if (err && !t->closing)
+        log_warn("%s: cannot enable balloon stats: %s", t->path, err->msg);
+}
+
+/* The handshake ended: ask who it is (and turn its balloon stats on). */
+static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)ret;
+    qmp_target *t = opaque;
+    join_answer(t);
+    if (err) {
+        /* QEMU serves one QMP client at a time: a second one connects and
+         * waits for a greeting that comes when the first leaves */
+        join_fail(t, err->code == QMP_ERR_TIMEOUT && c && qmp_get_counters(c)->messages_in == 0
+                         ? "another client may hold the monitor, or QEMU is stopped" : "", err);
+        return;
+    }
+    int left = (int)(t->asked_ms + CONNECT_MS - mono_ms()); /* asked_ms: when the connect began */
+    left = left > 0 ? left : 1;
+    static const struct { const char *cmd; qmp_reply_cb cb; } q[] = {
+        { "query-memory-size-summary", on_size },
+        { "query-name", on_name },
+        { "query-uuid", on_uuid },
+    };
+    for (size_t i = 0; i < G_N_ELEMENTS(q); i++) {
+        qmp_error e;
+        t->join_waiting++;
+        if (qmp_execute_async(c, q[i].cmd, NULL, left, q[i].cb, t, &e) < 0) {
+            join_answer(t);
+            join_fail(t, q[i].cmd, &e);
+        }
+    }
+    qmp_error e;
+    if (qmp_set_stats_polling_async(c, BALLOON_QOM_PATH, (int)t->stats_period, left, on_polling, t, &e) < 0)
+        on_polling(c, NULL, &e, t);
 }
 
 static void target_connect(hv_ctx *hv, qmp_target *t)
@@ -126,19 +209,35 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
     if (mono_s() < t->next_attempt)
         return;
     qmp_error err;
-    int64_t deadline = mono_ms() + CONNECT_MS;
-    t->conn = qmp_connect_unix(t->path, CONNECT_MS, &err);
-    uint64_t plugged = 0;
-    char name[256], uuid[300];
-    if (t->conn && qmp_query_memory_size_summary(t->conn, &t->max_bytes, &plugged, left_ms(deadline), &err) == 0 &&
-        identify(t, deadline, name, sizeof(name), uuid, sizeof(uuid), &err) == 0) {
-        t->max_bytes += plugged;
-        if (qmp_set_stats_polling(t->conn, BALLOON_QOM_PATH, (int)hv->stats_period, left_ms(deadline), &err) < 0)
-            log_warn("%s: cannot enable balloon stats: %s", t->path, err.msg);
-        t->g = hv->inv->find(hv->inv_ctx, uuid);
+    t->asked_ms = mono_ms();
+    t->stats_period = hv->stats_period;
+    t->joining = true;
+    t->join_failed = false;
+    t->join_waiting = 1; /* the handshake */
+    snprintf(t->join_name, sizeof(t->join_name), "%s", strrchr(t->path, '/') ? strrchr(t->path, '/') + 1 : t->path);
+    snprintf(t->join_uuid, sizeof(t->join_uuid), "qmp:%s", t->path);
+    t->conn = qmp_connect_unix_async(t->path, CONNECT_MS, on_ready, t, &err);
+    if (!t->conn)
+        join_fail(t, "", &err);
+}
+
+/* After the gather: a join that ended becomes a guest, or a retry. */
+static void join_settle(hv_ctx *hv, qmp_target *t)
+{
+    if (!t->joining)
+        return;
+    if (t->conn && !t->join_failed)
+        qmp_expire(t->conn); /* what missed CONNECT_MS fails the join */
+    if (!t->join_failed && t->join_waiting)
+        return;
+    t->joining = false;
+    if (!t->join_failed) {
+        t->max_bytes = t->join_base + t->join_plugged;
+        t->g = hv->inv->find(hv->inv_ctx, t->join_uuid);
         if (!t->g)
-            t->g = hv->inv->add(hv->inv_ctx, name, uuid);
+            t->g = hv->inv->add(hv->inv_ctx, t->join_name, t->join_uuid);
         t->g->backend_data = t;
+        t->g->seen = true;
         t->warned = false;
         t->backoff = 0;
         t->waiting = 0;
@@ -151,9 +250,11 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
     }
     t->backoff = t->backoff ? (t->backoff * 2 > RETRY_MAX_S ? RETRY_MAX_S : t->backoff * 2) : RETRY_MIN_S;
     if (!t->warned)
-        log_warn("%s: %s (retrying, backing off up to %d s)", t->path, err.msg, RETRY_MAX_S);
+        log_warn("%s: %s (retrying, backing off up to %d s)", t->path, t->join_error, RETRY_MAX_S);
     t->warned = true;
+    t->closing = true; /* what is still pending fails quietly */
     qmp_close(t->conn);
+    t->closing = false;
     t->conn = NULL;
     t->next_attempt = mono_s() + t->backoff;
 }
@@ -270,7 +371,7 @@ static void ask(qmp_target *t)
 
 /* Wait up to HV_GATHER_MS for the answers of every target asked this tick
  * that is not known to be stuck; whoever has not answered by then is. */
-static void gather(qmp_state *st)
+static void gather(hv_ctx *hv, qmp_state *st)
 {
     int64_t deadline = mono_ms() + HV_GATHER_MS;
     g_autofree struct pollfd *fds = g_new(struct pollfd, st->targets->len ? st->targets->len : 1);
@@ -279,7 +380,7 @@ static void gather(qmp_state *st)
         nfds_t n = 0;
         for (guint i = 0; i < st->targets->len; i++) {
             qmp_target *t = g_ptr_array_index(st->targets, i);
-            if (t->conn && t->waiting && !t->stuck) {
+            if (t->conn && ((t->waiting && !t->stuck) || (t->joining && t->join_waiting && !t->join_failed))) {
                 fds[n] = (struct pollfd){ .fd = qmp_fd(t->conn), .events = POLLIN };
                 who[n++] = t;
             }
@@ -289,13 +390,23 @@ static void gather(qmp_state *st)
             break;
         if (poll(fds, n, (int)left) < 0 && errno != EINTR)
             break;
-        for (nfds_t k = 0; k < n; k++)
-            if (fds[k].revents)
-                qmp_pump(who[k]->conn, 0, NULL);
+        for (nfds_t k = 0; k < n; k++) {
+            if (!fds[k].revents)
+                continue;
+            qmp_target *t = who[k];
+            qmp_pump(t->conn, 0, NULL);
+            if (t->joining && (t->join_failed || !t->join_waiting)) {
+                join_settle(hv, t);
+                if (t->g && !t->joining)
+                    ask(t); /* joined: its first answers come within this gather */
+            }
+        }
     }
     int64_t now = mono_ms();
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
+        if (t->joining)
+            continue;
         if (t->conn && t->waiting)
             t->stuck = true;
         if (t->stuck && !t->silence_logged && now - t->asked_ms >= HV_STUCK_WARN_MS) {
@@ -315,14 +426,16 @@ static int q_sync(hv_ctx *hv)
         /* answers and events that came since the last tick */
         if (t->conn)
             qmp_pump(t->conn, 0, NULL);
-        if (t->conn && qmp_is_broken(t->conn)) {
+        join_settle(hv, t); /* a join that failed or finished since the last tick */
+        if (t->conn && !t->joining && qmp_is_broken(t->conn)) {
             log_warn("%s: %s", t->path, qmp_broken_reason(t->conn)->msg);
             qmp_close(t->conn);
             t->conn = NULL;
         }
         if (!t->conn)
             target_connect(hv, t);
-        if (t->conn && t->g) {
+        join_settle(hv, t); /* a join that failed at once */
+        if (t->conn && t->g && !t->joining) {
             t->g->seen = true;
             /* nobody consumes events here: drop them so none pile up */
             qmp_event *ev;
@@ -331,9 +444,10 @@ static int q_sync(hv_ctx *hv)
             ask(t);
         }
     }
-    gather(st);
+    gather(hv, st);
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
+        join_settle(hv, t);
         if (t->g && !t->g->seen)
             t->g = NULL; /* the guest is dropped just below */
     }

@@ -462,6 +462,40 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
     ck_assert_int_eq(kill(qb, SIGCONT), 0);
     ck_assert_msg(wait_log("libvirt answers again", 10), "the continued guest was not picked up");
 
+    /* libvirtd itself stopped (only one this test started): nothing that
+     * talks to it runs on the main loop either */
+    pid_t lvd = 0;
+    g_autofree char *lvd_text = NULL;
+    if (strncmp(libvirtd_started, "started", 7) == 0 &&
+        g_file_get_contents("/run/membal-test-libvirtd.pid", &lvd_text, NULL, NULL))
+        lvd = (pid_t)atoi(lvd_text);
+    if (lvd > 0) {
+        cleanup_register("kill -CONT %d 2>/dev/null", (int)lvd);
+        from = count_log("");
+        ck_assert_int_eq(kill(lvd, SIGSTOP), 0);
+        sleep(8);
+        worst = test_longest_tick(daemon_log, from, &ticks);
+        fprintf(stderr, "libvirtd stopped: %d ticks in 8 s, the longest %.3f s\n", ticks, worst);
+        ck_assert_msg(ticks >= 6, "%d ticks in 8 s with libvirtd stopped", ticks);
+        ck_assert_msg(worst <= 0.35, "a tick took %.3f s with libvirtd stopped", worst);
+        ck_assert(log_has("libvirtd has not answered"));
+        t0 = (double)g_get_monotonic_time() / 1e6;
+        g_autofree char *st2 = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", test_top(), workdir);
+        ck_assert_ptr_nonnull(strstr(st2, domname));
+        ck_assert_msg((double)g_get_monotonic_time() / 1e6 - t0 < 1.0, "balancerctl was slow with libvirtd stopped");
+        ck_assert_int_eq(kill(lvd, SIGCONT), 0);
+        ck_assert_msg(wait_log("libvirtd answers again", 10), "libvirtd was not picked up after SIGCONT");
+        /* and the running guest is sampled every tick again */
+        sleep(2);
+        char nostats[400];
+        snprintf(nostats, sizeof(nostats), "guest %s: no stats this tick", domname);
+        int missed = count_log(nostats);
+        sleep(3);
+        ck_assert_msg(count_log(nostats) == missed, "%s was not sampled again after libvirtd continued", domname);
+    } else {
+        fprintf(stderr, "libvirtd stopped: not tried (libvirtd is not this test's own)\n");
+    }
+
     ck_assert_int_eq(kill(qb, SIGSTOP), 0);
     sleep(3);
     t0 = (double)g_get_monotonic_time() / 1e6;
@@ -520,6 +554,76 @@ START_TEST(qmp_mode_reclaims_to_floor)
     ck_assert_int_eq(guest_vm_last_meminfo(&vm, &m), 0);
     ck_assert_int_lt(m.total_kb, 320 * 1024);
     guest_vm_stop(&vm);
+    test_run("rm -rf '%s'", workdir);
+}
+END_TEST
+
+/* Bare QEMUs (--qmp) under faults: one whose monitor another client holds
+ * (QEMU serves one QMP client and leaves the next waiting for its
+ * greeting) stalls no tick and joins once it is free; one SIGSTOPped
+ * delays nobody, is picked up on SIGCONT, and does not hold up SIGTERM. */
+START_TEST(qmp_stopped_or_held_qemu_delays_nobody)
+{
+    snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
+    mkdir(workdir, 0700);
+    guest_vm a, b;
+    guest_vm_opts oa = { .mem_mib = 512, .append = "membal.report=1", .extra = "--name membal-qa" };
+    guest_vm_opts ob = { .mem_mib = 512, .append = "membal.report=1", .extra = "--name membal-qb" };
+    ck_assert(guest_vm_start(&a, &oa) == 0);
+    ck_assert(guest_vm_start(&b, &ob) == 0);
+    cleanup_register("kill -CONT %d %d 2>/dev/null", (int)a.pid, (int)b.pid);
+    qmp_error qe;
+    qmp_conn *holder = qmp_connect_unix(b.qmp_path, 5000, &qe);
+    ck_assert_msg(holder != NULL, "%s", qe.msg);
+
+    char conf[512], args[1024];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
+                     "[guests]\ndefault_floor_percent = 0\ndefault_floor_min = 128MiB\n");
+    snprintf(args, sizeof(args), "--verbose --qmp '%s' --qmp '%s'", a.qmp_path, b.qmp_path);
+    start_daemon_ex(conf, args, true); /* bare: the tick times are what is measured */
+    if (!wait_log("another client may hold the monitor", 10))
+        dump_log();
+    ck_assert_msg(log_has("another client may hold the monitor"), "the held monitor was not reported");
+    ck_assert_msg(wait_log("membal-qa: balloon 512 MiB ->", 30), "the free guest was not ballooned");
+    sleep(3);
+    int ticks = 0;
+    double worst = test_longest_tick(daemon_log, 0, &ticks);
+    fprintf(stderr, "bare QEMU with its monitor held: %d ticks, the longest %.3f s\n", ticks, worst);
+    ck_assert_int_ge(ticks, 4);
+    ck_assert_msg(worst <= 0.35, "a tick took %.3f s with a monitor held by another client", worst);
+    qmp_close(holder); /* the next attempt (backoff 5 s) gets the monitor */
+    ck_assert_msg(wait_log("guest membal-qb (", 20), "the guest whose monitor was freed never joined");
+
+    int from = count_log("");
+    int b_moves = count_log("membal-qb: balloon");
+    ck_assert_int_eq(kill(a.pid, SIGSTOP), 0);
+    sleep(8);
+    worst = test_longest_tick(daemon_log, from, &ticks);
+    fprintf(stderr, "bare QEMU stopped: %d ticks in 8 s, the longest %.3f s; the other moved %d times\n", ticks,
+            worst, count_log("membal-qb: balloon") - b_moves);
+    ck_assert_msg(ticks >= 6, "%d ticks in 8 s with one QEMU stopped", ticks);
+    ck_assert_msg(worst <= 0.35, "a tick took %.3f s with one QEMU stopped", worst);
+    ck_assert(log_has("QEMU has not answered for 5 s"));
+    ck_assert_msg(count_log("membal-qb: balloon") > b_moves, "the running guest was not ballooned meanwhile");
+    double t0 = (double)g_get_monotonic_time() / 1e6;
+    g_autofree char *st = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", test_top(), workdir);
+    ck_assert_ptr_nonnull(strstr(st, "membal-qb"));
+    ck_assert_msg((double)g_get_monotonic_time() / 1e6 - t0 < 1.0, "balancerctl was slow");
+    ck_assert_int_eq(kill(a.pid, SIGCONT), 0);
+    ck_assert_msg(wait_log("QEMU answers again", 10), "the continued QEMU was not picked up");
+
+    ck_assert_int_eq(kill(a.pid, SIGSTOP), 0);
+    sleep(3);
+    t0 = (double)g_get_monotonic_time() / 1e6;
+    ck_assert_int_eq(stop_daemon(), 0);
+    double took = (double)g_get_monotonic_time() / 1e6 - t0;
+    fprintf(stderr, "SIGTERM with a stopped bare QEMU: exited in %.2f s\n", took);
+    ck_assert_msg(took < 2.0, "balancerd took %.2f s to exit", took);
+    kill(a.pid, SIGCONT);
+    guest_vm_stop(&a);
+    guest_vm_stop(&b);
     test_run("rm -rf '%s'", workdir);
 }
 END_TEST
@@ -1127,6 +1231,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, bad_config_is_refused_clearly);
     tcase_add_test(tc, qmp_mode_reclaims_to_floor);
+    tcase_add_test(tc, qmp_stopped_or_held_qemu_delays_nobody);
     tcase_add_test(tc, operate_metrics_ctl_reload);
     tcase_add_test(tc, agent_reports_refaults_in_a_squeeze);
     tcase_add_test(tc, daemon_killed_and_restarted);

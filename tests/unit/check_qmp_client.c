@@ -302,6 +302,65 @@ START_TEST(no_greeting_times_out)
 }
 END_TEST
 
+typedef struct {
+    int calls;
+    bool ok;
+    qmp_error err;
+} ready_slot;
+
+static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    ready_slot *r = opaque;
+    r->calls++;
+    r->ok = ret != NULL && !err;
+    if (err)
+        r->err = *err;
+}
+
+/* The async handshake returns at once and ends in qmp_pump(): ready runs
+ * exactly once, with success after a greeting, with the timeout without
+ * one -- nothing in between waits. */
+START_TEST(async_open_waits_for_nothing)
+{
+    static const fq_step ok_script[] = { FQ_HANDSHAKE, { FQ_END, NULL, 0 } };
+    int fd;
+    server = fake_qmp_start(ok_script, &fd);
+    ready_slot r = { 0 };
+    qmp_error err = { 0 };
+    qmp_conn *c = qmp_open_fd_async(fd, T_MS, on_ready, &r, &err);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(r.calls, 0);
+    for (int i = 0; i < 100 && !r.calls; i++)
+        qmp_pump(c, 20, NULL);
+    ck_assert_int_eq(r.calls, 1);
+    ck_assert_msg(r.ok, "%s", r.err.msg);
+    finish(c);
+
+    static const fq_step mute_script[] = { { FQ_SLEEP, NULL, 800 }, { FQ_END, NULL, 0 } };
+    server = fake_qmp_start(mute_script, &fd);
+    r = (ready_slot){ 0 };
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    c = qmp_open_fd_async(fd, 200, on_ready, &r, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_msg(t1.tv_sec - t0.tv_sec < 1 && r.calls == 0, "the async open waited");
+    qmp_pump(c, 0, NULL);
+    ck_assert_int_eq(r.calls, 0);
+    for (int i = 0; i < 50 && !r.calls; i++)
+        qmp_pump(c, 20, NULL);
+    ck_assert_int_eq(r.calls, 1);
+    ck_assert_int_eq(r.err.code, QMP_ERR_TIMEOUT);
+    ck_assert_str_eq(r.err.msg, "no QMP greeting within 200 ms");
+    qmp_close(c);
+    ck_assert_int_eq(r.calls, 1); /* not again at close */
+    fake_qmp_join(server);
+    fake_qmp_free(server);
+    server = NULL;
+}
+END_TEST
+
 START_TEST(capabilities_refused)
 {
     static const fq_step script[] = {
@@ -626,6 +685,7 @@ int main(void)
     tcase_add_test(tc, trailing_data_and_non_object);
     tcase_add_test(tc, over_long_line_is_capped);
     tcase_add_test(tc, no_greeting_times_out);
+    tcase_add_test(tc, async_open_waits_for_nothing);
     tcase_add_test(tc, capabilities_refused);
     tcase_add_test(tc, event_queue_is_bounded);
     tcase_add_test(tc, async_replies_out_of_order);
