@@ -93,8 +93,8 @@ $(BUILD)/tests/check_policies: $(BUILD)/tests/unit/check_policies.o $(LIBPOLICY)
 $(BUILD)/tests/check_cold_lru: $(BUILD)/tests/unit/check_cold_lru.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
 
-$(BUILD)/tests/check_need: $(BUILD)/tests/unit/check_need.o $(LIBPOLICY)
-	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
+$(BUILD)/tests/check_need: $(BUILD)/tests/unit/check_need.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
 $(BUILD)/tests/check_agent: $(BUILD)/tests/unit/check_agent.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
@@ -183,7 +183,7 @@ unit: $(UNIT_TESTS) $(REPLAYS)
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@rc=0; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
-	  CK_FORK=no $(RUN) $(VALGRIND) $$t || rc=1; done; \
+	  CK_FORK=no MEMBAL_ADVERSARY_SEEDS=10 $(RUN) $(VALGRIND) $$t || rc=1; done; \
 	  for r in $(REPLAY_TARGETS); do \
 	    $(RUN) $(VALGRIND) $(BUILD)/tests/replay_$$r \
 	      $$(ls tests/fuzz/corpus/$$r/* tests/fuzz/regressions/$$r/* 2>/dev/null) || rc=1; \

@@ -131,7 +131,10 @@ static void memory_observe(split_guest *m, const guest_view *g)
         m->known = true;
         m->rss_seen = -1;
         m->disk_avg_bps = -1;
-        m->settled = SETTLE_TICKS; /* nothing says it is warming up */
+        /* without a disk-read rate yet (it takes two samples) nothing
+         * says whether it is warming up: it gives nothing until it has
+         * been watched for SETTLE_TICKS */
+        m->settled = g->disk_read_bps < 0 ? 0 : SETTLE_TICKS;
     }
     if (g->filling) {
         /* reads into free memory are a warm-up, not its usual rate: the
@@ -206,9 +209,10 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
     if (why) {
         if (keep > m->keep_bytes)
             m->keep_bytes = keep;
-        /* only thrashing is backed by what the host measures (its disk
-         * reads); need and disk-read rises are the guest's word */
-        m->keep_backed = m->keep_backed || g->thrashing;
+        /* thrashing and a cache that refaulted are backed by what the
+         * host measures (its disk reads; a guest that reads its disk to
+         * fake them gets back only what it had); need is the guest's word */
+        m->keep_backed = m->keep_backed || g->thrashing || m->cache_hot;
         m->keep_until_s = now + KEEP_S;
         m->shrunk_at_s = 0;
     }
@@ -434,20 +438,28 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             !(g->thrashing || g->in_need || w->learnt))
             continue;
         uint64_t base = max_u64(w->target, g->actual_bytes); /* never shrinks a guest in need */
-        /* backed by what the host measures: thrashing (its disk reads) and
-         * what a reclaim proved it needs */
+        /* what a reclaim proved it needs comes back */
         uint64_t backed = base;
-        if (g->thrashing)
-            backed = max_u64(backed, base + w->step);
         if (w->learnt)
             backed = max_u64(backed, w->keep);
         backed = min_u64(backed, g->ceiling_bytes);
-        /* its word: within what others can spare and its allowance */
+        /* thrashing (its swap-ins backed by the disk reads the host
+         * measures) grows it a step, its word (available memory running
+         * out) within what others can spare; both only as far as the
+         * memory given gets used (need_allowance): a guest that reads its
+         * own disk to back a false claim gains two steps, then nothing */
+        uint64_t credit = w->credit, thrash = 0;
+        if (g->thrashing) {
+            uint64_t to = min_u64(base + w->step, g->ceiling_bytes);
+            thrash = to > backed ? min_u64(to - backed, credit) : 0;
+            credit -= thrash;
+        }
         uint64_t word = g->in_need ? min_u64(g->actual_bytes + g->need_bytes, g->ceiling_bytes) : 0;
-        uint64_t on_word = word > backed ? min_u64(min_u64(word - backed, need_budget), w->credit) : 0;
+        uint64_t from = backed + thrash;
+        uint64_t on_word = word > from ? min_u64(min_u64(word - from, need_budget), credit) : 0;
         need_budget -= on_word;
-        w->on_word = on_word;
-        uint64_t add = backed - base + on_word;
+        w->on_word = on_word + thrash;
+        uint64_t add = backed - base + thrash + on_word;
         w->target = base + add;
         w->changed += add;
         w->grew = true;
@@ -527,6 +539,10 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             m->unused += ws[i].on_word;
         if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
+            /* an experiment whose "before" was unknown takes the first
+             * known one: else its disk reads could never prove a cost */
+            if (running && m->disk_before_bps < 0 && g->disk_read_bps >= 0)
+                m->disk_before_bps = m->disk_avg_bps > g->disk_read_bps ? m->disk_avg_bps : g->disk_read_bps;
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
                 /* the usual rate, not one tick's: a bursty streamer idle

@@ -159,6 +159,18 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->free_bytes = clamp_size(g, s->free_bytes, v->actual_bytes);
     v->cache_bytes = clamp_size(g, s->cache_bytes, v->actual_bytes);
     v->used_bytes = (uint64_t)used_of(s, v->actual_bytes, doo);
+    /* the host's check: memory its QEMU never touched (neither resident
+     * nor swapped out) is free, whatever the guest says; QEMU's own memory
+     * makes the bound loose, never wrong for an honest guest */
+    uint64_t untouched = s->rss_bytes > 0 && (uint64_t)s->rss_bytes < v->actual_bytes
+                             ? v->actual_bytes - (uint64_t)s->rss_bytes : 0;
+    if (v->free_bytes < untouched || v->available_bytes < untouched) {
+        g->clamped_values++;
+        v->free_bytes = v->free_bytes < untouched ? untouched : v->free_bytes;
+        v->available_bytes = v->available_bytes < untouched ? untouched : v->available_bytes;
+    }
+    if (v->used_bytes > v->actual_bytes - untouched)
+        v->used_bytes = v->actual_bytes - untouched;
 
     v->agent_fresh = agent_fresh(&g->agent, mono, (double)lim->stale_seconds);
     v->agent_refault_ps = v->agent_fresh ? g->agent.refault_anon_ps + g->agent.refault_file_ps : 0;
@@ -172,6 +184,13 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         v->swap_in_bps = backed(g, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
         v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
         v->major_faults_ps = backed(g, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
+        /* a guest with an eighth of its memory untouched is under no
+         * memory pressure: its swap-ins (if any) are not the host's to
+         * answer (a cgroup limit inside it, or a lie) */
+        if (untouched > v->actual_bytes / 8 && (v->swap_in_bps > 0 || v->major_faults_ps > 0)) {
+            g->unbacked_claims++;
+            v->swap_in_bps = v->major_faults_ps = 0;
+        }
         v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->max_bytes, doo) - used_of(&g->prev, v->max_bytes, doo)) / dt : 0;
         classify_update(&g->cls, v, cp);
     } else if (!v->stats_valid) {

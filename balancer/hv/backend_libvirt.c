@@ -31,6 +31,7 @@
 #include <libxml/xpath.h>
 
 #include "agent/agent_conn.h"
+#include "host/qemu_touched.h"
 #include "hv/backend.h"
 #include "policies/vm_policy.h"
 #include "util/error.h"
@@ -680,6 +681,22 @@ static void lv_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gu
         agent_conn_drain(&lg->agent, st, guest_bytes);
 }
 
+/* libvirt's QEMU driver keeps each running domain's pid in its run
+ * directory (qemu:///system: /run/libvirt/qemu/NAME.pid). */
+static int pid_of(const char *name)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s.pid", LIBVIRT_QEMU_RUN_DIR, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int pid = -1;
+    if (fscanf(f, "%d", &pid) != 1 || pid <= 0)
+        pid = -1;
+    fclose(f);
+    return pid;
+}
+
 /* One guest's sample, straight from libvirt (a worker thread). */
 static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
 {
@@ -719,6 +736,12 @@ static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
         default: break;
         }
     }
+    /* libvirt's "rss" is resident only: host swapping would make used
+     * memory look untouched */
+    const char *name = virDomainGetName(dom);
+    int64_t touched = name ? qemu_touched_bytes(pid_of(name)) : -1;
+    if (touched >= 0)
+        out->rss_bytes = touched;
     out->disk_read_bytes = disk_read_bytes(dom);
     out->job_ms = job_ms(dom);
     return 0;
@@ -856,21 +879,10 @@ static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error
     return 0;
 }
 
-/* libvirt's QEMU driver keeps each running domain's pid in its run
- * directory (qemu:///system: /run/libvirt/qemu/NAME.pid). */
 static int lv_qemu_pid(hv_ctx *hv, hv_guest *g)
 {
     (void)hv;
-    char path[400];
-    snprintf(path, sizeof(path), "%s/%s.pid", LIBVIRT_QEMU_RUN_DIR, g->name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int pid = -1;
-    if (fscanf(f, "%d", &pid) != 1 || pid <= 0)
-        pid = -1;
-    fclose(f);
-    return pid;
+    return pid_of(g->name);
 }
 
 static void lv_guest_release(hv_ctx *hv, hv_guest *g)

@@ -27,11 +27,11 @@
 #include <time.h>
 
 #include "agent/agent_conn.h"
+#include "host/qemu_touched.h"
 #include "hv/backend.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
-#include "util/small_file.h"
 #include "qmp/qmp.h"
 
 #define CONNECT_MS 500           /* greeting, capabilities and identity of a new connection */
@@ -465,23 +465,6 @@ static void q_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gue
 
 static int q_qemu_pid(hv_ctx *hv, hv_guest *g);
 
-/* The QEMU process's resident memory, as the host measures it (-1 unknown):
- * a guest touching the memory it was given shows here, a guest that only
- * says it needs memory does not. */
-static int64_t qemu_rss_bytes(int pid)
-{
-    if (pid <= 0)
-        return -1;
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/status", pid);
-    g_autofree char *text = small_file_read(path, 8192);
-    const char *line = text ? strstr(text, "\nVmRSS:") : NULL;
-    unsigned long long kb;
-    if (!line || sscanf(line + 7, "%llu", &kb) != 1)
-        return -1;
-    return (int64_t)kb * 1024;
-}
-
 /* The answer gathered since the core's last sample, with what the host
  * measures itself. */
 static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
@@ -504,7 +487,7 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     *out = t->last;
     out->balloon_failures = t->set_failures;
     t->set_failures = 0;
-    out->rss_bytes = qemu_rss_bytes(q_qemu_pid(hv, g));
+    out->rss_bytes = qemu_touched_bytes(q_qemu_pid(hv, g));
     out->job_ms = -1; /* a bare QEMU's migrations are its operator's business */
     return 0;
 }

@@ -644,6 +644,46 @@ START_TEST(lying_guest_is_clamped)
 }
 END_TEST
 
+/* What the host measures bounds what a guest says: memory its QEMU never
+ * touched (resident + swapped) is free, and a guest with an eighth of its
+ * memory untouched is under no pressure, whatever swap-ins it reports. */
+START_TEST(untouched_memory_is_free_whatever_the_guest_says)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    guest g;
+    guest_init(&g, "liar", "u9");
+    guest_sample s = sample(1000, 0, 0);
+    s.rss_bytes = (int64_t)(600 * MIB); /* of 2 GiB: 1.4 GiB never touched */
+    s.free_bytes = s.available_bytes = s.cache_bytes = 0;
+    guest_ingest(&g, &s, 1000, 0, &lim, &cp);
+    ck_assert_uint_eq(g.view.available_bytes, 2 * GIB - 600 * MIB);
+    ck_assert_uint_eq(g.view.free_bytes, 2 * GIB - 600 * MIB);
+    ck_assert_uint_le(g.view.used_bytes, 600 * MIB);
+    ck_assert_uint_ge(g.clamped_values, 1);
+    s = sample(1002, (int64_t)(100 * MIB), 25600); /* 50 MiB/s of "swap-in" */
+    s.rss_bytes = (int64_t)(600 * MIB);
+    guest_ingest(&g, &s, 1002, 0, &lim, &cp);
+    ck_assert(g.view.swap_in_bps == 0 && g.view.major_faults_ps == 0);
+    ck_assert(!g.view.thrashing);
+    ck_assert_uint_ge(g.unbacked_claims, 1);
+
+    /* an honest guest that touched all of it keeps its word */
+    guest h;
+    guest_init(&h, "honest", "u10");
+    s = sample(1000, 0, 0);
+    s.rss_bytes = (int64_t)(2 * GIB + 80 * MIB); /* QEMU's own memory on top */
+    guest_ingest(&h, &s, 1000, 0, &lim, &cp);
+    ck_assert_uint_eq(h.view.available_bytes, GIB);
+    ck_assert_uint_eq(h.view.free_bytes, 512 * MIB);
+    ck_assert_uint_eq(h.clamped_values, 0);
+    s = sample(1002, (int64_t)(100 * MIB), 25600);
+    s.rss_bytes = (int64_t)(2 * GIB + 80 * MIB);
+    guest_ingest(&h, &s, 1002, 0, &lim, &cp);
+    ck_assert(h.view.swap_in_bps > 0);
+}
+END_TEST
+
 START_TEST(swap_in_claims_need_disk_reads)
 {
     classify_params cp;
@@ -763,6 +803,7 @@ int main(void)
     tcase_add_test(tc, balloon_actions_are_journal_entries);
     tcase_add_test(tc, deflate_on_oom_guest_inflating_is_not_need);
     tcase_add_test(tc, lying_guest_is_clamped);
+    tcase_add_test(tc, untouched_memory_is_free_whatever_the_guest_says);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
     tcase_add_test(tc, bounds_from_policy);
     tcase_add_test(tc, reload_with_bad_host_reclaim_keeps_the_stage);

@@ -7,7 +7,10 @@
  * OOM-killed (the allocation is lost), a buffered-IO database whose cache
  * shrinks reads the missing part back from its disk, a streamer reads at
  * its disk's rate whatever its cache.  TRACE=1 (with CK_FORK=no) prints
- * the traces tick by tick.
+ * the traces tick by tick; for the adversary below,
+ * MEMBAL_ADVERSARY_SEEDS=N sets the seeds (1000), ADV_SURVEY=1 lists every
+ * failing input x lie instead of stopping at the first, and
+ * ADV_ONE="SEED FIELD WAY" traces one run beside its reference.
  */
 #include <check.h>
 
@@ -16,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/agent_proto.h"
+#include "core/guest.h"
 #include "policies/classify.h"
 #include "policies/policy.h"
 
@@ -37,6 +42,8 @@ typedef struct {
     bool swap;           /* has swap (a non-fitting anon set thrashes) */
     unsigned ooms;
     classify_state cls;
+    /* cumulative counters, for the samples the core ingests */
+    double swapin_total, majflt_total, minflt_total, disk_total;
 } tguest;
 
 typedef struct trace_ {
@@ -52,6 +59,12 @@ typedef struct trace_ {
     unsigned moves;
     void (*lie)(struct trace_ *s); /* rewrites what a lying guest reports, after observe */
     uint64_t balloon_rate;   /* how far a balloon moves per tick (BALLOON_RATE) */
+    /* through the core: what each guest reports is a raw sample (and agent
+     * lines), ingested by core/guest.c as the daemon does */
+    bool core;
+    guest cg[NG];
+    guest_limits lim;
+    void (*lie_raw)(struct trace_ *s, size_t i, guest_sample *smp, agent_report *rep, bool *agent);
 } trace;
 
 static void trace_init(trace *s, size_t n, uint64_t host)
@@ -131,12 +144,72 @@ static void observe(trace *s)
     s->in.wm.high = s->host * 8 / 100;
 }
 
+/* The model's honest numbers as the backend would hand them over: host
+ * truth (balloon size, maximum, QEMU RSS, disk reads) plus the guest's
+ * report (sizes, cumulative counters, its timestamp), and an agent line
+ * when the guest runs one; a liar's hook rewrites the guest's parts. */
+static void observe_core(trace *s)
+{
+    int64_t wall = (int64_t)(1700000000.0 + s->in.now_s);
+    for (size_t i = 0; i < s->n; i++) {
+        guest_view *v = &s->v[i];
+        tguest *t = &s->t[i];
+        t->swapin_total += v->swap_in_bps * TICK_S;
+        t->majflt_total += v->major_faults_ps * TICK_S;
+        t->minflt_total += 1000.0 * TICK_S;
+        t->disk_total += (v->disk_read_bps > 0 ? v->disk_read_bps : 0) * TICK_S;
+        guest_sample smp = {
+            .actual_bytes = (int64_t)v->actual_bytes, .max_bytes = (int64_t)v->max_bytes, .last_update = wall,
+            .free_bytes = (int64_t)v->free_bytes, .available_bytes = (int64_t)v->available_bytes,
+            .cache_bytes = (int64_t)v->cache_bytes, .total_bytes = (int64_t)v->actual_bytes,
+            .swap_in_bytes = (int64_t)t->swapin_total, .swap_out_bytes = (int64_t)t->swapin_total,
+            .major_faults = (int64_t)t->majflt_total, .minor_faults = (int64_t)t->minflt_total,
+            .rss_bytes = v->host_rss_bytes, .disk_read_bytes = (int64_t)t->disk_total, .job_ms = -1,
+        };
+        agent_report rep;
+        memset(&rep, 0, sizeof(rep));
+        rep.seq = (uint64_t)(s->in.now_s / TICK_S);
+        rep.vmstat[AV_PSWPIN] = (int64_t)(t->swapin_total / 4096);
+        rep.vmstat[AV_PGMAJFAULT] = (int64_t)t->majflt_total;
+        rep.meminfo_kb[AM_TOTAL] = (int64_t)(v->actual_bytes / 1024);
+        rep.meminfo_kb[AM_AVAILABLE] = (int64_t)(v->available_bytes / 1024);
+        rep.meminfo_kb[AM_CACHED] = (int64_t)(v->cache_bytes / 1024);
+        rep.psi_some_avg10 = rep.psi_full_avg10 = 0;
+        bool agent = false;
+        if (s->lie_raw)
+            s->lie_raw(s, i, &smp, &rep, &agent);
+        guest *g = &s->cg[i];
+        if (agent) { /* as a line: the parser's bounds apply too */
+            GString *line = g_string_new("{\"v\":1");
+            g_string_append_printf(line, ",\"seq\":%lld,\"vmstat\":{", (long long)rep.seq);
+            for (int k = 0; k < AV_COUNT; k++)
+                g_string_append_printf(line, "%s\"%s\":%lld", k ? "," : "", agent_vmstat_names[k],
+                                       (long long)rep.vmstat[k]);
+            g_string_append(line, "},\"meminfo\":{");
+            for (int k = 0; k < AM_COUNT; k++)
+                g_string_append_printf(line, "%s\"%s\":%lld", k ? "," : "", agent_meminfo_names[k],
+                                       (long long)rep.meminfo_kb[k]);
+            g_string_append_printf(line, "},\"psi\":{\"some_avg10\":%g,\"full_avg10\":%g}%s}",
+                                   rep.psi_some_avg10, rep.psi_full_avg10,
+                                   rep.hint_streaming ? ",\"hint\":\"streaming\"" : "");
+            agent_feed_line(&g->agent, line->str, line->len, s->in.now_s, v->actual_bytes);
+            g_string_free(line, TRUE);
+        }
+        uint64_t pending = v->pending_target_bytes;
+        guest_ingest(g, &smp, wall, s->in.now_s, &s->lim, &s->cp);
+        *v = g->view;
+        v->pending_target_bytes = pending;
+    }
+}
+
 /* One tick: observe, decide, move the balloons (at most BALLOON_RATE),
  * then the workloads run: a guest without swap whose anon set does not
  * fit loses the allocation to the OOM killer. */
 static void trace_tick(trace *s)
 {
     observe(s);
+    if (s->core)
+        observe_core(s);
     if (s->lie)
         s->lie(s);
     policy_split_lru.decide(&s->in, s->state, &s->out);
@@ -592,10 +665,198 @@ START_TEST(liars_hurt_no_honest_guest)
 }
 END_TEST
 
+/* ---- every guest input x every lie, through the core ----
+ *
+ * Honest guests W (a database's anonymous working set, with swap), S (a
+ * streamer), C (a buffered-IO database whose cache is its working set) and
+ * L, which idles honestly in the reference run and lies in the others:
+ * one guest-controlled input at a time (each balloon stat, each agent
+ * field), or all of them telling one coherent story, in each way a guest
+ * can lie.  What it reports goes through core/guest.c's ingest (clamps,
+ * counter resets, disk-read backing, staleness) and the agent's parser as
+ * in the daemon.  Whatever it says, no honest guest is short of its
+ * working set for longer than in the reference run (+1 tick: a liar may
+ * cost one tick before host-measured evidence wins). */
+typedef enum {
+    F_FREE, F_AVAIL, F_CACHE, F_TOTAL, F_SWAPIN, F_SWAPOUT, F_MAJFLT, F_MINFLT, F_LASTUPD,
+    F_AG_REFAULT_ANON, F_AG_REFAULT_FILE, F_AG_PSWPIN, F_AG_AVAIL, F_AG_TOTAL, F_AG_PSI_SOME, F_AG_PSI_FULL,
+    F_AG_HINT, F_AG_SEQ, F_ALL, F_COUNT
+} lie_field;
+static const char *const lie_field_name[F_COUNT] = {
+    "free", "available", "cache", "total", "swap_in", "swap_out", "major_faults", "minor_faults", "last_update",
+    "agent refault_anon", "agent refault_file", "agent pswpin", "agent MemAvailable", "agent MemTotal",
+    "agent psi some", "agent psi full", "agent hint", "agent seq", "all at once",
+};
+typedef enum { L_MAX, L_ZERO, L_NEG, L_OSC, L_STALE, L_PLAUSIBLE, L_COUNT } lie_way;
+static const char *const lie_way_name[L_COUNT] = { "max", "zero", "negative", "oscillating", "stale", "plausible" };
+
+#define LIAR 3
+static struct {
+    lie_field f;
+    lie_way w;
+    bool on;
+    int64_t frozen[F_COUNT];
+    bool have_frozen;
+    double lie_total;   /* a plausible lie's counter */
+} adv;
+
+/* One lied value: v is the honest one, i its field's index for stale,
+ * plausible is what a believable lie says. */
+static int64_t lied(lie_field f, int64_t v, int64_t plausible, unsigned tick)
+{
+    switch (adv.w) {
+    case L_MAX: return INT64_MAX;
+    case L_ZERO: return 0;
+    case L_NEG: return -4096;
+    case L_OSC: return tick % 2 ? INT64_MAX / 2 : 0;
+    case L_STALE:
+        if (!adv.have_frozen)
+            adv.frozen[f] = v;
+        return adv.frozen[f];
+    default: return plausible;
+    }
+}
+
+static void adversary(trace *s, size_t i, guest_sample *smp, agent_report *rep, bool *agent)
+{
+    if (i != LIAR)
+        return;
+    *agent = adv.on && adv.f >= F_AG_REFAULT_ANON && adv.f <= F_ALL;
+    if (!adv.on)
+        return;
+    unsigned tick = (unsigned)(s->in.now_s / TICK_S);
+    int64_t act = smp->actual_bytes;
+    tguest *t = &s->t[i];
+    if (adv.w == L_PLAUSIBLE) {
+        /* backed as far as the host can check: it really reads its disk
+         * (O_DIRECT, nothing cached) at 4 MiB/s and claims swap-ins at
+         * twice that -- the most a disk-read-backed claim may be */
+        t->disk_total += 4.0 * MIB * TICK_S;
+        smp->disk_read_bytes = (int64_t)t->disk_total;
+        adv.lie_total += 8.0 * MIB * TICK_S;
+    }
+    int64_t lt = (int64_t)adv.lie_total;
+    bool all = adv.f == F_ALL;
+#define LIE(F, field, plausible) \
+    if (all || adv.f == (F)) field = lied((F), field, (plausible), tick)
+    LIE(F_FREE, smp->free_bytes, act / 100);
+    LIE(F_AVAIL, smp->available_bytes, act * 3 / 100);
+    LIE(F_CACHE, smp->cache_bytes, act * 9 / 10);
+    LIE(F_TOTAL, smp->total_bytes, act);
+    LIE(F_SWAPIN, smp->swap_in_bytes, lt);
+    LIE(F_SWAPOUT, smp->swap_out_bytes, lt);
+    LIE(F_MAJFLT, smp->major_faults, lt / 4096);
+    LIE(F_MINFLT, smp->minor_faults, lt / 64);
+    LIE(F_LASTUPD, smp->last_update, smp->last_update - (int64_t)s->lim.stale_seconds + 1);
+    LIE(F_AG_REFAULT_ANON, rep->vmstat[AV_REFAULT_ANON], lt / 4096);
+    LIE(F_AG_REFAULT_FILE, rep->vmstat[AV_REFAULT_FILE], lt / 4096);
+    LIE(F_AG_PSWPIN, rep->vmstat[AV_PSWPIN], lt / 4096);
+    LIE(F_AG_AVAIL, rep->meminfo_kb[AM_AVAILABLE], act / 1024 * 3 / 100);
+    LIE(F_AG_TOTAL, rep->meminfo_kb[AM_TOTAL], act / 1024);
+    if (all || adv.f == F_AG_PSI_SOME)
+        rep->psi_some_avg10 = (double)lied(F_AG_PSI_SOME, 0, 60, tick);
+    if (all || adv.f == F_AG_PSI_FULL)
+        rep->psi_full_avg10 = (double)lied(F_AG_PSI_FULL, 0, 40, tick);
+    if (all || adv.f == F_AG_HINT)
+        rep->hint_streaming = lied(F_AG_HINT, 0, 1, tick) != 0;
+    LIE(F_AG_SEQ, *(int64_t *)&rep->seq, (int64_t)rep->seq);
+#undef LIE
+    adv.have_frozen = true;
+}
+
+typedef struct {
+    unsigned short_w, short_c, ooms;
+    uint64_t liar_max;
+} adv_outcome;
+
+static adv_outcome adversarial_run(uint64_t seed, bool lying, lie_field f, lie_way w)
+{
+    uint64_t x = seed * 2654435761ULL + 7;
+#define RND(n) (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x % (n))
+    trace s;
+    trace_init(&s, 4, (1300 + RND(700)) * MIB);
+    trace_guest(&s, 0, "W", ANON, 512 * MIB, (250 + RND(200)) * MIB, 20 * MIB);
+    s.t[0].swap = true;
+    trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+    trace_guest(&s, 2, "C", CACHEDB, 512 * MIB, 60 * MIB, (150 + RND(200)) * MIB);
+    trace_guest(&s, LIAR, "L", ANON, 1 * GIB, 100 * MIB, 20 * MIB);
+    s.v[LIAR].actual_bytes = s.t[LIAR].target = (200 + RND(400)) * MIB;
+#undef RND
+    s.core = true;
+    s.lim = (guest_limits){ .default_floor_percent = 0, .default_floor_min = 128 * MIB,
+                            .stale_seconds = (unsigned)(4 * TICK_S) };
+    for (size_t i = 0; i < s.n; i++)
+        guest_init(&s.cg[i], s.v[i].name, s.v[i].uuid);
+    memset(&adv, 0, sizeof(adv));
+    adv.on = lying;
+    adv.f = f;
+    adv.w = w;
+    s.lie_raw = adversary;
+    adv_outcome o = { 0 };
+    for (int k = 0; k < 60; k++) {
+        trace_tick(&s);
+        if (getenv("TRACE"))
+            printf("%d W %llu (%s) | S %llu (%s) | C %llu c%llu %s%s d%.0f (%s) | L %llu (%s) avail %llu\n", k,
+                   (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason,
+                   (unsigned long long)(s.v[1].actual_bytes / MIB), s.d[1].reason,
+                   (unsigned long long)(s.v[2].actual_bytes / MIB), (unsigned long long)(s.t[2].cache / MIB),
+                   s.v[2].streaming ? "S" : "", s.v[2].filling ? "F" : "", s.v[2].disk_read_bps / MIB, s.d[2].reason, (unsigned long long)(s.v[LIAR].actual_bytes / MIB), s.d[LIAR].reason,
+                   (unsigned long long)(s.in.host.available_bytes / MIB));
+        if (k < 10) /* C warms its cache, the start settles */
+            continue;
+        o.short_w += s.t[0].anon + KERNEL > s.v[0].actual_bytes;
+        o.short_c += s.t[2].cache + 32 * MIB < s.t[2].cache_want;
+        if (s.v[LIAR].actual_bytes > o.liar_max)
+            o.liar_max = s.v[LIAR].actual_bytes;
+    }
+    o.ooms = s.t[0].ooms + s.t[1].ooms + s.t[2].ooms;
+    trace_free(&s);
+    return o;
+}
+
+START_TEST(every_input_every_lie_hurts_no_honest_guest)
+{
+    const char *env = getenv("MEMBAL_ADVERSARY_SEEDS");
+    unsigned seeds = env && atoi(env) > 0 ? (unsigned)atoi(env) : 1000;
+    unsigned runs = 0, cost_tick = 0;
+    if (getenv("ADV_ONE")) { /* "seed field way": trace one run and its reference */
+        unsigned sd = 1, f = 0, w = 0;
+        sscanf(getenv("ADV_ONE"), "%u %u %u", &sd, &f, &w);
+        adversarial_run(sd, false, 0, 0);
+        printf("---- lying\n");
+        adversarial_run(sd, true, (lie_field)f, (lie_way)w);
+        return;
+    }
+    for (uint64_t seed = 1; seed <= seeds; seed++) {
+        adv_outcome ref = adversarial_run(seed, false, F_FREE, L_MAX);
+        for (lie_field f = 0; f < F_COUNT; f++)
+            for (lie_way w = 0; w < L_COUNT; w++) {
+                adv_outcome o = adversarial_run(seed, true, f, w);
+                runs++;
+                cost_tick += o.short_w + o.short_c > ref.short_w + ref.short_c;
+                bool ok = o.ooms <= ref.ooms && o.short_w <= ref.short_w + 1 && o.short_c <= ref.short_c + 1;
+                if (!ok && getenv("ADV_SURVEY")) {
+                    printf("seed %llu, %s %s: W short %u (%u), C short %u (%u), OOM %u (%u)\n",
+                           (unsigned long long)seed, lie_field_name[f], lie_way_name[w], o.short_w, ref.short_w,
+                           o.short_c, ref.short_c, o.ooms, ref.ooms);
+                    continue;
+                }
+                ck_assert_msg(ok,
+                              "seed %llu, %s %s: W short %u ticks (%u honest), C short %u (%u), OOM kills %u (%u)",
+                              (unsigned long long)seed, lie_field_name[f], lie_way_name[w], o.short_w, ref.short_w,
+                              o.short_c, ref.short_c, o.ooms, ref.ooms);
+            }
+    }
+    printf("adversary: %u seeds x %d inputs x %d lies = %u runs; a lie cost an honest guest a tick in %u\n", seeds,
+           F_COUNT, L_COUNT, runs, cost_tick);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("need");
     TCase *tc = tcase_create("traces");
+    tcase_set_timeout(tc, 600); /* the adversary's 1000 seeds: ~30 s */
     tcase_add_test(tc, burst_reference_without_balancer_fits);
     tcase_add_test(tc, idle_then_burst_without_swap_gets_memory_in_time);
     tcase_add_test(tc, buffered_io_database_cache_is_not_streaming);
@@ -608,6 +869,7 @@ int main(void)
     tcase_add_test(tc, lying_need_takes_no_working_set);
     tcase_add_test(tc, small_need_of_a_big_guest_is_granted);
     tcase_add_test(tc, liars_hurt_no_honest_guest);
+    tcase_add_test(tc, every_input_every_lie_hurts_no_honest_guest);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }

@@ -44,6 +44,7 @@ static void guest_init(sim *s, size_t i, const char *name, uint64_t actual, uint
     g->floor_bytes = 256 * MIB;
     g->ceiling_bytes = actual;
     g->stats_valid = true;
+    g->host_rss_bytes = -1; /* this model does not measure what a guest touches */
     s->anon[i] = anon;
     s->cache_want[i] = cache_want;
 }

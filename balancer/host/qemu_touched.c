@@ -1,0 +1,27 @@
+#include "host/qemu_touched.h"
+
+#include <glib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/small_file.h"
+
+static int status_kb(const char *text, const char *key, unsigned long long *kb)
+{
+    const char *line = strstr(text, key);
+    return line && sscanf(line + strlen(key), "%llu", kb) == 1 ? 0 : -1;
+}
+
+int64_t qemu_touched_bytes(int pid)
+{
+    if (pid <= 0)
+        return -1;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    g_autofree char *text = small_file_read(path, 8192);
+    unsigned long long rss = 0, swap = 0;
+    if (!text || status_kb(text, "\nVmRSS:", &rss) < 0)
+        return -1;
+    status_kb(text, "\nVmSwap:", &swap); /* absent without swap support: 0 */
+    return (int64_t)((rss + swap) * 1024);
+}

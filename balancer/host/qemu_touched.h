@@ -1,0 +1,16 @@
+/*
+ * What a QEMU process has touched of the host's memory, as the host
+ * measures it: resident plus swapped out (VmRSS + VmSwap in
+ * /proc/PID/status).  A guest cannot use memory its QEMU never touched,
+ * whatever it reports, and host swapping does not make used memory look
+ * untouched.
+ */
+#ifndef MEMBAL_HOST_QEMU_TOUCHED_H
+#define MEMBAL_HOST_QEMU_TOUCHED_H
+
+#include <stdint.h>
+
+/* Bytes, or -1 when pid is unknown or its status cannot be read. */
+int64_t qemu_touched_bytes(int pid);
+
+#endif
