@@ -184,10 +184,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         v->swap_in_bps = backed(g, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
         v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
         v->major_faults_ps = backed(g, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
-        /* a guest with an eighth of its memory untouched is under no
+        /* a guest with a quarter of its memory untouched is under no
          * memory pressure: its swap-ins (if any) are not the host's to
-         * answer (a cgroup limit inside it, or a lie) */
-        if (untouched > v->actual_bytes / 8 && (v->swap_in_bps > 0 || v->major_faults_ps > 0)) {
+         * answer (a cgroup limit inside it, or a lie).  A quarter: a
+         * thrashing guest just given a step (10%) is well below it */
+        if (untouched > v->actual_bytes / 4 && (v->swap_in_bps > 0 || v->major_faults_ps > 0)) {
             g->unbacked_claims++;
             v->swap_in_bps = v->major_faults_ps = 0;
         }
