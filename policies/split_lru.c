@@ -342,6 +342,39 @@ static int by_shares_desc(const void *a, const void *b, void *ctx)
     return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }
 
+/* Split budget among the guests' claims (claim[i]) in proportion to their
+ * shares, water-filling: a claim smaller than its part is met whole and
+ * what it leaves goes to the others.  Adds each grant to the guest's
+ * target and its on_word. */
+static void share_budget(const policy_input *in, uint64_t *claim, uint64_t budget, work *ws)
+{
+    for (int round = 0; claim && budget > 0 && round < 64; round++) {
+        double total = 0;
+        for (size_t i = 0; i < in->n_guests; i++)
+            if (claim[i])
+                total += in->guests[i].policy.shares ? in->guests[i].policy.shares : 1;
+        if (total <= 0)
+            break;
+        uint64_t left = budget;
+        bool met = false;
+        for (size_t i = 0; i < in->n_guests && budget > 0; i++) {
+            if (!claim[i])
+                continue;
+            unsigned sh = in->guests[i].policy.shares ? in->guests[i].policy.shares : 1;
+            uint64_t part = (uint64_t)((double)left * sh / total);
+            uint64_t give = min_u64(min_u64(claim[i], max_u64(part, 1)), budget);
+            met = met || give == claim[i];
+            ws[i].target += give;
+            ws[i].changed += give;
+            ws[i].on_word += give;
+            claim[i] -= give;
+            budget -= give;
+        }
+        if (!met)
+            break; /* everyone got their part: nothing left over to share again */
+    }
+}
+
 static void split_decide(const policy_input *in, void *state, policy_output *out)
 {
     split_state *st = state;
@@ -428,8 +461,9 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
      * out, or a reclaim that cost it) is given memory now.  The grant is
      * measured from its balloon as it is (need_bytes is against actual),
      * so asking again while the balloon moves asks for nothing more. */
+    uint64_t *claim = calloc(in->n_guests ? in->n_guests : 1, sizeof(*claim)); /* on its word, before the budget */
     uint64_t grown = 0;
-    for (size_t i = 0; i < in->n_guests; i++) {
+    for (size_t i = 0; claim && i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
         /* stale guests neither give nor take: a verdict from before their
@@ -456,21 +490,34 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         }
         uint64_t word = g->in_need ? min_u64(g->actual_bytes + g->need_bytes, g->ceiling_bytes) : 0;
         uint64_t from = backed + thrash;
-        uint64_t on_word = word > from ? min_u64(min_u64(word - from, need_budget), credit) : 0;
-        need_budget -= on_word;
-        w->on_word = on_word + thrash;
-        uint64_t add = backed - base + thrash + on_word;
-        w->target = base + add;
-        w->changed += add;
+        claim[i] = word > from ? min_u64(word - from, credit) : 0;
+        w->on_word = thrash;
+        w->target = from;
+        w->changed += from - base;
         w->grew = true;
+    }
+    /* What others can spare goes to the claims on the guests' word by
+     * shares (water-filling), not to whoever is listed first: a guest that
+     * claims without end gets its shares' part of it, no more, while
+     * others ask too */
+    share_budget(in, claim, need_budget, ws);
+    for (size_t i = 0; claim && i < in->n_guests; i++) {
+        const guest_view *g = &in->guests[i];
+        work *w = &ws[i];
+        if (!w->grew)
+            continue;
+        uint64_t base = max_u64(g->pending_target_bytes ? g->pending_target_bytes : g->actual_bytes,
+                                g->actual_bytes);
         grown += w->target - min_u64(w->target, g->pending_target_bytes ? g->pending_target_bytes
                                                                         : g->actual_bytes);
+        bool add = w->target > base;
         w->reason = !add && base >= g->ceiling_bytes ? (g->thrashing ? "thrashing, at ceiling" : "in need, at ceiling")
                     : !add && !w->learnt ? "in need: nothing left to give it without a working set"
                     : g->thrashing ? "thrashing: given memory back"
                     : w->learnt    ? w->learnt
                                    : "in need (available memory running out): given memory";
     }
+    free(claim);
 
     /* Reclaim to the high watermark, plus whatever the growth above costs
      * beyond what the host has down to min. */
