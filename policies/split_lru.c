@@ -60,9 +60,10 @@ typedef struct {
     uint64_t keep_bytes;    /* reclaim leaves it at least this ... */
     double keep_until_s;    /* ... until then */
     bool cache_hot;         /* its page cache refaulted: not streaming */
-    bool keep_backed;       /* keep_bytes came from host-backed evidence (thrashing) */
-    uint64_t unused;        /* given on its word and not yet seen used (need_allowance) */
-    int64_t rss_seen;       /* its QEMU's resident memory last tick; < 0 unknown */
+    uint64_t keep_backed;   /* the part of keep_bytes that host-measured evidence proved
+                             * (thrashing, a cache refault: its disk reads) */
+    uint64_t unused;        /* given on its word or its swap-ins and not yet seen used (need_allowance) */
+    int64_t rss_seen;       /* what its QEMU had touched last tick (resident + swapped); < 0 unknown */
     bool known;             /* set up by memory_observe */
     double disk_avg_bps;    /* its disk reads, averaged over ~8 ticks; < 0 unknown */
     unsigned settled;       /* ticks since it last filled its cache (capped at SETTLE_TICKS) */
@@ -98,11 +99,11 @@ typedef struct {
     uint64_t moving_to; /* where it is going */
     bool settling;     /* filled its cache less than SETTLE_TICKS ago: not a donor yet */
     const char *learnt; /* set when this tick found that a reclaim cost it */
-    bool keep_backed;  /* keep was learnt from host-backed evidence (thrashing):
+    uint64_t keep_backed; /* the part of keep that host-backed evidence proved:
                         * honoured even in the critical tier */
     bool grew;         /* given memory for need this tick: the move is exact */
-    uint64_t credit;   /* what its word alone may be given now (need_allowance) */
-    uint64_t on_word;  /* given on its word this tick */
+    uint64_t credit;   /* what its word or swap-ins may be given now (need_allowance) */
+    uint64_t on_word;  /* given on its word or swap-ins this tick */
     const char *reason;
 } work;
 
@@ -153,18 +154,23 @@ static void memory_observe(split_guest *m, const guest_view *g)
         m->disk_avg_bps = m->disk_avg_bps < 0 ? g->disk_read_bps : 0.875 * m->disk_avg_bps + 0.125 * g->disk_read_bps;
 }
 
-/* A guest's word (available memory running out) is backed by the host
- * only when the memory it is given gets used: its QEMU's resident memory
- * grows.  What was given on its word and not yet seen used is "unused";
- * a guest may be given, on its word, up to twice the larger of a step and
- * what it was seen to touch last tick, less what is unused.  An allocating
+/* A guest's word (available memory running out) and its swap-ins are
+ * backed by the host only when the memory it is given gets used: what its
+ * QEMU has touched (resident + swapped) grows.  What was given on its word
+ * or swap-ins and not yet seen used is "unused"; a guest may be given up to
+ * twice the larger of a step and what it was seen to touch last tick, less
+ * what is unused.  An allocating
  * guest gets memory as fast as it uses it; a guest that only says it needs
  * memory gets two steps, then nothing.  Without an RSS (a backend that
  * cannot measure it) the allowance is a step a tick. */
 static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t step)
 {
-    if (g->host_rss_bytes < 0) {
+    /* unknown, or its whole memory resident whatever its balloon (locked,
+     * preallocated or hugepage memory, a VFIO device: the balloon frees
+     * nothing on the host): use cannot show, a step a tick */
+    if (g->host_rss_bytes < 0 || (g->max_bytes && (uint64_t)g->host_rss_bytes >= g->max_bytes)) {
         m->rss_seen = -1;
+        m->unused = 0;
         return step;
     }
     uint64_t touched = m->rss_seen >= 0 && g->host_rss_bytes > m->rss_seen
@@ -183,13 +189,13 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
         m->keep_bytes = 0;
         m->keep_until_s = 0;
         m->cache_hot = false;
-        m->keep_backed = false;
+        m->keep_backed = 0;
     }
     if (g->self_deflated_bytes) { /* its own OOM answer: keep what it took */
         if (g->actual_bytes > m->keep_bytes)
             m->keep_bytes = g->actual_bytes;
         m->keep_until_s = now + KEEP_S;
-        m->keep_backed = false;
+        m->keep_backed = 0;
         m->shrunk_at_s = 0;
         return "deflated on OOM by itself: not fought";
     }
@@ -211,8 +217,10 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
             m->keep_bytes = keep;
         /* thrashing and a cache that refaulted are backed by what the
          * host measures (its disk reads; a guest that reads its disk to
-         * fake them gets back only what it had); need is the guest's word */
-        m->keep_backed = m->keep_backed || g->thrashing || m->cache_hot;
+         * fake them gets back only what it had); need is the guest's word,
+         * and what it alone raised keep to is not backed */
+        if ((g->thrashing || m->cache_hot) && keep > m->keep_backed)
+            m->keep_backed = keep;
         m->keep_until_s = now + KEEP_S;
         m->shrunk_at_s = 0;
     }
@@ -259,11 +267,11 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
     if (t != TIER_ANON)
         bound = max_u64(bound, g->peak_used_bytes + w->reserve);
     /* what a reclaim just proved the guest needs is not taken again; when
-     * the host is critical only if the proof was host-backed (thrashing):
+     * the host is critical only as far as the proof was host-backed
+     * (thrashing, a cache refault: disk reads):
      * the same loss twice (others give by shares, and below that the host
      * swaps, as with no balancer) -- a guest's own word cannot shelter it */
-    if (t != TIER_ANON || w->keep_backed)
-        bound = max_u64(bound, w->keep);
+    bound = max_u64(bound, t != TIER_ANON ? w->keep : w->keep_backed);
     if (w->target <= bound || (with_step && w->changed >= w->step))
         return 0;
     uint64_t room = w->target - bound;
@@ -588,8 +596,8 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             /* an experiment whose "before" was unknown takes the first
              * known one: else its disk reads could never prove a cost */
-            if (running && m->disk_before_bps < 0 && g->disk_read_bps >= 0)
-                m->disk_before_bps = m->disk_avg_bps > g->disk_read_bps ? m->disk_avg_bps : g->disk_read_bps;
+            if (running && m->disk_before_bps < 0 && m->disk_avg_bps >= 0)
+                m->disk_before_bps = m->disk_avg_bps; /* the average, not this tick's (it may already refault) */
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
                 /* the usual rate, not one tick's: a bursty streamer idle

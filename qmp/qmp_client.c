@@ -733,8 +733,11 @@ qmp_conn *qmp_open_fd(int fd, int timeout_ms, qmp_error *err)
     qmp_conn *c = conn_open(fd, timeout_ms, sync_reply, &r, err);
     if (!c)
         return NULL;
-    while (!r.done)
-        pump_input(c, 100, NULL);
+    int64_t deadline = now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
+    while (!r.done) {
+        int64_t left = deadline - now_ms();
+        pump_input(c, left <= 0 ? 0 : left < 100 ? (int)left : 100, NULL);
+    }
     json_object_put(r.ret);
     if (r.err.code != QMP_OK) {
         if (err)

@@ -160,17 +160,23 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->cache_bytes = clamp_size(g, s->cache_bytes, v->actual_bytes);
     v->used_bytes = (uint64_t)used_of(s, v->actual_bytes, doo);
     /* the host's check: memory its QEMU never touched (neither resident
-     * nor swapped out) is free, whatever the guest says; QEMU's own memory
-     * makes the bound loose, never wrong for an honest guest */
+     * nor swapped out) is not in use, whatever the guest says.  QEMU's
+     * own memory makes the bound loose; memory outside the guest's
+     * MemTotal (a crashkernel reservation) is left out of it, up to an
+     * eighth.  It bounds used memory (need) and swap-in claims below,
+     * never what a donor is taken: zero pages after a migration are
+     * untouched and used */
     uint64_t untouched = s->rss_bytes > 0 && (uint64_t)s->rss_bytes < v->actual_bytes
                              ? v->actual_bytes - (uint64_t)s->rss_bytes : 0;
-    if (v->free_bytes < untouched || v->available_bytes < untouched) {
-        g->clamped_values++;
-        v->free_bytes = v->free_bytes < untouched ? untouched : v->free_bytes;
-        v->available_bytes = v->available_bytes < untouched ? untouched : v->available_bytes;
+    if (untouched && s->total_bytes > 0 && (uint64_t)s->total_bytes < v->actual_bytes) {
+        uint64_t outside = v->actual_bytes - (uint64_t)s->total_bytes;
+        outside = outside < v->actual_bytes / 8 ? outside : v->actual_bytes / 8;
+        untouched = untouched > outside ? untouched - outside : 0;
     }
-    if (v->used_bytes > v->actual_bytes - untouched)
+    if (v->used_bytes > v->actual_bytes - untouched) {
+        g->clamped_values++;
         v->used_bytes = v->actual_bytes - untouched;
+    }
 
     v->agent_fresh = agent_fresh(&g->agent, mono, (double)lim->stale_seconds);
     v->agent_refault_ps = v->agent_fresh ? g->agent.refault_anon_ps + g->agent.refault_file_ps : 0;

@@ -19,9 +19,17 @@ int64_t qemu_touched_bytes(int pid)
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     g_autofree char *text = small_file_read(path, 8192);
-    unsigned long long rss = 0, swap = 0;
+    unsigned long long rss = 0, swap = 0, huge = 0, shmem = 0;
     if (!text || status_kb(text, "\nVmRSS:", &rss) < 0)
         return -1;
-    status_kb(text, "\nVmSwap:", &swap); /* absent without swap support: 0 */
-    return (int64_t)((rss + swap) * 1024);
+    /* absent lines (no swap, no hugetlb support) are 0 */
+    status_kb(text, "\nVmSwap:", &swap);
+    status_kb(text, "\nHugetlbPages:", &huge);
+    status_kb(text, "\nRssShmem:", &shmem);
+    /* guest RAM in shared memory (memfd or file with share=on, as
+     * virtiofs and vhost-user need): its swapped-out pages are in no line
+     * here, so what it touched cannot be told */
+    if (shmem > rss / 2)
+        return -1;
+    return (int64_t)((rss + swap + huge) * 1024);
 }

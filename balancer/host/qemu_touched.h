@@ -1,9 +1,10 @@
 /*
  * What a QEMU process has touched of the host's memory, as the host
- * measures it: resident plus swapped out (VmRSS + VmSwap in
- * /proc/PID/status).  A guest cannot use memory its QEMU never touched,
- * whatever it reports, and host swapping does not make used memory look
- * untouched.
+ * measures it: resident plus swapped out plus hugetlb pages (VmRSS +
+ * VmSwap + HugetlbPages in /proc/PID/status).  A guest cannot use memory
+ * its QEMU never touched, whatever it reports, and host swapping does not
+ * make used memory look untouched.  Unknown (-1) when the guest's RAM is
+ * shared memory, whose swapped pages /proc/PID/status does not show.
  */
 #ifndef MEMBAL_HOST_QEMU_TOUCHED_H
 #define MEMBAL_HOST_QEMU_TOUCHED_H

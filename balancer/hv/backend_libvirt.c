@@ -53,7 +53,8 @@ typedef struct {
     char uuid[VIR_UUID_STRING_BUFLEN];
     char *name;
     virDomainPtr dom;         /* a reference: the main loop takes it or frees it */
-    bool attach;              /* new on this connection: agent_path read */
+    unsigned id;              /* libvirt's domain id: a new one is a restarted domain */
+    bool attach;              /* new on this connection, or restarted: agent_path read */
     char *agent_path;         /* NULL: no agent channel */
     bool policy_read;         /* policy_xml is the domain's (NULL: it has none) */
     char *policy_xml;
@@ -65,7 +66,7 @@ typedef struct {
     bool close;               /* at exit: disconnect, nothing else */
     char *uri;
     hv_ctx *hv;               /* for the event callbacks only (they run on the main loop) */
-    GHashTable *known;        /* uuid -> connection generation it is attached on */
+    GHashTable *known;        /* uuid -> (connection generation << 32 | domain id) it is attached as */
     GHashTable *reread;       /* uuid -> metadata change seq: read its policy again */
 } lv_link_req;
 
@@ -94,6 +95,7 @@ typedef struct {
     GHashTable *reread;       /* uuid -> seq of its latest metadata change */
     unsigned meta_seq;
     bool reachable;           /* the latest answer had a domain list */
+    unsigned attached;        /* guests attached so far (their first sample is queued then) */
 
     GThreadPool *pool;        /* lv_call*, run by lv_work */
     GThreadPool *link;        /* lv_link_req*, run by lv_link_work, 1 thread */
@@ -112,6 +114,7 @@ typedef struct {
     gint refs;
     virDomainPtr dom;
     unsigned gen;             /* the connection dom belongs to */
+    unsigned id;              /* libvirt's domain id when attached */
     agent_conn agent;       /* main loop only */
     unsigned stats_period;  /* to set on the first call */
     bool period_set;        /* worker only */
@@ -257,7 +260,9 @@ static char *agent_channel_path(virDomainPtr dom)
 static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
 static void on_metadata(virConnectPtr conn, virDomainPtr dom, int type, const char *nsuri, void *opaque);
 
-/* Runs on the main loop (libvirt's events are dispatched there). */
+/* libvirt calls this from whichever thread notices the connection closed
+ * (the main loop's event handling, the link or a worker in an RPC): it
+ * only flags the link and logs. */
 static void on_close(virConnectPtr conn, int reason, void *opaque)
 {
     (void)conn;
@@ -341,9 +346,10 @@ static void link_list(lv_state *st, const lv_link_req *rq, lv_link_answer *a)
         }
         const char *name = virDomainGetName(f->dom);
         f->name = g_strdup(name ? name : f->uuid);
-        gpointer gen = NULL, seq = NULL;
-        f->attach = !g_hash_table_lookup_extended(rq->known, f->uuid, NULL, &gen) ||
-                    GPOINTER_TO_UINT(gen) != st->gen;
+        f->id = virDomainGetID(f->dom);
+        const guint64 *as = g_hash_table_lookup(rq->known, f->uuid);
+        gpointer seq = NULL;
+        f->attach = !as || *as != ((guint64)st->gen << 32 | f->id);
         bool changed = g_hash_table_lookup_extended(rq->reread, f->uuid, NULL, &seq);
         if (f->attach)
             f->agent_path = agent_channel_path(f->dom);
@@ -390,18 +396,19 @@ static void lv_link_work(gpointer data, gpointer user_data)
 /* Post a request to the link unless one is running (locked). */
 static void link_post(hv_ctx *hv, lv_state *st, bool close)
 {
-    if (st->link_busy)
-        return;
+    if (st->link_busy || (st->answer && !close))
+        return; /* one at a time, and an answer is applied before the next is asked */
     lv_link_req *rq = g_new0(lv_link_req, 1);
     rq->close = close;
     rq->uri = g_strdup(hv->connect_uri);
     rq->hv = hv;
-    rq->known = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    rq->known = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
     for (size_t i = 0; i < hv->inv->count(hv->inv_ctx); i++) {
         hv_guest *g = hv->inv->at(hv->inv_ctx, i);
         const lv_guest *lg = g->backend_data;
         if (lg)
-            g_hash_table_insert(rq->known, g_strdup(g->uuid), GUINT_TO_POINTER(lg->gen));
+            g_hash_table_insert(rq->known, g_strdup(g->uuid), g_memdup2(&(guint64){ (guint64)lg->gen << 32 | lg->id },
+                                                                       sizeof(guint64)));
     }
     /* the link reads it while the main loop may add to it: a copy */
     rq->reread = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
@@ -426,14 +433,16 @@ static void attach(hv_ctx *hv, hv_guest *g, lv_found *f, unsigned gen)
     lg->refs = 1;
     lg->dom = g_steal_pointer(&f->dom);
     lg->gen = gen;
+    lg->id = f->id;
     lg->stats_period = hv->stats_period; /* set by its first call: it reaches QEMU */
     agent_conn_init(&lg->agent, f->agent_path);
     if (f->agent_path)
         log_info("guest %s: reading its agent at %s", g->name, f->agent_path);
     g->backend_data = lg;
     g_mutex_lock(&st->lock);
-    queue_call(st, lg, CALL_SAMPLE, 0); /* its first sample, ready by the next tick */
+    queue_call(st, lg, CALL_SAMPLE, 0); /* its first sample */
     g_mutex_unlock(&st->lock);
+    st->attached++;
 }
 
 /* Apply the link's answer, if one came: the inventory follows its domain
@@ -465,9 +474,12 @@ static int link_apply(hv_ctx *hv)
         lv_found *f = g_ptr_array_index(a->found, i);
         hv_guest *g = hv->inv->find(hv->inv_ctx, f->uuid);
         const lv_guest *lg = g ? g->backend_data : NULL;
-        if (!lg || lg->gen != a->gen) {
-            if (!f->attach)
-                continue; /* cannot happen: the request listed what is attached */
+        if (f->attach || !lg || lg->gen != a->gen) {
+            if (!f->attach) { /* cannot happen: the request listed what is attached */
+                if (g)
+                    g->seen = true;
+                continue;
+            }
             if (!g)
                 g = hv->inv->add(hv->inv_ctx, f->name, f->uuid);
             release(g);
@@ -483,6 +495,17 @@ static int link_apply(hv_ctx *hv)
         }
     }
     hv_drop_unseen(hv);
+    /* changes of domains no longer running are not read */
+    GHashTableIter it;
+    gpointer k;
+    g_hash_table_iter_init(&it, st->reread);
+    while (g_hash_table_iter_next(&it, &k, NULL)) {
+        bool listed = false;
+        for (guint i = 0; i < a->found->len && !listed; i++)
+            listed = strcmp(((lv_found *)g_ptr_array_index(a->found, i))->uuid, k) == 0;
+        if (!listed)
+            g_hash_table_iter_remove(&it);
+    }
     answer_free(a);
     return 0;
 }
@@ -525,8 +548,11 @@ static gboolean resync_idle(gpointer data)
     g_mutex_lock(&st->lock);
     link_post(hv, st, false);
     gather(hv, st, g_get_monotonic_time() + (gint64)HV_GATHER_MS * 1000, false);
-    link_check_stuck(st);
+    bool late = link_check_stuck(st);
     g_mutex_unlock(&st->lock);
+    if (late)
+        log_warn("libvirtd has not answered for %d s (stopped or hung?): guests are kept as they were, "
+                 "not waited for until it answers", HV_STUCK_WARN_MS / 1000);
     link_apply(hv);
     return G_SOURCE_REMOVE;
 }
@@ -559,10 +585,9 @@ static void on_metadata(virConnectPtr conn, virDomainPtr dom, int type, const ch
     char uuid[VIR_UUID_STRING_BUFLEN];
     if (virDomainGetUUIDString(dom, uuid) < 0)
         return;
-    hv_guest *g = hv->inv->find(hv->inv_ctx, uuid);
-    if (!g)
-        return;
-    log_info("guest %s: policy metadata changed", g->name);
+    /* also for a domain whose first listing is still on its way: its
+     * policy may have been read before this change */
+    log_info("guest %s: policy metadata changed", virDomainGetName(dom));
     g_hash_table_insert(st->reread, g_strdup(uuid), GUINT_TO_POINTER(++st->meta_seq));
     schedule_resync(hv);
 }
@@ -601,7 +626,8 @@ static int lv_sync(hv_ctx *hv)
         if (lg)
             queue_call(st, lg, CALL_SAMPLE, 0);
     }
-    gather(hv, st, g_get_monotonic_time() + (gint64)HV_GATHER_MS * 1000, true);
+    gint64 end = g_get_monotonic_time() + (gint64)HV_GATHER_MS * 1000;
+    gather(hv, st, end, true);
     int64_t now = mono_ms();
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
@@ -620,7 +646,21 @@ static int lv_sync(hv_ctx *hv)
     if (link_late)
         log_warn("libvirtd has not answered for %d s (stopped or hung?): guests are kept as they were, "
                  "not waited for until it answers", HV_STUCK_WARN_MS / 1000);
-    return link_apply(hv);
+    unsigned before = st->attached;
+    int rc = link_apply(hv);
+    if (st->attached != before) {
+        /* guests new in this answer: their first samples within the same
+         * gather time, so a first tick (or --once) decides on data */
+        g_mutex_lock(&st->lock);
+        gather(hv, st, end, true);
+        for (size_t i = 0; i < hv->inv->count(hv->inv_ctx); i++) {
+            lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
+            if (lg && lg->busy)
+                lg->stuck = true;
+        }
+        g_mutex_unlock(&st->lock);
+    }
+    return rc;
 }
 
 /* Bytes read so far by all of the domain's disks; -1 if unknown. */
@@ -731,17 +771,14 @@ static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
         case VIR_DOMAIN_MEMORY_STAT_USABLE: out->available_bytes = kib * 1024; break;
         case VIR_DOMAIN_MEMORY_STAT_DISK_CACHES: out->cache_bytes = kib * 1024; break;
         case VIR_DOMAIN_MEMORY_STAT_ACTUAL_BALLOON: out->actual_bytes = kib * 1024; break;
-        case VIR_DOMAIN_MEMORY_STAT_RSS: out->rss_bytes = kib * 1024; break;
         case VIR_DOMAIN_MEMORY_STAT_LAST_UPDATE: out->last_update = cnt; break;
         default: break;
         }
     }
-    /* libvirt's "rss" is resident only: host swapping would make used
-     * memory look untouched */
+    /* not libvirt's "rss": resident only, host swapping would make used
+     * memory look untouched; unknown when the pid file cannot be read */
     const char *name = virDomainGetName(dom);
-    int64_t touched = name ? qemu_touched_bytes(pid_of(name)) : -1;
-    if (touched >= 0)
-        out->rss_bytes = touched;
+    out->rss_bytes = name ? qemu_touched_bytes(pid_of(name)) : -1;
     out->disk_read_bytes = disk_read_bytes(dom);
     out->job_ms = job_ms(dom);
     return 0;

@@ -214,6 +214,8 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
     t->joining = true;
     t->join_failed = false;
     t->join_waiting = 1; /* the handshake */
+    t->waiting = 0;      /* nothing of the old connection is awaited any more */
+    t->stuck = t->expired = t->silence_logged = false;
     snprintf(t->join_name, sizeof(t->join_name), "%s", strrchr(t->path, '/') ? strrchr(t->path, '/') + 1 : t->path);
     snprintf(t->join_uuid, sizeof(t->join_uuid), "qmp:%s", t->path);
     t->conn = qmp_connect_unix_async(t->path, CONNECT_MS, on_ready, t, &err);
@@ -397,7 +399,7 @@ static void gather(hv_ctx *hv, qmp_state *st)
             qmp_pump(t->conn, 0, NULL);
             if (t->joining && (t->join_failed || !t->join_waiting)) {
                 join_settle(hv, t);
-                if (t->g && !t->joining)
+                if (t->conn && t->g && !t->joining)
                     ask(t); /* joined: its first answers come within this gather */
             }
         }
@@ -435,6 +437,8 @@ static int q_sync(hv_ctx *hv)
         if (!t->conn)
             target_connect(hv, t);
         join_settle(hv, t); /* a join that failed at once */
+        if (t->g && t->joining)
+            t->g->seen = true; /* reconnecting: kept (and its state) while the join runs */
         if (t->conn && t->g && !t->joining) {
             t->g->seen = true;
             /* nobody consumes events here: drop them so none pile up */
@@ -470,8 +474,8 @@ static int q_qemu_pid(hv_ctx *hv, hv_guest *g);
 static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
 {
     qmp_target *t = g->backend_data;
-    if (!t || !t->conn) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not connected");
+    if (!t || !t->conn || t->joining) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, t && t->joining ? "connecting" : "not connected");
         return -1;
     }
     if (t->round_failed && !t->waiting) {
@@ -510,7 +514,7 @@ static int q_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
     (void)hv;
     qmp_target *t = g->backend_data;
     qmp_error e;
-    if (!t || !t->conn) {
+    if (!t || !t->conn || t->joining) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not connected");
         return -1;
     }

@@ -387,6 +387,56 @@ START_TEST(growing_working_set_is_fed_before_it_thrashes)
 }
 END_TEST
 
+/* The same growing working set through the core, on hosts where what
+ * QEMU touched says less than usual: preallocated or locked guest memory
+ * (resident all the time, whatever the balloon: growth of use cannot
+ * show) and a crashkernel reservation (memory outside MemTotal, never
+ * touched).  The host's cross-checks must not starve an honest guest. */
+static int honest_variant;
+
+static void honest_host_view(trace *s, size_t i, guest_sample *smp, agent_report *rep, bool *agent)
+{
+    (void)rep;
+    (void)agent;
+    if (honest_variant == 1)
+        smp->rss_bytes = (int64_t)s->v[i].max_bytes + 40 * (int64_t)MIB; /* all of it, and QEMU's own */
+    if (honest_variant == 2) {
+        smp->total_bytes -= 160 * (int64_t)MIB; /* reserved at boot, never touched */
+        smp->available_bytes = smp->available_bytes > 160 * (int64_t)MIB
+                                   ? smp->available_bytes - 160 * (int64_t)MIB : 0;
+    }
+}
+
+START_TEST(growing_working_set_is_fed_whatever_the_host_sees)
+{
+    for (honest_variant = 1; honest_variant <= 2; honest_variant++) {
+        trace s;
+        trace_init(&s, 2, 900 * MIB);
+        trace_guest(&s, 0, "G", ANON, 512 * MIB, 200 * MIB, 20 * MIB);
+        s.t[0].swap = true;
+        trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+        s.core = true;
+        s.lim = (guest_limits){ .default_floor_percent = 0, .default_floor_min = 128 * MIB,
+                                .stale_seconds = (unsigned)(4 * TICK_S) };
+        for (size_t i = 0; i < s.n; i++)
+            guest_init(&s.cg[i], s.v[i].name, s.v[i].uuid);
+        s.lie_raw = honest_host_view;
+        for (int k = 0; k < 30; k++)
+            trace_tick(&s);
+        unsigned short_ticks = 0;
+        for (int k = 0; k < 30; k++) {
+            trace_tick(&s);
+            allocate(&s, 0, k < 4 ? 200 * MIB + (uint64_t)(k + 1) * 35 * MIB : 340 * MIB, 200 * MIB);
+            short_ticks += s.t[0].anon + KERNEL > s.v[0].actual_bytes;
+        }
+        ck_assert_msg(short_ticks <= 3, "variant %d: G did not fit in %u ticks", honest_variant, short_ticks);
+        ck_assert_msg(s.v[0].actual_bytes >= 340 * MIB + KERNEL, "variant %d: G at %llu MiB", honest_variant,
+                      (unsigned long long)(s.v[0].actual_bytes / MIB));
+        trace_free(&s);
+    }
+}
+END_TEST
+
 /* No pressure: a roomy host; nothing moves, whatever the guests do. */
 START_TEST(no_pressure_no_moves)
 {
@@ -818,7 +868,7 @@ START_TEST(every_input_every_lie_hurts_no_honest_guest)
 {
     const char *env = getenv("MEMBAL_ADVERSARY_SEEDS");
     unsigned seeds = env && atoi(env) > 0 ? (unsigned)atoi(env) : 1000;
-    unsigned runs = 0, cost_tick = 0;
+    unsigned runs = 0, cost_tick = 0, surveyed = 0;
     if (getenv("ADV_ONE")) { /* "seed field way": trace one run and its reference */
         unsigned sd = 1, f = 0, w = 0;
         sscanf(getenv("ADV_ONE"), "%u %u %u", &sd, &f, &w);
@@ -835,6 +885,7 @@ START_TEST(every_input_every_lie_hurts_no_honest_guest)
                 runs++;
                 cost_tick += o.short_w + o.short_c > ref.short_w + ref.short_c;
                 bool ok = o.ooms <= ref.ooms && o.short_w <= ref.short_w + 1 && o.short_c <= ref.short_c + 1;
+                surveyed += !ok;
                 if (!ok && getenv("ADV_SURVEY")) {
                     printf("seed %llu, %s %s: W short %u (%u), C short %u (%u), OOM %u (%u)\n",
                            (unsigned long long)seed, lie_field_name[f], lie_way_name[w], o.short_w, ref.short_w,
@@ -849,6 +900,7 @@ START_TEST(every_input_every_lie_hurts_no_honest_guest)
     }
     printf("adversary: %u seeds x %d inputs x %d lies = %u runs; a lie cost an honest guest a tick in %u\n", seeds,
            F_COUNT, L_COUNT, runs, cost_tick);
+    ck_assert_msg(surveyed == 0, "%u runs hurt an honest guest (listed above)", surveyed);
 }
 END_TEST
 
@@ -862,6 +914,7 @@ int main(void)
     tcase_add_test(tc, buffered_io_database_cache_is_not_streaming);
     tcase_add_test(tc, database_warming_its_cache_is_not_a_donor);
     tcase_add_test(tc, growing_working_set_is_fed_before_it_thrashes);
+    tcase_add_test(tc, growing_working_set_is_fed_whatever_the_host_sees);
     tcase_add_test(tc, no_pressure_no_moves);
     tcase_add_test(tc, memory_given_back_is_not_retaken);
     tcase_add_test(tc, self_deflation_is_not_fought);
