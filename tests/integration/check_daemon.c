@@ -536,7 +536,7 @@ static void start_qmp_guest_and_daemon(guest_vm *vm, const char *guests_conf, co
 START_TEST(qmp_mode_reclaims_to_floor)
 {
     guest_vm vm;
-    start_qmp_guest_and_daemon(&vm, "default_floor_min = 320MiB\ndefault_floor_percent = 10", "--ticks 14");
+    start_qmp_guest_and_daemon(&vm, "default_floor_min = 320MiB\ndefault_floor_percent = 10", "--ticks 18");
     int status = 0;
     ck_assert_int_eq(waitpid(daemon_pid, &status, 0), daemon_pid);
     daemon_pid = 0;
