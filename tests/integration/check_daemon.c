@@ -408,6 +408,42 @@ START_TEST(libvirt_policy_persists_and_jobs_hold_the_balloon)
 }
 END_TEST
 
+/* ---- a process stopped under balancerd (SIGSTOP): what must hold ---- */
+
+/* SIGSTOP pid for seconds (it stays stopped): the ticks go on, short. */
+static void stop_and_time_ticks(pid_t pid, int seconds, const char *what)
+{
+    int from = count_log(""), ticks = 0;
+    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    sleep((unsigned)seconds);
+    double worst = test_longest_tick(daemon_log, from, &ticks);
+    fprintf(stderr, "%s stopped: %d ticks in %d s, the longest %.3f s\n", what, ticks, seconds, worst);
+    ck_assert_msg(ticks >= seconds - 2, "%d ticks in %d s with %s stopped", ticks, seconds, what);
+    ck_assert_msg(worst <= 0.35, "a tick took %.3f s with %s stopped", worst, what);
+}
+
+/* balancerctl answers within a second and lists needle. */
+static void ctl_answers(const char *needle)
+{
+    double t0 = (double)g_get_monotonic_time() / 1e6;
+    g_autofree char *st = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", test_top(), workdir);
+    ck_assert_msg(strstr(st, needle), "balancerctl status lacks %s: %s", needle, st);
+    ck_assert_msg((double)g_get_monotonic_time() / 1e6 - t0 < 1.0, "balancerctl was slow");
+}
+
+/* With pid stopped again, SIGTERM ends balancerd within 2 s. */
+static void sigterm_while_stopped(pid_t pid, const char *what)
+{
+    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    sleep(3);
+    double t0 = (double)g_get_monotonic_time() / 1e6;
+    ck_assert_int_eq(stop_daemon(), 0);
+    double took = (double)g_get_monotonic_time() / 1e6 - t0;
+    fprintf(stderr, "SIGTERM with %s stopped: exited in %.2f s\n", what, took);
+    ck_assert_msg(took < 2.0, "balancerd took %.2f s to exit", took);
+    kill(pid, SIGCONT);
+}
+
 /* One of two libvirt guests' QEMU is SIGSTOPped: libvirt's calls to it
  * hang (no timeout), but they run in balancerd's worker pool: the other
  * guest is sampled and ballooned every tick, the ticks stay short,
@@ -442,22 +478,13 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
     pid_t qb = (pid_t)atoi(pid_text);
     ck_assert_int_gt(qb, 0);
 
-    int from = count_log("");
     uint64_t a_before = actual_bytes(a);
-    ck_assert_int_eq(kill(qb, SIGSTOP), 0);
-    sleep(8);
-    int ticks = 0;
-    double worst = test_longest_tick(daemon_log, from, &ticks);
-    fprintf(stderr, "libvirt guest %s stopped: %d ticks in 8 s, the longest %.3f s; %s %llu -> %llu MiB\n", name_b,
-            ticks, worst, domname, (unsigned long long)(a_before / MIB), (unsigned long long)(actual_bytes(a) / MIB));
-    ck_assert_msg(ticks >= 6, "%d ticks in 8 s with one QEMU stopped", ticks);
-    ck_assert_msg(worst <= 0.35, "a tick took %.3f s with one QEMU stopped", worst);
+    stop_and_time_ticks(qb, 8, "one libvirt guest's QEMU");
+    fprintf(stderr, "meanwhile %s: %llu -> %llu MiB\n", domname, (unsigned long long)(a_before / MIB),
+            (unsigned long long)(actual_bytes(a) / MIB));
     ck_assert(log_has("libvirt has been stuck on its QEMU"));
     ck_assert_msg(actual_bytes(a) < a_before, "the running guest was not ballooned while the other was stopped");
-    double t0 = (double)g_get_monotonic_time() / 1e6;
-    g_autofree char *st = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", test_top(), workdir);
-    ck_assert_ptr_nonnull(strstr(st, domname));
-    ck_assert_msg((double)g_get_monotonic_time() / 1e6 - t0 < 1.0, "balancerctl was slow");
+    ctl_answers(domname);
 
     ck_assert_int_eq(kill(qb, SIGCONT), 0);
     ck_assert_msg(wait_log("libvirt answers again", 10), "the continued guest was not picked up");
@@ -471,18 +498,9 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
         lvd = (pid_t)atoi(lvd_text);
     if (lvd > 0) {
         cleanup_register("kill -CONT %d 2>/dev/null", (int)lvd);
-        from = count_log("");
-        ck_assert_int_eq(kill(lvd, SIGSTOP), 0);
-        sleep(8);
-        worst = test_longest_tick(daemon_log, from, &ticks);
-        fprintf(stderr, "libvirtd stopped: %d ticks in 8 s, the longest %.3f s\n", ticks, worst);
-        ck_assert_msg(ticks >= 6, "%d ticks in 8 s with libvirtd stopped", ticks);
-        ck_assert_msg(worst <= 0.35, "a tick took %.3f s with libvirtd stopped", worst);
+        stop_and_time_ticks(lvd, 8, "libvirtd");
         ck_assert(log_has("libvirtd has not answered"));
-        t0 = (double)g_get_monotonic_time() / 1e6;
-        g_autofree char *st2 = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", test_top(), workdir);
-        ck_assert_ptr_nonnull(strstr(st2, domname));
-        ck_assert_msg((double)g_get_monotonic_time() / 1e6 - t0 < 1.0, "balancerctl was slow with libvirtd stopped");
+        ctl_answers(domname);
         ck_assert_int_eq(kill(lvd, SIGCONT), 0);
         ck_assert_msg(wait_log("libvirtd answers again", 10), "libvirtd was not picked up after SIGCONT");
         /* and the running guest is sampled every tick again */
@@ -496,14 +514,7 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
         fprintf(stderr, "libvirtd stopped: not tried (libvirtd is not this test's own)\n");
     }
 
-    ck_assert_int_eq(kill(qb, SIGSTOP), 0);
-    sleep(3);
-    t0 = (double)g_get_monotonic_time() / 1e6;
-    ck_assert_int_eq(stop_daemon(), 0);
-    double took = (double)g_get_monotonic_time() / 1e6 - t0;
-    fprintf(stderr, "SIGTERM with a stopped libvirt guest: exited in %.2f s\n", took);
-    ck_assert_msg(took < 2.0, "balancerd took %.2f s to exit", took);
-    kill(qb, SIGCONT);
+    sigterm_while_stopped(qb, "a libvirt guest's QEMU");
     virDomainDestroy(a);
     virDomainDestroy(b);
     virDomainFree(a);
@@ -596,32 +607,16 @@ START_TEST(qmp_stopped_or_held_qemu_delays_nobody)
     qmp_close(holder); /* the next attempt (backoff 5 s) gets the monitor */
     ck_assert_msg(wait_log("guest membal-qb (", 20), "the guest whose monitor was freed never joined");
 
-    int from = count_log("");
     int b_moves = count_log("membal-qb: balloon");
-    ck_assert_int_eq(kill(a.pid, SIGSTOP), 0);
-    sleep(8);
-    worst = test_longest_tick(daemon_log, from, &ticks);
-    fprintf(stderr, "bare QEMU stopped: %d ticks in 8 s, the longest %.3f s; the other moved %d times\n", ticks,
-            worst, count_log("membal-qb: balloon") - b_moves);
-    ck_assert_msg(ticks >= 6, "%d ticks in 8 s with one QEMU stopped", ticks);
-    ck_assert_msg(worst <= 0.35, "a tick took %.3f s with one QEMU stopped", worst);
+    stop_and_time_ticks(a.pid, 8, "one bare QEMU");
+    fprintf(stderr, "meanwhile the other moved %d times\n", count_log("membal-qb: balloon") - b_moves);
     ck_assert(log_has("QEMU has not answered for 5 s"));
     ck_assert_msg(count_log("membal-qb: balloon") > b_moves, "the running guest was not ballooned meanwhile");
-    double t0 = (double)g_get_monotonic_time() / 1e6;
-    g_autofree char *st = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' status", test_top(), workdir);
-    ck_assert_ptr_nonnull(strstr(st, "membal-qb"));
-    ck_assert_msg((double)g_get_monotonic_time() / 1e6 - t0 < 1.0, "balancerctl was slow");
+    ctl_answers("membal-qb");
     ck_assert_int_eq(kill(a.pid, SIGCONT), 0);
     ck_assert_msg(wait_log("QEMU answers again", 10), "the continued QEMU was not picked up");
 
-    ck_assert_int_eq(kill(a.pid, SIGSTOP), 0);
-    sleep(3);
-    t0 = (double)g_get_monotonic_time() / 1e6;
-    ck_assert_int_eq(stop_daemon(), 0);
-    double took = (double)g_get_monotonic_time() / 1e6 - t0;
-    fprintf(stderr, "SIGTERM with a stopped bare QEMU: exited in %.2f s\n", took);
-    ck_assert_msg(took < 2.0, "balancerd took %.2f s to exit", took);
-    kill(a.pid, SIGCONT);
+    sigterm_while_stopped(a.pid, "a bare QEMU");
     guest_vm_stop(&a);
     guest_vm_stop(&b);
     test_run("rm -rf '%s'", workdir);

@@ -366,21 +366,34 @@ END_TEST
 
 /* A working set that grows midway (with swap, so it would thrash) is fed
  * from its need before it thrashes, from the streamer. */
+/* G's working set grows from 200 to 340 MiB in four ticks, next to a
+ * streamer, after 30 quiet ticks; the ticks G's anon did not fit. */
+static void growing_setup(trace *s)
+{
+    trace_init(s, 2, 900 * MIB);
+    trace_guest(s, 0, "G", ANON, 512 * MIB, 200 * MIB, 20 * MIB);
+    s->t[0].swap = true;
+    trace_guest(s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+}
+
+static unsigned growing_short_ticks(trace *s)
+{
+    for (int k = 0; k < 30; k++)
+        trace_tick(s);
+    unsigned short_ticks = 0;
+    for (int k = 0; k < 30; k++) {
+        trace_tick(s);
+        allocate(s, 0, k < 4 ? 200 * MIB + (uint64_t)(k + 1) * 35 * MIB : 340 * MIB, 200 * MIB);
+        short_ticks += s->t[0].anon + KERNEL > s->v[0].actual_bytes;
+    }
+    return short_ticks;
+}
+
 START_TEST(growing_working_set_is_fed_before_it_thrashes)
 {
     trace s;
-    trace_init(&s, 2, 900 * MIB);
-    trace_guest(&s, 0, "G", ANON, 512 * MIB, 200 * MIB, 20 * MIB);
-    s.t[0].swap = true;
-    trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
-    for (int k = 0; k < 30; k++)
-        trace_tick(&s);
-    unsigned thrash = 0;
-    for (int k = 0; k < 30; k++) {
-        trace_tick(&s);
-        allocate(&s, 0, k < 4 ? 200 * MIB + (uint64_t)(k + 1) * 35 * MIB : 340 * MIB, 200 * MIB);
-        thrash += s.t[0].anon + KERNEL > s.v[0].actual_bytes;
-    }
+    growing_setup(&s);
+    unsigned thrash = growing_short_ticks(&s);
     ck_assert_msg(thrash <= 2, "G did not fit in %u ticks", thrash);
     ck_assert_uint_ge(s.v[0].actual_bytes, 340 * MIB + KERNEL);
     trace_free(&s);
@@ -411,24 +424,14 @@ START_TEST(growing_working_set_is_fed_whatever_the_host_sees)
 {
     for (honest_variant = 1; honest_variant <= 2; honest_variant++) {
         trace s;
-        trace_init(&s, 2, 900 * MIB);
-        trace_guest(&s, 0, "G", ANON, 512 * MIB, 200 * MIB, 20 * MIB);
-        s.t[0].swap = true;
-        trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+        growing_setup(&s);
         s.core = true;
         s.lim = (guest_limits){ .default_floor_percent = 0, .default_floor_min = 128 * MIB,
                                 .stale_seconds = (unsigned)(4 * TICK_S) };
         for (size_t i = 0; i < s.n; i++)
             guest_init(&s.cg[i], s.v[i].name, s.v[i].uuid);
         s.lie_raw = honest_host_view;
-        for (int k = 0; k < 30; k++)
-            trace_tick(&s);
-        unsigned short_ticks = 0;
-        for (int k = 0; k < 30; k++) {
-            trace_tick(&s);
-            allocate(&s, 0, k < 4 ? 200 * MIB + (uint64_t)(k + 1) * 35 * MIB : 340 * MIB, 200 * MIB);
-            short_ticks += s.t[0].anon + KERNEL > s.v[0].actual_bytes;
-        }
+        unsigned short_ticks = growing_short_ticks(&s);
         ck_assert_msg(short_ticks <= 3, "variant %d: G did not fit in %u ticks", honest_variant, short_ticks);
         ck_assert_msg(s.v[0].actual_bytes >= 340 * MIB + KERNEL, "variant %d: G at %llu MiB", honest_variant,
                       (unsigned long long)(s.v[0].actual_bytes / MIB));
