@@ -10,6 +10,7 @@
 #include "config/metadata_xml.h"
 #include "config/size_parse.h"
 #include "host/host_cgroup.h"
+#include "host/qemu_touched.h"
 #include "policies/reclaim_plan.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -443,6 +444,8 @@ static bool tick_round(balancer *b)
             log_debug("guest %s: no stats this tick: %s", g->hv.name, serr->message);
             g->view.stats_valid = false;
         } else {
+            /* host truth the backend does not have: what its QEMU touched */
+            s.rss_bytes = b->backend->qemu_pid ? qemu_touched_bytes(b->backend->qemu_pid(&b->hv, &g->hv)) : -1;
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
             note_job(g, s.job_ms);
             /* balloon changes are sent without waiting: refusals come back here */

@@ -28,7 +28,8 @@ typedef struct {
     int64_t free_bytes, available_bytes, cache_bytes, total_bytes;
     int64_t swap_in_bytes, swap_out_bytes; /* cumulative */
     int64_t major_faults, minor_faults;    /* cumulative */
-    int64_t rss_bytes;                     /* what its QEMU has touched: resident + swapped (host) */
+    int64_t rss_bytes;                     /* what its QEMU has touched (resident + swapped +
+                                            * hugetlb): filled in by the core, -1 unknown */
     int64_t disk_read_bytes;  /* host-measured: bytes the guest's disks read so far, -1 unknown */
     int64_t job_ms;           /* a hypervisor job (migration, save, dump) has run this long, -1 none */
     unsigned balloon_failures; /* balloon changes the hypervisor refused since the last sample */

@@ -31,7 +31,6 @@
 #include <libxml/xpath.h>
 
 #include "agent/agent_conn.h"
-#include "host/qemu_touched.h"
 #include "hv/backend.h"
 #include "policies/vm_policy.h"
 #include "util/error.h"
@@ -775,10 +774,7 @@ static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
         default: break;
         }
     }
-    /* not libvirt's "rss": resident only, host swapping would make used
-     * memory look untouched; unknown when the pid file cannot be read */
-    const char *name = virDomainGetName(dom);
-    out->rss_bytes = name ? qemu_touched_bytes(pid_of(name)) : -1;
+    out->rss_bytes = -1; /* the core measures it (libvirt's "rss" is resident only) */
     out->disk_read_bytes = disk_read_bytes(dom);
     out->job_ms = job_ms(dom);
     return 0;

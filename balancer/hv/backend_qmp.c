@@ -27,7 +27,6 @@
 #include <time.h>
 
 #include "agent/agent_conn.h"
-#include "host/qemu_touched.h"
 #include "hv/backend.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -467,12 +466,11 @@ static void q_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gue
         agent_conn_drain(&t->agent, st, guest_bytes);
 }
 
-static int q_qemu_pid(hv_ctx *hv, hv_guest *g);
 
-/* The answer gathered since the core's last sample, with what the host
- * measures itself. */
+/* The answer gathered since the core's last sample. */
 static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
 {
+    (void)hv;
     qmp_target *t = g->backend_data;
     if (!t || !t->conn || t->joining) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, t && t->joining ? "connecting" : "not connected");
@@ -491,7 +489,6 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     *out = t->last;
     out->balloon_failures = t->set_failures;
     t->set_failures = 0;
-    out->rss_bytes = qemu_touched_bytes(q_qemu_pid(hv, g));
     out->job_ms = -1; /* a bare QEMU's migrations are its operator's business */
     return 0;
 }
