@@ -538,6 +538,22 @@ static bool link_check_stuck(lv_state *st)
     return true;
 }
 
+static void warn_link_silent(void)
+{
+    log_warn("libvirtd has not answered for %d s (stopped or hung?): guests are kept as they were, "
+             "not waited for until it answers", HV_STUCK_WARN_MS / 1000);
+}
+
+/* After a gather: a guest whose call is still running is stuck (locked). */
+static void mark_stuck(hv_ctx *hv)
+{
+    for (size_t i = 0; i < hv->inv->count(hv->inv_ctx); i++) {
+        lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
+        if (lg && lg->busy)
+            lg->stuck = true;
+    }
+}
+
 static gboolean resync_idle(gpointer data)
 {
     hv_ctx *hv = data;
@@ -550,8 +566,7 @@ static gboolean resync_idle(gpointer data)
     bool late = link_check_stuck(st);
     g_mutex_unlock(&st->lock);
     if (late)
-        log_warn("libvirtd has not answered for %d s (stopped or hung?): guests are kept as they were, "
-                 "not waited for until it answers", HV_STUCK_WARN_MS / 1000);
+        warn_link_silent();
     link_apply(hv);
     return G_SOURCE_REMOVE;
 }
@@ -627,11 +642,10 @@ static int lv_sync(hv_ctx *hv)
     }
     gint64 end = g_get_monotonic_time() + (gint64)HV_GATHER_MS * 1000;
     gather(hv, st, end, true);
+    mark_stuck(hv);
     int64_t now = mono_ms();
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
-        if (lg && lg->busy)
-            lg->stuck = true;
         if (lg && lg->stuck && !lg->warned && now - lg->asked_ms >= HV_STUCK_WARN_MS) {
             lg->warned = true;
             late[n_late++] = lg;
@@ -643,8 +657,7 @@ static int lv_sync(hv_ctx *hv)
         log_warn("domain %s: libvirt has been stuck on its QEMU for %d s (stopped or hung?): not waited for "
                  "until it answers", virDomainGetName(late[i]->dom), HV_STUCK_WARN_MS / 1000);
     if (link_late)
-        log_warn("libvirtd has not answered for %d s (stopped or hung?): guests are kept as they were, "
-                 "not waited for until it answers", HV_STUCK_WARN_MS / 1000);
+        warn_link_silent();
     unsigned before = st->attached;
     int rc = link_apply(hv);
     if (st->attached != before) {
@@ -652,11 +665,7 @@ static int lv_sync(hv_ctx *hv)
          * gather time, so a first tick (or --once) decides on data */
         g_mutex_lock(&st->lock);
         gather(hv, st, end, true);
-        for (size_t i = 0; i < hv->inv->count(hv->inv_ctx); i++) {
-            lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
-            if (lg && lg->busy)
-                lg->stuck = true;
-        }
+        mark_stuck(hv);
         g_mutex_unlock(&st->lock);
     }
     return rc;
