@@ -459,9 +459,10 @@ static bool tick_round(balancer *b)
                                            ? g->last_target
                                            : 0;
         /* a balloon growing that we never asked to grow: the guest deflated
-         * it on OOM (deflate-on-oom / libvirt autodeflate) */
+         * it on OOM (deflate-on-oom / libvirt autodeflate); under mode=off
+         * it is the operator's doing */
         g->view.self_deflated_bytes = 0;
-        if (g->view.stats_valid && g->seen_actual && g->last_target &&
+        if (g->view.stats_valid && g->seen_actual && g->last_target && g->view.policy.mode != VM_MODE_OFF &&
             mono_ms() - g->last_grow_ms >= quiet_ms && /* not a growth we asked for */
             g->view.actual_bytes > g->seen_actual + SELF_DEFLATE_SLACK &&
             g->view.actual_bytes > g->last_target + SELF_DEFLATE_SLACK) {

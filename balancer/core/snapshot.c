@@ -56,6 +56,8 @@ snapshot *balancer_snapshot_build(const balancer *b)
     s->wm = b->wm;
     s->tick_hist = b->tick_hist;
     s->backend_reconnects = b->hv.reconnects;
+    s->stats_calls_all = b->hv.stats_calls_all;
+    s->stats_calls_one = b->hv.stats_calls_one;
     s->backend_errors = b->backend_errors;
     s->policy_errors = b->policy_errors;
     host_swap_stats_get(b->hswap, &s->reclaim);

@@ -64,6 +64,8 @@ typedef struct {
     const hv_inventory *inv;
     void *inv_ctx;
     uint64_t reconnects;      /* counted by the backend */
+    uint64_t stats_calls_all; /* statistics calls that asked all guests at once (libvirt's bulk call) */
+    uint64_t stats_calls_one; /* statistics calls that asked one guest */
     void *priv;               /* the backend's own state */
 } hv_ctx;
 

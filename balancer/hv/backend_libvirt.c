@@ -11,12 +11,19 @@
  *   connecting, listing the running domains, reading their policy and
  *   agent channel;
  * - the pool (WORKERS threads) runs the calls that reach a guest's QEMU
- *   (its stats, its balloon), one at a time per guest.
- * Each tick posts the link's request and every guest's sample call, then
- * waits at most HV_GATHER_MS for all of them together; what has not
- * returned by then is stuck: not waited for again, given nothing new, and
- * picked up when it returns.  Answers are applied on the main loop, the
- * only place that touches the guest inventory.
+ *   (its stats, its balloon), one at a time per guest, and the bulk call.
+ * Each tick posts the link's request and one bulk statistics call for all
+ * the guests (virDomainListGetStats with NOWAIT: one RPC, and a guest
+ * whose job another call holds is answered without its memory stats
+ * instead of waited for), then waits at most HV_GATHER_MS for all of them
+ * together.  NOWAIT does not keep the bulk call out of a stopped QEMU whose
+ * job is free (libvirt 9.0: it then waits for that QEMU's answer, for
+ * ever), so a guest the bulk call could not answer, and every guest of a
+ * bulk call not back by half of the gather, is asked on its own (a call
+ * per guest); while a bulk call is stuck, every guest is.  Whatever has
+ * not returned by the end of the gather is stuck: not waited for again,
+ * given nothing new, and picked up when it returns.  Answers are applied
+ * on the main loop, the only place that touches the guest inventory.
  */
 #include <glib.h>
 #include <stdio.h>
@@ -104,6 +111,12 @@ typedef struct {
     bool link_busy;           /* (locked) */
     bool link_stuck, link_warned; /* (locked) */
     int64_t link_asked_ms;    /* (locked) */
+    bool bulk_busy;           /* the guests' statistics call runs (locked) */
+    bool bulk_stuck;          /* it missed its gather: its answer is not used (locked) */
+    int64_t bulk_asked_ms;    /* (locked) */
+    int64_t bulk_back_ms;     /* it returned after a stall this long, not yet logged (locked) */
+    char bulk_failed[256];    /* libvirt's error when it failed, not yet logged (locked) */
+    uint64_t calls_all, calls_one; /* statistics calls queued: bulk, one guest (locked) */
     lv_link_answer *answer;   /* not yet applied (locked) */
 } lv_state;
 
@@ -131,12 +144,13 @@ typedef struct {
     char note[256];         /* something the worker wants logged, "" none (locked) */
 } lv_guest;
 
-typedef enum { CALL_SAMPLE, CALL_BALLOON } call_kind;
+typedef enum { CALL_SAMPLE, CALL_BALLOON, CALL_BULK } call_kind;
 
 typedef struct {
-    lv_guest *lg;           /* a reference */
+    lv_guest *lg;           /* a reference; NULL for CALL_BULK */
     call_kind kind;
     uint64_t bytes;         /* CALL_BALLOON */
+    GPtrArray *guests;      /* CALL_BULK: lv_guest references */
 } lv_call;
 
 static lv_guest *lg_ref(lv_guest *lg)
@@ -515,7 +529,7 @@ static void gather(hv_ctx *hv, lv_state *st, gint64 end, bool samples)
 {
     size_t n = hv->inv->count(hv->inv_ctx);
     for (;;) {
-        bool waiting = st->link_busy && !st->link_stuck;
+        bool waiting = (st->link_busy && !st->link_stuck) || (samples && st->bulk_busy && !st->bulk_stuck);
         for (size_t i = 0; samples && i < n && !waiting; i++) {
             lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
             waiting = lg && lg->busy && !lg->stuck;
@@ -617,15 +631,54 @@ static bool queue_call(lv_state *st, lv_guest *lg, call_kind kind, uint64_t byte
     c->bytes = bytes;
     lg->busy = true;
     lg->asked_ms = mono_ms();
+    if (kind == CALL_SAMPLE)
+        st->calls_one++;
     st->running++;
     g_thread_pool_push(st->pool, c, NULL);
     return true;
 }
 
-/* The link's request and every guest's sample call this tick, then at
- * most HV_GATHER_MS for all of them together; whoever has not returned by
+/* The guests one bulk call asks this tick: those with no call of their
+ * own running, on the newest connection (one call is one connection's);
+ * the rest are asked one by one.  NULL when a bulk call is still out
+ * (locked). */
+static GPtrArray *bulk_guests(hv_ctx *hv, lv_state *st)
+{
+    if (st->bulk_busy)
+        return NULL;
+    size_t n = hv->inv->count(hv->inv_ctx);
+    unsigned gen = 0;
+    for (size_t i = 0; i < n; i++) {
+        const lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
+        if (lg)
+            gen = MAX(gen, lg->gen);
+    }
+    GPtrArray *gs = g_ptr_array_new_with_free_func((GDestroyNotify)lg_unref);
+    for (size_t i = 0; i < n; i++) {
+        lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
+        if (lg && !lg->busy && lg->gen == gen)
+            g_ptr_array_add(gs, lg_ref(lg));
+    }
+    return gs;
+}
+
+static void queue_bulk(lv_state *st, GPtrArray *gs)
+{
+    lv_call *c = g_new0(lv_call, 1);
+    c->kind = CALL_BULK;
+    c->guests = gs;
+    st->bulk_busy = true;
+    st->bulk_stuck = false;
+    st->bulk_asked_ms = mono_ms();
+    st->calls_all++;
+    st->running++;
+    g_thread_pool_push(st->pool, c, NULL);
+}
+
+/* The link's request and this tick's statistics calls, then at most
+ * HV_GATHER_MS for all of them together; whoever has not returned by
  * then is stuck.  The link's answer (when it came) is applied: a guest new
- * in it is sampled from the next tick on. */
+ * in it is sampled within the same gather. */
 static int lv_sync(hv_ctx *hv)
 {
     lv_state *st = state_of(hv);
@@ -635,14 +688,38 @@ static int lv_sync(hv_ctx *hv)
     size_t n_late = 0;
     g_mutex_lock(&st->lock);
     link_post(hv, st, false);
+    GPtrArray *bulk = bulk_guests(hv, st);
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
-        if (lg)
+        bool in_bulk = false;
+        for (guint j = 0; bulk && j < bulk->len && !in_bulk; j++)
+            in_bulk = g_ptr_array_index(bulk, j) == lg;
+        if (lg && !in_bulk)
             queue_call(st, lg, CALL_SAMPLE, 0);
     }
-    gint64 end = g_get_monotonic_time() + (gint64)HV_GATHER_MS * 1000;
+    g_autoptr(GPtrArray) asked = bulk ? g_ptr_array_ref(bulk) : NULL;
+    if (bulk && bulk->len)
+        queue_bulk(st, g_steal_pointer(&bulk));
+    g_clear_pointer(&bulk, g_ptr_array_unref);
+    gint64 now_us = g_get_monotonic_time();
+    gint64 end = now_us + (gint64)HV_GATHER_MS * 1000;
+    gather(hv, st, now_us + (gint64)HV_GATHER_MS * 500, true);
+    if (asked && asked->len && st->bulk_busy) {
+        /* a stopped QEMU, most likely: its call may never return, the
+         * others' do */
+        for (guint j = 0; j < asked->len; j++)
+            queue_call(st, g_ptr_array_index(asked, j), CALL_SAMPLE, 0);
+    }
     gather(hv, st, end, true);
     mark_stuck(hv);
+    bool bulk_late = st->bulk_busy && !st->bulk_stuck;
+    if (st->bulk_busy)
+        st->bulk_stuck = true;
+    int64_t bulk_back_ms = st->bulk_back_ms;
+    st->bulk_back_ms = 0;
+    char bulk_failed[sizeof(st->bulk_failed)];
+    snprintf(bulk_failed, sizeof(bulk_failed), "%s", st->bulk_failed);
+    st->bulk_failed[0] = '\0';
     int64_t now = mono_ms();
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
@@ -652,7 +729,16 @@ static int lv_sync(hv_ctx *hv)
         }
     }
     bool link_late = link_check_stuck(st);
+    hv->stats_calls_all = st->calls_all;
+    hv->stats_calls_one = st->calls_one;
     g_mutex_unlock(&st->lock);
+    if (bulk_late)
+        log_info("libvirt's statistics call for all guests has not returned (a stopped QEMU?): "
+                 "each guest is asked on its own until it does");
+    if (bulk_failed[0])
+        log_debug("libvirt's statistics call for all guests failed (%s): each was asked on its own", bulk_failed);
+    if (bulk_back_ms)
+        log_info("libvirt's statistics call for all guests returned (after %.1f s)", (double)bulk_back_ms / 1000.0);
     for (size_t i = 0; i < n_late; i++)
         log_warn("domain %s: libvirt has been stuck on its QEMU for %d s (stopped or hung?): not waited for "
                  "until it answers", virDomainGetName(late[i]->dom), HV_STUCK_WARN_MS / 1000);
@@ -669,28 +755,6 @@ static int lv_sync(hv_ctx *hv)
         g_mutex_unlock(&st->lock);
     }
     return rc;
-}
-
-/* Bytes read so far by all of the domain's disks; -1 if unknown. */
-static int64_t disk_read_bytes(virDomainPtr dom)
-{
-    virDomainPtr doms[2] = { dom, NULL };
-    virDomainStatsRecordPtr *recs = NULL;
-    int64_t sum = -1;
-    if (virDomainListGetStats(doms, VIR_DOMAIN_STATS_BLOCK, &recs, 0) == 1) {
-        sum = 0;
-        for (int i = 0; i < recs[0]->nparams; i++) {
-            virTypedParameterPtr p = &recs[0]->params[i];
-            unsigned idx;
-            char tail[16];
-            if (p->type == VIR_TYPED_PARAM_ULLONG &&
-                sscanf(p->field, "block.%u.rd.byte%15s", &idx, tail) == 2 && strcmp(tail, "s") == 0 &&
-                p->value.ul <= (unsigned long long)(INT64_MAX - sum))
-                sum += (int64_t)p->value.ul;
-        }
-    }
-    virDomainStatsRecordListFree(recs);
-    return sum;
 }
 
 /* How long libvirt has been running a job on the domain that copies or
@@ -745,46 +809,81 @@ static int pid_of(const char *name)
     return pid;
 }
 
-/* One guest's sample, straight from libvirt (a worker thread). */
+/* What a sample is made of: libvirt's bulk statistics of the balloon
+ * (guest memory, KiB) and the disks (bytes read). */
+#define STATS_WANTED (VIR_DOMAIN_STATS_BALLOON | VIR_DOMAIN_STATS_BLOCK)
+
+/* A guest-provided counter in KiB as bytes, or a count, within int64:
+ * guest_ingest clamps what is left. */
+static int64_t kib_bytes(unsigned long long v)
+{
+    return v > (unsigned long long)INT64_MAX / 1024 ? INT64_MAX : (int64_t)v * 1024;
+}
+
+static int64_t count_of(unsigned long long v)
+{
+    return v > (unsigned long long)INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
+/* Fill out from one domain's statistics record.  true when it carries the
+ * guest's memory statistics: libvirt leaves them out (keeping only
+ * balloon.current and .maximum) when it could not ask QEMU -- another job
+ * held the domain and the call was not to wait, or the guest's balloon
+ * driver has sent none. */
+static bool sample_from_record(const virDomainStatsRecord *rec, guest_sample *out)
+{
+    memset(out, 0xff, sizeof(*out)); /* every field -1: not reported */
+    out->last_update = 0;
+    out->rss_bytes = -1; /* the core measures it (libvirt's "rss" is resident only) */
+    out->job_ms = -1;
+    bool memory = false;
+    for (int i = 0; i < rec->nparams; i++) {
+        const virTypedParameter *p = &rec->params[i];
+        if (p->type != VIR_TYPED_PARAM_ULLONG && p->type != VIR_TYPED_PARAM_UINT)
+            continue;
+        unsigned long long v = p->type == VIR_TYPED_PARAM_ULLONG ? p->value.ul : p->value.ui;
+        unsigned idx;
+        char tail[16];
+        if (strncmp(p->field, "block.", 6) == 0) {
+            if (strcmp(p->field, "block.count") == 0 && out->disk_read_bytes < 0)
+                out->disk_read_bytes = 0;
+            else if (sscanf(p->field, "block.%u.rd.byte%15s", &idx, tail) == 2 && strcmp(tail, "s") == 0)
+                out->disk_read_bytes = (int64_t)MIN((unsigned long long)INT64_MAX,
+                                                    (unsigned long long)MAX(out->disk_read_bytes, 0) + v);
+            continue;
+        }
+        const char *f = p->field;
+        if (strcmp(f, "balloon.maximum") == 0) out->max_bytes = kib_bytes(v);
+        else if (strcmp(f, "balloon.current") == 0) out->actual_bytes = kib_bytes(v);
+        else if (strcmp(f, "balloon.swap_in") == 0) out->swap_in_bytes = kib_bytes(v);
+        else if (strcmp(f, "balloon.swap_out") == 0) out->swap_out_bytes = kib_bytes(v);
+        else if (strcmp(f, "balloon.major_fault") == 0) out->major_faults = count_of(v);
+        else if (strcmp(f, "balloon.minor_fault") == 0) out->minor_faults = count_of(v);
+        else if (strcmp(f, "balloon.unused") == 0) out->free_bytes = kib_bytes(v), memory = true;
+        else if (strcmp(f, "balloon.available") == 0) out->total_bytes = kib_bytes(v), memory = true;
+        else if (strcmp(f, "balloon.usable") == 0) out->available_bytes = kib_bytes(v);
+        else if (strcmp(f, "balloon.disk_caches") == 0) out->cache_bytes = kib_bytes(v);
+        else if (strcmp(f, "balloon.last-update") == 0) out->last_update = count_of(v), memory = true;
+    }
+    return memory;
+}
+
+/* One guest's sample, straight from libvirt (a worker thread), waiting
+ * for the domain's job like any other caller: whatever libvirt has, also
+ * without memory statistics. */
 static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
 {
-    virDomainInfo info;
-    if (virDomainGetInfo(dom, &info) < 0) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", last_error());
+    virDomainPtr doms[2] = { dom, NULL };
+    virDomainStatsRecordPtr *recs = NULL;
+    int n = virDomainListGetStats(doms, STATS_WANTED, &recs, 0);
+    if (n != 1) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s",
+                    n < 0 ? last_error() : "libvirt returned no statistics for the domain");
+        virDomainStatsRecordListFree(recs);
         return -1;
     }
-    virDomainMemoryStatStruct st[VIR_DOMAIN_MEMORY_STAT_NR];
-    int n = virDomainMemoryStats(dom, st, VIR_DOMAIN_MEMORY_STAT_NR, 0);
-    if (n < 0) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", last_error());
-        return -1;
-    }
-    memset(out, 0xff, sizeof(*out)); /* every field -1: not reported */
-    out->max_bytes = (int64_t)info.maxMem * 1024;
-    out->actual_bytes = (int64_t)info.memory * 1024;
-    out->last_update = 0;
-    for (int i = 0; i < n; i++) {
-        /* libvirt reports sizes in KiB; guest-provided values can be
-         * anything: keep them within int64 and let guest_ingest clamp */
-        unsigned long long v = st[i].val;
-        int64_t kib = v > (unsigned long long)INT64_MAX / 1024 ? INT64_MAX / 1024 : (int64_t)v;
-        int64_t cnt = v > (unsigned long long)INT64_MAX ? INT64_MAX : (int64_t)v;
-        switch (st[i].tag) {
-        case VIR_DOMAIN_MEMORY_STAT_SWAP_IN: out->swap_in_bytes = kib * 1024; break;
-        case VIR_DOMAIN_MEMORY_STAT_SWAP_OUT: out->swap_out_bytes = kib * 1024; break;
-        case VIR_DOMAIN_MEMORY_STAT_MAJOR_FAULT: out->major_faults = cnt; break;
-        case VIR_DOMAIN_MEMORY_STAT_MINOR_FAULT: out->minor_faults = cnt; break;
-        case VIR_DOMAIN_MEMORY_STAT_UNUSED: out->free_bytes = kib * 1024; break;
-        case VIR_DOMAIN_MEMORY_STAT_AVAILABLE: out->total_bytes = kib * 1024; break;
-        case VIR_DOMAIN_MEMORY_STAT_USABLE: out->available_bytes = kib * 1024; break;
-        case VIR_DOMAIN_MEMORY_STAT_DISK_CACHES: out->cache_bytes = kib * 1024; break;
-        case VIR_DOMAIN_MEMORY_STAT_ACTUAL_BALLOON: out->actual_bytes = kib * 1024; break;
-        case VIR_DOMAIN_MEMORY_STAT_LAST_UPDATE: out->last_update = cnt; break;
-        default: break;
-        }
-    }
-    out->rss_bytes = -1; /* the core measures it (libvirt's "rss" is resident only) */
-    out->disk_read_bytes = disk_read_bytes(dom);
+    sample_from_record(recs[0], out);
+    virDomainStatsRecordListFree(recs);
     out->job_ms = job_ms(dom);
     return 0;
 }
@@ -798,11 +897,70 @@ static int set_balloon(lv_guest *lg, uint64_t bytes, char *note, size_t len)
     return -1;
 }
 
+/* A worker: one statistics call for all of c's guests, without waiting
+ * for any guest's job.  A guest it could not answer is asked on its own
+ * (queued here, so the gather waits for it too); nothing is used when the
+ * call returns after its gather. */
+static void bulk_work(lv_state *st, lv_call *c)
+{
+    GPtrArray *gs = c->guests;
+    g_autofree virDomainPtr *doms = g_new0(virDomainPtr, gs->len + 1);
+    g_autofree guest_sample *samples = g_new(guest_sample, gs->len);
+    g_autofree bool *got = g_new0(bool, gs->len);
+    for (guint i = 0; i < gs->len; i++)
+        doms[i] = ((lv_guest *)g_ptr_array_index(gs, i))->dom;
+    virDomainStatsRecordPtr *recs = NULL;
+    int n = virDomainListGetStats(doms, STATS_WANTED, &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
+    char failed[256] = "";
+    if (n < 0)
+        snprintf(failed, sizeof(failed), "%s", last_error());
+    for (int r = 0; r < n; r++) {
+        unsigned char uuid[VIR_UUID_BUFLEN], want[VIR_UUID_BUFLEN];
+        if (virDomainGetUUID(recs[r]->dom, uuid) < 0)
+            continue;
+        for (guint i = 0; i < gs->len; i++) {
+            if (got[i] || virDomainGetUUID(doms[i], want) < 0 || memcmp(uuid, want, sizeof(uuid)) != 0)
+                continue;
+            got[i] = sample_from_record(recs[r], &samples[i]);
+            if (got[i])
+                samples[i].job_ms = job_ms(doms[i]);
+            break;
+        }
+    }
+    virDomainStatsRecordListFree(recs);
+    g_mutex_lock(&st->lock);
+    snprintf(st->bulk_failed, sizeof(st->bulk_failed), "%s", failed);
+    if (st->bulk_stuck) {
+        st->bulk_back_ms = mono_ms() - st->bulk_asked_ms;
+    } else {
+        for (guint i = 0; i < gs->len; i++) {
+            lv_guest *lg = g_ptr_array_index(gs, i);
+            if (!got[i]) {
+                queue_call(st, lg, CALL_SAMPLE, 0);
+                continue;
+            }
+            lg->sample = samples[i];
+            lg->have = true;
+            lg->error[0] = '\0';
+        }
+    }
+    st->bulk_busy = st->bulk_stuck = false;
+    st->running--;
+    g_cond_broadcast(&st->done);
+    g_mutex_unlock(&st->lock);
+    g_ptr_array_unref(gs);
+    g_free(c);
+}
+
 /* A worker: run one call, post its outcome, wake the gather. */
 static void lv_work(gpointer data, gpointer user_data)
 {
     lv_call *c = data;
     lv_state *st = user_data;
+    if (c->kind == CALL_BULK) {
+        bulk_work(st, c);
+        return;
+    }
     lv_guest *lg = c->lg;
     g_autoptr(GError) err = NULL;
     char note[256] = "";

@@ -337,7 +337,7 @@ static void on_disk(qmp_conn *c, json_object *ret, const qmp_error *err, void *o
 
 /* Send this tick's questions (none while the last ones are unanswered,
  * nor to a QEMU whose questions expired and that has said nothing since). */
-static void ask(qmp_target *t)
+static void ask(hv_ctx *hv, qmp_target *t)
 {
     if (t->waiting)
         return;
@@ -351,6 +351,7 @@ static void ask(qmp_target *t)
     t->round_failed = false;
     t->round_error[0] = '\0';
     t->asked_ms = mono_ms();
+    hv->stats_calls_one++;
     json_object *args = json_object_new_object();
     json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH));
     json_object_object_add(args, "property", json_object_new_string("guest-stats"));
@@ -399,7 +400,7 @@ static void gather(hv_ctx *hv, qmp_state *st)
             if (t->joining && (t->join_failed || !t->join_waiting)) {
                 join_settle(hv, t);
                 if (t->conn && t->g && !t->joining)
-                    ask(t); /* joined: its first answers come within this gather */
+                    ask(hv, t); /* joined: its first answers come within this gather */
             }
         }
     }
@@ -444,7 +445,7 @@ static int q_sync(hv_ctx *hv)
             qmp_event *ev;
             while ((ev = qmp_next_event(t->conn)))
                 qmp_event_free(ev);
-            ask(t);
+            ask(hv, t);
         }
     }
     gather(hv, st);

@@ -222,6 +222,13 @@ GString *metrics_render(const snapshot *b)
     header(s, "balancer_backend_reconnects_total", "counter", "Reconnections to libvirt or QMP.");
     g_string_append_printf(s, "balancer_backend_reconnects_total{backend=\"%s\"} %llu\n", b->backend_name,
                            (unsigned long long)b->backend_reconnects);
+    header(s, "balancer_backend_stats_calls_total", "counter",
+           "Statistics calls to the hypervisor: scope=\"all\" asked every guest at once (libvirt's bulk call), "
+           "scope=\"guest\" one guest.");
+    g_string_append_printf(s, "balancer_backend_stats_calls_total{backend=\"%s\",scope=\"all\"} %llu\n",
+                           b->backend_name, (unsigned long long)b->stats_calls_all);
+    g_string_append_printf(s, "balancer_backend_stats_calls_total{backend=\"%s\",scope=\"guest\"} %llu\n",
+                           b->backend_name, (unsigned long long)b->stats_calls_one);
     header(s, "balancer_backend_errors_total", "counter", "Failed balloon operations.");
     g_string_append_printf(s, "balancer_backend_errors_total %llu\n", (unsigned long long)b->backend_errors);
     header(s, "balancer_policy_errors_total", "counter", "Rejected policy metadata documents, all guests.");

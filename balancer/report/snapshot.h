@@ -65,6 +65,7 @@ typedef struct {
     watermarks wm;
     tick_histogram tick_hist;
     uint64_t backend_reconnects, backend_errors, policy_errors;
+    uint64_t stats_calls_all, stats_calls_one; /* the backend's statistics calls: all guests at once, one guest */
     host_swap_stats reclaim;
     size_t n_guests;
     snapshot_guest *guests;

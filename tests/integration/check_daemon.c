@@ -86,6 +86,18 @@ static char *capture(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 static double metric_value(const char *text, const char *prefix);
 static char *try_metrics(void);
 
+/* balancer_backend_stats_calls_total of the libvirt backend, scope "all"
+ * (bulk) or "guest". */
+static double stats_calls(const char *scope)
+{
+    g_autofree char *m = try_metrics();
+    char prefix[160];
+    snprintf(prefix, sizeof(prefix), "balancer_backend_stats_calls_total{backend=\"libvirt\",scope=\"%s\"} ", scope);
+    double v = metric_value(m, prefix);
+    ck_assert_msg(v >= 0, "no %s in /metrics", prefix);
+    return v;
+}
+
 static virConnectPtr conn;
 
 static void quiet_libvirt(void *opaque, virErrorPtr e)
@@ -478,8 +490,23 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
     pid_t qb = (pid_t)atoi(pid_text);
     ck_assert_int_gt(qb, 0);
 
+    /* healthy: one bulk statistics call a tick for both guests, not a
+     * call per guest */
+    double all0 = stats_calls("all"), one0 = stats_calls("guest");
+    sleep(4);
+    double all1 = stats_calls("all"), one1 = stats_calls("guest");
+    fprintf(stderr, "4 s healthy: %.0f bulk calls, %.0f one-guest calls\n", all1 - all0, one1 - one0);
+    ck_assert_msg(all1 - all0 >= 3, "the guests were not asked in one bulk call a tick");
+    ck_assert_msg(one1 - one0 < all1 - all0, "the guests were asked one by one although none was stopped");
+
     uint64_t a_before = actual_bytes(a);
     stop_and_time_ticks(qb, 8, "one libvirt guest's QEMU");
+    /* the bulk call entered the stopped QEMU (NOWAIT does not keep it
+     * out when the job is free): the other guest was asked on its own */
+    ck_assert(log_has("libvirt's statistics call for all guests has not returned"));
+    double one2 = stats_calls("guest");
+    fprintf(stderr, "stopped: %.0f one-guest calls\n", one2 - one1);
+    ck_assert_msg(one2 - one1 >= 6, "the running guest was not asked on its own while the bulk call was stuck");
     fprintf(stderr, "meanwhile %s: %llu -> %llu MiB\n", domname, (unsigned long long)(a_before / MIB),
             (unsigned long long)(actual_bytes(a) / MIB));
     ck_assert(log_has("libvirt has been stuck on its QEMU"));
@@ -488,6 +515,10 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
 
     ck_assert_int_eq(kill(qb, SIGCONT), 0);
     ck_assert_msg(wait_log("libvirt answers again", 10), "the continued guest was not picked up");
+    ck_assert_msg(wait_log("libvirt's statistics call for all guests returned", 10), "the bulk call did not return");
+    double all3 = stats_calls("all");
+    sleep(3);
+    ck_assert_msg(stats_calls("all") - all3 >= 2, "no bulk call after the stopped QEMU continued");
 
     /* libvirtd itself stopped (only one this test started): nothing that
      * talks to it runs on the main loop either */
