@@ -12,15 +12,19 @@ static int status_kb(const char *text, const char *key, unsigned long long *kb)
     return line && sscanf(line + strlen(key), "%llu", kb) == 1 ? 0 : -1;
 }
 
-int64_t qemu_touched_bytes(int pid)
+int64_t qemu_touched_bytes(int pid, int64_t guest_ram_bytes)
 {
     if (pid <= 0)
         return -1;
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     g_autofree char *text = small_file_read(path, 8192);
-    unsigned long long rss = 0, swap = 0, huge = 0, shmem = 0;
-    if (!text || status_kb(text, "\nVmRSS:", &rss) < 0)
+    unsigned long long size = 0, rss = 0, swap = 0, huge = 0, shmem = 0;
+    if (!text || status_kb(text, "\nVmSize:", &size) < 0 || status_kb(text, "\nVmRSS:", &rss) < 0)
+        return -1;
+    /* a process that does not even map the guest's RAM is not the one
+     * holding it: a wrapper that created the QMP socket, or a reused pid */
+    if (guest_ram_bytes > 0 && size * 1024 < (unsigned long long)guest_ram_bytes)
         return -1;
     /* absent lines (no swap, no hugetlb support) are 0 */
     status_kb(text, "\nVmSwap:", &swap);

@@ -679,6 +679,48 @@ START_TEST(bad_config_is_refused_clearly)
 END_TEST
 
 
+
+/* The metrics and control sockets are bound once: a reload that names
+ * other addresses is refused for them, with a message, and both keep
+ * serving where they were (no guest needed). */
+START_TEST(reload_keeps_the_bound_addresses)
+{
+    snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
+    mkdir(workdir, 0700);
+    cleanup_register("rm -rf '%s'", workdir);
+    int p1 = 20000 + (int)(getpid() % 20000), p2 = p1 + 1;
+    char conf[512], text[1024], args[512];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    snprintf(daemon_log, sizeof(daemon_log), "%s/balancerd.log", workdir);
+    snprintf(text, sizeof(text), "[balancer]\ntick = 1\ncontrol_socket = %s/ctl1.sock\n[metrics]\nlisten = 127.0.0.1:%d\n",
+             workdir, p1);
+    write_file(conf, text);
+    snprintf(args, sizeof(args), "--qmp '%s/none.sock'", workdir);
+    daemon_pid = test_start_daemon(conf, args, daemon_log, false);
+    ck_assert_int_gt(daemon_pid, 0);
+    ck_assert_msg(wait_log("metrics on http://127.0.0.1:", 10), "balancerd did not start");
+
+    snprintf(text, sizeof(text), "[balancer]\ntick = 2\ncontrol_socket = %s/ctl2.sock\n[metrics]\nlisten = 127.0.0.1:%d\n",
+             workdir, p2);
+    write_file(conf, text);
+    kill(daemon_pid, SIGHUP);
+    ck_assert(wait_log("configuration reloaded", 10));
+    char want[1024];
+    snprintf(want, sizeof(want), "reload: [metrics] listen = \"127.0.0.1:%d\" takes effect on restart; still serving on "
+             "\"127.0.0.1:%d\"", p2, p1);
+    ck_assert_msg(log_has(want), "no: %s", want);
+    snprintf(want, sizeof(want), "reload: [balancer] control_socket = \"%s/ctl2.sock\" takes effect on restart; "
+             "still listening on \"%s/ctl1.sock\"", workdir, workdir);
+    ck_assert_msg(log_has(want), "no: %s", want);
+    ck_assert(log_has("tick 2 s")); /* the rest of the file applied */
+    ck_assert_int_eq(test_run("curl -sf http://127.0.0.1:%d/metrics >/dev/null", p1), 0);
+    ck_assert_int_ne(test_run("curl -sf http://127.0.0.1:%d/metrics >/dev/null 2>&1", p2), 0);
+    ck_assert_int_eq(test_run("'%s/build/balancerctl' --socket '%s/ctl1.sock' status >/dev/null", test_top(), workdir), 0);
+    g_autofree char *ctl2 = g_strdup_printf("%s/ctl2.sock", workdir);
+    ck_assert_int_ne(access(ctl2, F_OK), 0);
+    ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
 /* ---- operating it: /metrics, balancerctl, SIGHUP, the unit file ---- */
 
 static char *capture(const char *fmt, ...)
@@ -1259,6 +1301,7 @@ int main(void)
     tcase_add_test(tc, qmp_mode_reclaims_to_floor);
     tcase_add_test(tc, qmp_stopped_or_held_qemu_delays_nobody);
     tcase_add_test(tc, operate_metrics_ctl_reload);
+    tcase_add_test(tc, reload_keeps_the_bound_addresses);
     tcase_add_test(tc, agent_reports_refaults_in_a_squeeze);
     tcase_add_test(tc, daemon_killed_and_restarted);
     tcase_add_test(tc, qemu_killed_under_the_daemon);

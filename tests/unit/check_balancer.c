@@ -21,6 +21,7 @@
 #include "core/guest.h"
 #include "host/host_cgroup.h"
 #include "host/host_meminfo.h"
+#include "host/qemu_touched.h"
 #include "config/metadata_xml.h"
 #include "reclaim/qemu_memcg.h"
 #include "config/size_parse.h"
@@ -649,6 +650,19 @@ END_TEST
  * its memory untouched is under no pressure, whatever swap-ins it reports.
  * What it says it has free is not raised (zero pages after a migration are
  * untouched and used). */
+/* The pid a QMP socket names may be a wrapper that created the socket,
+ * not the QEMU: a process that does not map as much as the guest's RAM is
+ * not measured (its tiny RSS would make a full guest look untouched). */
+START_TEST(a_process_not_mapping_the_guest_ram_is_not_its_qemu)
+{
+    int64_t self = qemu_touched_bytes(getpid(), 1 * MIB);
+    ck_assert_int_gt(self, 0);
+    ck_assert_int_eq(qemu_touched_bytes(getpid(), 0), self); /* not checked */
+    ck_assert_int_eq(qemu_touched_bytes(getpid(), (int64_t)1 << 50), -1);
+    ck_assert_int_eq(qemu_touched_bytes(-1, 0), -1);
+}
+END_TEST
+
 START_TEST(untouched_memory_is_free_whatever_the_guest_says)
 {
     classify_params cp;
@@ -822,6 +836,7 @@ int main(void)
     tcase_add_test(tc, balloon_actions_are_journal_entries);
     tcase_add_test(tc, deflate_on_oom_guest_inflating_is_not_need);
     tcase_add_test(tc, lying_guest_is_clamped);
+    tcase_add_test(tc, a_process_not_mapping_the_guest_ram_is_not_its_qemu);
     tcase_add_test(tc, untouched_memory_is_free_whatever_the_guest_says);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
     tcase_add_test(tc, bounds_from_policy);
