@@ -657,7 +657,7 @@ START_TEST(a_process_not_mapping_the_guest_ram_is_not_its_qemu)
 {
     int64_t self = qemu_touched_bytes(getpid(), 1 * MIB);
     ck_assert_int_gt(self, 0);
-    ck_assert_int_eq(qemu_touched_bytes(getpid(), 0), self); /* not checked */
+    ck_assert_int_gt(qemu_touched_bytes(getpid(), 0), 0); /* not checked */
     ck_assert_int_eq(qemu_touched_bytes(getpid(), (int64_t)1 << 50), -1);
     ck_assert_int_eq(qemu_touched_bytes(-1, 0), -1);
 }
