@@ -193,9 +193,9 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         /* a guest with a quarter of its memory untouched is under no
          * memory pressure: its swap-ins (if any) are not the host's to
          * answer (a cgroup limit inside it, or a lie).  A quarter: a
-         * thrashing guest just given a step (10%) is well below it */
+         * thrashing guest just given a step (10%) is well below it.  Not
+         * counted as unbacked: an honest guest's cgroup swaps this way */
         if (untouched > v->actual_bytes / 4 && (v->swap_in_bps > 0 || v->major_faults_ps > 0)) {
-            g->unbacked_claims++;
             v->swap_in_bps = v->major_faults_ps = 0;
         }
         v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->max_bytes, doo) - used_of(&g->prev, v->max_bytes, doo)) / dt : 0;

@@ -14,16 +14,20 @@
  *   (its stats, its balloon), one at a time per guest, and the bulk call.
  * Each tick posts the link's request and one bulk statistics call for all
  * the guests (virDomainListGetStats with NOWAIT: one RPC, and a guest
- * whose job another call holds is answered without its memory stats
- * instead of waited for), then waits at most HV_GATHER_MS for all of them
+ * whose job another call holds is answered without its QEMU's stats
+ * instead of waited for; such a guest is then asked on its own, also
+ * without waiting), then waits at most HV_GATHER_MS for all of them
  * together.  NOWAIT does not keep the bulk call out of a stopped QEMU whose
  * job is free (libvirt 9.0: it then waits for that QEMU's answer, for
- * ever), so a guest the bulk call could not answer, and every guest of a
- * bulk call not back by half of the gather, is asked on its own (a call
- * per guest); while a bulk call is stuck, every guest is.  Whatever has
- * not returned by the end of the gather is stuck: not waited for again,
- * given nothing new, and picked up when it returns.  Answers are applied
- * on the main loop, the only place that touches the guest inventory.
+ * ever), so when a bulk call that is usually quick is not back by half of
+ * the gather, every guest in it is asked on its own at once, and while a
+ * bulk call is out at the next tick, every guest is; the stopped QEMU's
+ * job is held by the stuck bulk call meanwhile, so its own calls come
+ * back at once, unanswered, and say so.  A bulk answer that comes after
+ * its gather serves the next tick.  Whatever has not returned by the end
+ * of the gather is stuck: not waited for again, given nothing new, and
+ * picked up when it returns.  Answers are applied on the main loop, the
+ * only place that touches the guest inventory.
  */
 #include <glib.h>
 #include <stdio.h>
@@ -112,9 +116,11 @@ typedef struct {
     bool link_stuck, link_warned; /* (locked) */
     int64_t link_asked_ms;    /* (locked) */
     bool bulk_busy;           /* the guests' statistics call runs (locked) */
-    bool bulk_stuck;          /* it missed its gather: its answer is not used (locked) */
+    bool bulk_stuck;          /* it was still out at a tick's start (locked) */
+    bool bulk_warned;         /* ... for HV_STUCK_WARN_MS, and that was logged (locked) */
     int64_t bulk_asked_ms;    /* (locked) */
-    int64_t bulk_back_ms;     /* it returned after a stall this long, not yet logged (locked) */
+    int64_t bulk_took_ms;     /* how long the last bulk call that returned took, -1 none yet (locked) */
+    int64_t bulk_back_ms;     /* it returned after a logged stall this long, not yet logged (locked) */
     char bulk_failed[256];    /* libvirt's error when it failed, not yet logged (locked) */
     uint64_t calls_all, calls_one; /* statistics calls queued: bulk, one guest (locked) */
     lv_link_answer *answer;   /* not yet applied (locked) */
@@ -134,6 +140,7 @@ typedef struct {
     bool stuck;             /* its call missed a gather (locked) */
     bool warned;            /* its stuck call was logged (locked) */
     bool back;              /* returned after a logged stall, not yet logged (locked) */
+    int64_t jobless_ms;     /* since when libvirt could not get its job to ask its QEMU, 0 not (locked) */
     int64_t stalled_ms;     /* how long that stall lasted (locked) */
     uint64_t want_bytes;    /* a balloon target to set after the running call, 0 none (locked) */
     unsigned set_failures;  /* balloon changes libvirt refused since the last sample (locked) */
@@ -191,6 +198,7 @@ static lv_state *state_of(hv_ctx *hv)
         g_mutex_init(&st->lock);
         g_cond_init(&st->done);
         st->cb_lifecycle = st->cb_metadata = -1;
+        st->bulk_took_ms = -1;
         st->reread = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
         st->pool = g_thread_pool_new(lv_work, st, WORKERS, FALSE, NULL);
         st->link = g_thread_pool_new(lv_link_work, st, 1, FALSE, NULL);
@@ -668,7 +676,7 @@ static void queue_bulk(lv_state *st, GPtrArray *gs)
     c->kind = CALL_BULK;
     c->guests = gs;
     st->bulk_busy = true;
-    st->bulk_stuck = false;
+    st->bulk_stuck = st->bulk_warned = false;
     st->bulk_asked_ms = mono_ms();
     st->calls_all++;
     st->running++;
@@ -688,6 +696,10 @@ static int lv_sync(hv_ctx *hv)
     size_t n_late = 0;
     g_mutex_lock(&st->lock);
     link_post(hv, st, false);
+    /* a bulk call still out from the last tick is stuck: every guest is
+     * asked on its own until it returns */
+    if (st->bulk_busy)
+        st->bulk_stuck = true;
     GPtrArray *bulk = bulk_guests(hv, st);
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
@@ -703,27 +715,35 @@ static int lv_sync(hv_ctx *hv)
     g_clear_pointer(&bulk, g_ptr_array_unref);
     gint64 now_us = g_get_monotonic_time();
     gint64 end = now_us + (gint64)HV_GATHER_MS * 1000;
-    gather(hv, st, now_us + (gint64)HV_GATHER_MS * 500, true);
-    if (asked && asked->len && st->bulk_busy) {
-        /* a stopped QEMU, most likely: its call may never return, the
-         * others' do */
-        for (guint j = 0; j < asked->len; j++)
+    /* a bulk call that is usually quick and is not back by half the
+     * gather is in a stopped QEMU, most likely: the others are asked on
+     * their own now, so they miss no tick.  One that is usually slow (many
+     * guests) is not: its answer serves the next tick. */
+    bool quick = st->bulk_took_ms >= 0 && st->bulk_took_ms < HV_GATHER_MS / 4;
+    if (asked && asked->len && quick) {
+        gather(hv, st, now_us + (gint64)HV_GATHER_MS * 500, true);
+        for (guint j = 0; st->bulk_busy && j < asked->len; j++)
             queue_call(st, g_ptr_array_index(asked, j), CALL_SAMPLE, 0);
     }
     gather(hv, st, end, true);
     mark_stuck(hv);
-    bool bulk_late = st->bulk_busy && !st->bulk_stuck;
-    if (st->bulk_busy)
-        st->bulk_stuck = true;
+    int64_t now = mono_ms();
+    bool bulk_late = st->bulk_busy && !st->bulk_warned && now - st->bulk_asked_ms >= HV_STUCK_WARN_MS;
+    if (bulk_late)
+        st->bulk_warned = true;
     int64_t bulk_back_ms = st->bulk_back_ms;
     st->bulk_back_ms = 0;
     char bulk_failed[sizeof(st->bulk_failed)];
     snprintf(bulk_failed, sizeof(bulk_failed), "%s", st->bulk_failed);
     st->bulk_failed[0] = '\0';
-    int64_t now = mono_ms();
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
-        if (lg && lg->stuck && !lg->warned && now - lg->asked_ms >= HV_STUCK_WARN_MS) {
+        if (!lg || lg->warned)
+            continue;
+        /* its own call out, or its job held by a call that is (a stuck
+         * bulk call in its stopped QEMU) */
+        int64_t since = lg->stuck ? lg->asked_ms : lg->jobless_ms;
+        if (since && now - since >= HV_STUCK_WARN_MS) {
             lg->warned = true;
             late[n_late++] = lg;
         }
@@ -733,8 +753,8 @@ static int lv_sync(hv_ctx *hv)
     hv->stats_calls_one = st->calls_one;
     g_mutex_unlock(&st->lock);
     if (bulk_late)
-        log_info("libvirt's statistics call for all guests has not returned (a stopped QEMU?): "
-                 "each guest is asked on its own until it does");
+        log_warn("libvirt's statistics call for all guests has not returned for %d s (a stopped QEMU?): "
+                 "each guest is asked on its own until it does", HV_STUCK_WARN_MS / 1000);
     if (bulk_failed[0])
         log_debug("libvirt's statistics call for all guests failed (%s): each was asked on its own", bulk_failed);
     if (bulk_back_ms)
@@ -825,18 +845,19 @@ static int64_t count_of(unsigned long long v)
     return v > (unsigned long long)INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
-/* Fill out from one domain's statistics record.  true when it carries the
- * guest's memory statistics: libvirt leaves them out (keeping only
- * balloon.current and .maximum) when it could not ask QEMU -- another job
- * held the domain and the call was not to wait, or the guest's balloon
- * driver has sent none. */
+/* Fill out from one domain's statistics record.  true when libvirt asked
+ * the guest's QEMU for it: it then adds balloon.rss (also without a balloon
+ * driver), and leaves balloon.* but .current and .maximum and the disks'
+ * counters out when it could not (another call held the domain's job and
+ * this one was not to wait for it). */
 static bool sample_from_record(const virDomainStatsRecord *rec, guest_sample *out)
 {
     memset(out, 0xff, sizeof(*out)); /* every field -1: not reported */
     out->last_update = 0;
     out->rss_bytes = -1; /* the core measures it (libvirt's "rss" is resident only) */
     out->job_ms = -1;
-    bool memory = false;
+    bool asked = false;
+    int64_t disks = -1;
     for (int i = 0; i < rec->nparams; i++) {
         const virTypedParameter *p = &rec->params[i];
         if (p->type != VIR_TYPED_PARAM_ULLONG && p->type != VIR_TYPED_PARAM_UINT)
@@ -845,11 +866,12 @@ static bool sample_from_record(const virDomainStatsRecord *rec, guest_sample *ou
         unsigned idx;
         char tail[16];
         if (strncmp(p->field, "block.", 6) == 0) {
-            if (strcmp(p->field, "block.count") == 0 && out->disk_read_bytes < 0)
-                out->disk_read_bytes = 0;
-            else if (sscanf(p->field, "block.%u.rd.byte%15s", &idx, tail) == 2 && strcmp(tail, "s") == 0)
-                out->disk_read_bytes = (int64_t)MIN((unsigned long long)INT64_MAX,
-                                                    (unsigned long long)MAX(out->disk_read_bytes, 0) + v);
+            /* no disks: nothing read; disks without counters: unknown */
+            if (strcmp(p->field, "block.count") == 0)
+                disks = (int64_t)MIN(v, (unsigned long long)INT64_MAX);
+            else if (sscanf(p->field, "block.%u.rd.byte%15s", &idx, tail) == 2 && strcmp(tail, "s") == 0 &&
+                     v <= (unsigned long long)(INT64_MAX - MAX(out->disk_read_bytes, 0)))
+                out->disk_read_bytes = MAX(out->disk_read_bytes, 0) + (int64_t)v;
             continue;
         }
         const char *f = p->field;
@@ -859,33 +881,61 @@ static bool sample_from_record(const virDomainStatsRecord *rec, guest_sample *ou
         else if (strcmp(f, "balloon.swap_out") == 0) out->swap_out_bytes = kib_bytes(v);
         else if (strcmp(f, "balloon.major_fault") == 0) out->major_faults = count_of(v);
         else if (strcmp(f, "balloon.minor_fault") == 0) out->minor_faults = count_of(v);
-        else if (strcmp(f, "balloon.unused") == 0) out->free_bytes = kib_bytes(v), memory = true;
-        else if (strcmp(f, "balloon.available") == 0) out->total_bytes = kib_bytes(v), memory = true;
+        else if (strcmp(f, "balloon.unused") == 0) out->free_bytes = kib_bytes(v);
+        else if (strcmp(f, "balloon.available") == 0) out->total_bytes = kib_bytes(v);
         else if (strcmp(f, "balloon.usable") == 0) out->available_bytes = kib_bytes(v);
         else if (strcmp(f, "balloon.disk_caches") == 0) out->cache_bytes = kib_bytes(v);
-        else if (strcmp(f, "balloon.last-update") == 0) out->last_update = count_of(v), memory = true;
+        else if (strcmp(f, "balloon.last-update") == 0) out->last_update = count_of(v);
+        else if (strcmp(f, "balloon.rss") == 0) asked = true;
     }
-    return memory;
+    if (disks == 0)
+        out->disk_read_bytes = 0;
+    return asked;
 }
 
-/* One guest's sample, straight from libvirt (a worker thread), waiting
- * for the domain's job like any other caller: whatever libvirt has, also
- * without memory statistics. */
+#define SAMPLE_NO_JOB (-2)
+
+/* One guest's sample, straight from libvirt (a worker thread), without
+ * waiting for the domain's job: 0, -1 on an error, SAMPLE_NO_JOB when
+ * another call holds the job (a balloon change, a job of the operator's,
+ * or a call stuck in its stopped QEMU). */
 static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
 {
     virDomainPtr doms[2] = { dom, NULL };
     virDomainStatsRecordPtr *recs = NULL;
-    int n = virDomainListGetStats(doms, STATS_WANTED, &recs, 0);
+    int n = virDomainListGetStats(doms, STATS_WANTED, &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
+    int rc = 0;
     if (n != 1) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s",
                     n < 0 ? last_error() : "libvirt returned no statistics for the domain");
-        virDomainStatsRecordListFree(recs);
-        return -1;
+        rc = -1;
+    } else if (!sample_from_record(recs[0], out)) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED,
+                    "libvirt could not ask its QEMU: another call holds the domain's job");
+        rc = SAMPLE_NO_JOB;
     }
-    sample_from_record(recs[0], out);
     virDomainStatsRecordListFree(recs);
-    out->job_ms = job_ms(dom);
-    return 0;
+    if (rc == 0)
+        out->job_ms = job_ms(dom);
+    return rc;
+}
+
+/* A call for lg returned (locked).  no_job: libvirt could not ask its
+ * QEMU, as the job was held by another call, since since_ms: the guest is
+ * not answering; anything else is an answer, which ends a logged stall. */
+static void note_answer(lv_guest *lg, int64_t since_ms, bool no_job)
+{
+    if (no_job) {
+        if (!lg->jobless_ms)
+            lg->jobless_ms = since_ms;
+        return;
+    }
+    if (lg->warned) {
+        lg->back = true;
+        lg->stalled_ms = mono_ms() - (lg->jobless_ms ? MIN(lg->jobless_ms, since_ms) : since_ms);
+    }
+    lg->warned = false;
+    lg->jobless_ms = 0;
 }
 
 /* Set the balloon (a worker).  0, or -1 with the reason in note. */
@@ -899,8 +949,8 @@ static int set_balloon(lv_guest *lg, uint64_t bytes, char *note, size_t len)
 
 /* A worker: one statistics call for all of c's guests, without waiting
  * for any guest's job.  A guest it could not answer is asked on its own
- * (queued here, so the gather waits for it too); nothing is used when the
- * call returns after its gather. */
+ * (queued here, so a gather still running waits for it too).  An answer
+ * that comes after its gather serves the next tick. */
 static void bulk_work(lv_state *st, lv_call *c)
 {
     GPtrArray *gs = c->guests;
@@ -930,21 +980,22 @@ static void bulk_work(lv_state *st, lv_call *c)
     virDomainStatsRecordListFree(recs);
     g_mutex_lock(&st->lock);
     snprintf(st->bulk_failed, sizeof(st->bulk_failed), "%s", failed);
-    if (st->bulk_stuck) {
-        st->bulk_back_ms = mono_ms() - st->bulk_asked_ms;
-    } else {
-        for (guint i = 0; i < gs->len; i++) {
-            lv_guest *lg = g_ptr_array_index(gs, i);
-            if (!got[i]) {
-                queue_call(st, lg, CALL_SAMPLE, 0);
-                continue;
-            }
-            lg->sample = samples[i];
-            lg->have = true;
-            lg->error[0] = '\0';
+    int64_t took = mono_ms() - st->bulk_asked_ms;
+    if (st->bulk_warned)
+        st->bulk_back_ms = took;
+    st->bulk_took_ms = took;
+    for (guint i = 0; i < gs->len; i++) {
+        lv_guest *lg = g_ptr_array_index(gs, i);
+        if (!got[i]) {
+            queue_call(st, lg, CALL_SAMPLE, 0); /* what keeps it from the bulk call is said there */
+            continue;
         }
+        lg->sample = samples[i];
+        lg->have = true;
+        lg->error[0] = '\0';
+        note_answer(lg, st->bulk_asked_ms, false);
     }
-    st->bulk_busy = st->bulk_stuck = false;
+    st->bulk_busy = st->bulk_stuck = st->bulk_warned = false;
     st->running--;
     g_cond_broadcast(&st->done);
     g_mutex_unlock(&st->lock);
@@ -1004,11 +1055,9 @@ static void lv_work(gpointer data, gpointer user_data)
     }
     if (note[0])
         snprintf(lg->note, sizeof(lg->note), "%s", note);
-    if (lg->warned) {
-        lg->back = true;
-        lg->stalled_ms = mono_ms() - lg->asked_ms; /* nothing was queued for it meanwhile */
-    }
-    lg->stuck = lg->warned = false;
+    /* nothing was queued for it while this call ran: asked_ms is its */
+    note_answer(lg, lg->asked_ms, c->kind == CALL_SAMPLE && rc == SAMPLE_NO_JOB);
+    lg->stuck = false;
     lg->busy = false;
     st->running--;
     g_cond_broadcast(&st->done);

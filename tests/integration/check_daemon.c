@@ -500,13 +500,17 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
     ck_assert_msg(one1 - one0 < all1 - all0, "the guests were asked one by one although none was stopped");
 
     uint64_t a_before = actual_bytes(a);
+    char nostats_a[400];
+    snprintf(nostats_a, sizeof(nostats_a), "guest %s: no stats this tick", domname);
+    int missed_a = count_log(nostats_a);
     stop_and_time_ticks(qb, 8, "one libvirt guest's QEMU");
-    /* the bulk call entered the stopped QEMU (NOWAIT does not keep it
-     * out when the job is free): the other guest was asked on its own */
-    ck_assert(log_has("libvirt's statistics call for all guests has not returned"));
-    double one2 = stats_calls("guest");
-    fprintf(stderr, "stopped: %.0f one-guest calls\n", one2 - one1);
-    ck_assert_msg(one2 - one1 >= 6, "the running guest was not asked on its own while the bulk call was stuck");
+    /* the bulk call enters the stopped QEMU (NOWAIT does not keep it out
+     * when the job is free), unless a balloon change of that guest's was
+     * in it first: either way the running guest misses no tick */
+    fprintf(stderr, "stopped: %.0f one-guest calls, bulk call stuck: %s, %s missed %d tick(s)\n",
+            stats_calls("guest") - one1, log_has("libvirt's statistics call for all guests has not returned") ? "yes" : "no",
+            domname, count_log(nostats_a) - missed_a);
+    ck_assert_msg(count_log(nostats_a) == missed_a, "the running guest went without stats while the other was stopped");
     fprintf(stderr, "meanwhile %s: %llu -> %llu MiB\n", domname, (unsigned long long)(a_before / MIB),
             (unsigned long long)(actual_bytes(a) / MIB));
     ck_assert(log_has("libvirt has been stuck on its QEMU"));
@@ -515,7 +519,6 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
 
     ck_assert_int_eq(kill(qb, SIGCONT), 0);
     ck_assert_msg(wait_log("libvirt answers again", 10), "the continued guest was not picked up");
-    ck_assert_msg(wait_log("libvirt's statistics call for all guests returned", 10), "the bulk call did not return");
     double all3 = stats_calls("all");
     sleep(3);
     ck_assert_msg(stats_calls("all") - all3 >= 2, "no bulk call after the stopped QEMU continued");

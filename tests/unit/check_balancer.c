@@ -645,11 +645,6 @@ START_TEST(lying_guest_is_clamped)
 }
 END_TEST
 
-/* What the host measures bounds what a guest says: memory its QEMU never
- * touched (resident + swapped) is not in use, and a guest with a quarter of
- * its memory untouched is under no pressure, whatever swap-ins it reports.
- * What it says it has free is not raised (zero pages after a migration are
- * untouched and used). */
 /* The pid a QMP socket names may be a wrapper that created the socket,
  * not the QEMU: a process that does not map as much as the guest's RAM is
  * not measured (its tiny RSS would make a full guest look untouched). */
@@ -663,6 +658,11 @@ START_TEST(a_process_not_mapping_the_guest_ram_is_not_its_qemu)
 }
 END_TEST
 
+/* What the host measures bounds what a guest says: memory its QEMU never
+ * touched (resident + swapped) is not in use, and a guest with a quarter of
+ * its memory untouched is under no pressure, whatever swap-ins it reports.
+ * What it says it has free is not raised (zero pages after a migration are
+ * untouched and used). */
 START_TEST(untouched_memory_is_free_whatever_the_guest_says)
 {
     classify_params cp;
@@ -681,7 +681,9 @@ START_TEST(untouched_memory_is_free_whatever_the_guest_says)
     guest_ingest(&g, &s, 1002, 0, &lim, &cp);
     ck_assert(g.view.swap_in_bps == 0 && g.view.major_faults_ps == 0);
     ck_assert(!g.view.thrashing);
-    ck_assert_uint_ge(g.unbacked_claims, 1);
+    /* ignored, not counted as a lie: a cgroup limit inside an honest
+     * guest swaps like this (the disk reads, unknown here, would back it) */
+    ck_assert_uint_eq(g.unbacked_claims, 0);
 
     /* an honest guest that touched all of it keeps its word */
     guest h;
