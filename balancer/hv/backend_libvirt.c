@@ -1055,8 +1055,11 @@ static void lv_work(gpointer data, gpointer user_data)
     }
     if (note[0])
         snprintf(lg->note, sizeof(lg->note), "%s", note);
-    /* nothing was queued for it while this call ran: asked_ms is its */
-    note_answer(lg, lg->asked_ms, c->kind == CALL_SAMPLE && rc == SAMPLE_NO_JOB);
+    /* nothing was queued for it while this call ran: asked_ms is its.  A
+     * balloon change waits for the job: its return says nothing of a QEMU
+     * whose job another call holds */
+    if (c->kind == CALL_SAMPLE || !lg->jobless_ms)
+        note_answer(lg, lg->asked_ms, c->kind == CALL_SAMPLE && rc == SAMPLE_NO_JOB);
     lg->stuck = false;
     lg->busy = false;
     st->running--;
