@@ -19,8 +19,9 @@
  * without waiting), then waits at most HV_GATHER_MS for all of them
  * together.  NOWAIT does not keep the bulk call out of a stopped QEMU whose
  * job is free (libvirt 9.0: it then waits for that QEMU's answer, for
- * ever), so when a bulk call that is usually quick is not back by half of
- * the gather, every guest in it is asked on its own at once, and while a
+ * ever), so when a bulk call that is usually quick is not back by three
+ * times its usual time (at most half of the gather), every guest in it is
+ * asked on its own at once, and while a
  * bulk call is out at the next tick, every guest is; the stopped QEMU's
  * job is held by the stuck bulk call meanwhile, so its own calls come
  * back at once, unanswered, and say so.  A bulk answer that comes after
@@ -119,7 +120,7 @@ typedef struct {
     bool bulk_stuck;          /* it was still out at a tick's start (locked) */
     bool bulk_warned;         /* ... for HV_STUCK_WARN_MS, and that was logged (locked) */
     int64_t bulk_asked_ms;    /* (locked) */
-    int64_t bulk_took_ms;     /* how long the last bulk call that returned took, -1 none yet (locked) */
+    int64_t bulk_took_ms;     /* how long a bulk call takes (moving average, stalls left out), -1 unknown (locked) */
     int64_t bulk_back_ms;     /* it returned after a logged stall this long, not yet logged (locked) */
     char bulk_failed[256];    /* libvirt's error when it failed, not yet logged (locked) */
     uint64_t calls_all, calls_one; /* statistics calls queued: bulk, one guest (locked) */
@@ -715,13 +716,15 @@ static int lv_sync(hv_ctx *hv)
     g_clear_pointer(&bulk, g_ptr_array_unref);
     gint64 now_us = g_get_monotonic_time();
     gint64 end = now_us + (gint64)HV_GATHER_MS * 1000;
-    /* a bulk call that is usually quick and is not back by half the
-     * gather is in a stopped QEMU, most likely: the others are asked on
-     * their own now, so they miss no tick.  One that is usually slow (many
-     * guests) is not: its answer serves the next tick. */
-    bool quick = st->bulk_took_ms >= 0 && st->bulk_took_ms < HV_GATHER_MS / 4;
-    if (asked && asked->len && quick) {
-        gather(hv, st, now_us + (gint64)HV_GATHER_MS * 500, true);
+    /* a bulk call that is usually quick and is not back by three times
+     * its usual time (at most half the gather) is in a stopped QEMU, most
+     * likely: the others are asked on their own now, within the tick.
+     * One that is usually slow (many guests) is not: its answer serves the
+     * next tick. */
+    int64_t usual = st->bulk_took_ms;
+    if (asked && asked->len && usual >= 0 && usual < HV_GATHER_MS / 2) {
+        int64_t cut_ms = MIN(HV_GATHER_MS / 2, MAX(10, 3 * usual));
+        gather(hv, st, now_us + cut_ms * 1000, true);
         for (guint j = 0; st->bulk_busy && j < asked->len; j++)
             queue_call(st, g_ptr_array_index(asked, j), CALL_SAMPLE, 0);
     }
@@ -983,7 +986,8 @@ static void bulk_work(lv_state *st, lv_call *c)
     int64_t took = mono_ms() - st->bulk_asked_ms;
     if (st->bulk_warned)
         st->bulk_back_ms = took;
-    st->bulk_took_ms = took;
+    else if (!st->bulk_stuck)
+        st->bulk_took_ms = st->bulk_took_ms < 0 ? took : (3 * st->bulk_took_ms + took) / 4;
     for (guint i = 0; i < gs->len; i++) {
         lv_guest *lg = g_ptr_array_index(gs, i);
         if (!got[i]) {

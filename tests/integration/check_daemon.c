@@ -510,7 +510,17 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
     fprintf(stderr, "stopped: %.0f one-guest calls, bulk call stuck: %s, %s missed %d tick(s)\n",
             stats_calls("guest") - one1, log_has("libvirt's statistics call for all guests has not returned") ? "yes" : "no",
             domname, count_log(nostats_a) - missed_a);
-    ck_assert_msg(count_log(nostats_a) == missed_a, "the running guest went without stats while the other was stopped");
+    /* two ticks' leeway: the running guest's own QEMU (TCG, both cores
+     * busy) sometimes answers after the 100 ms gather, seen right after
+     * its balloon was inflated (by hand: 0, 1, 0, 1, 1 missed in five
+     * runs; 2 in one make check); a guest frozen with the other would
+     * miss all 8 */
+    if (count_log(nostats_a) > missed_a)
+        dump_log();
+    if (count_log(nostats_a) - missed_a > 2) {
+        ck_abort_msg("the running guest went without stats for %d ticks while the other was stopped",
+                     count_log(nostats_a) - missed_a);
+    }
     fprintf(stderr, "meanwhile %s: %llu -> %llu MiB\n", domname, (unsigned long long)(a_before / MIB),
             (unsigned long long)(actual_bytes(a) / MIB));
     ck_assert(log_has("libvirt has been stuck on its QEMU"));
