@@ -512,7 +512,7 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
             domname, count_log(nostats_a) - missed_a);
     /* two ticks' leeway: the running guest's own QEMU (TCG, both cores
      * busy) sometimes answers after the 100 ms gather, seen right after
-     * its balloon was inflated (by hand: 0, 1, 0, 1, 1 missed in five
+     * its balloon was inflated (by hand: 1, 0, 0, 1, 1 missed in five
      * runs; 2 in one make check); a guest frozen with the other would
      * miss all 8 */
     if (count_log(nostats_a) > missed_a)
