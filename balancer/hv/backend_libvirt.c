@@ -21,10 +21,10 @@
  * job is free (libvirt 9.0: it then waits for that QEMU's answer, for
  * ever), so when a bulk call that is usually quick is not back by three
  * times its usual time (at most half of the gather), every guest in it is
- * asked on its own at once, and while a
- * bulk call is out at the next tick, every guest is; the stopped QEMU's
- * job is held by the stuck bulk call meanwhile, so its own calls come
- * back at once, unanswered, and say so.  A bulk answer that comes after
+ * asked on its own at once, and while a bulk call is out at the next
+ * tick, every guest is; the stopped QEMU's job is held by the stuck bulk
+ * call meanwhile, so its own calls come back at once, unanswered, and say
+ * so.  A bulk answer that comes after
  * its gather serves the next tick.  Whatever has not returned by the end
  * of the gather is stuck: not waited for again, given nothing new, and
  * picked up when it returns.  Answers are applied on the main loop, the
@@ -647,30 +647,6 @@ static bool queue_call(lv_state *st, lv_guest *lg, call_kind kind, uint64_t byte
     return true;
 }
 
-/* The guests one bulk call asks this tick: those with no call of their
- * own running, on the newest connection (one call is one connection's);
- * the rest are asked one by one.  NULL when a bulk call is still out
- * (locked). */
-static GPtrArray *bulk_guests(hv_ctx *hv, lv_state *st)
-{
-    if (st->bulk_busy)
-        return NULL;
-    size_t n = hv->inv->count(hv->inv_ctx);
-    unsigned gen = 0;
-    for (size_t i = 0; i < n; i++) {
-        const lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
-        if (lg)
-            gen = MAX(gen, lg->gen);
-    }
-    GPtrArray *gs = g_ptr_array_new_with_free_func((GDestroyNotify)lg_unref);
-    for (size_t i = 0; i < n; i++) {
-        lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
-        if (lg && !lg->busy && lg->gen == gen)
-            g_ptr_array_add(gs, lg_ref(lg));
-    }
-    return gs;
-}
-
 static void queue_bulk(lv_state *st, GPtrArray *gs)
 {
     lv_call *c = g_new0(lv_call, 1);
@@ -701,13 +677,23 @@ static int lv_sync(hv_ctx *hv)
      * asked on its own until it returns */
     if (st->bulk_busy)
         st->bulk_stuck = true;
-    GPtrArray *bulk = bulk_guests(hv, st);
+    /* the bulk call asks the guests with no call of their own running, on
+     * the newest connection (one call is one connection's); the others,
+     * and all of them while a bulk call is out, are asked one by one */
+    unsigned gen = 0;
+    for (size_t i = 0; i < n; i++) {
+        const lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
+        if (lg)
+            gen = MAX(gen, lg->gen);
+    }
+    GPtrArray *bulk = st->bulk_busy ? NULL : g_ptr_array_new_with_free_func((GDestroyNotify)lg_unref);
     for (size_t i = 0; i < n; i++) {
         lv_guest *lg = hv->inv->at(hv->inv_ctx, i)->backend_data;
-        bool in_bulk = false;
-        for (guint j = 0; bulk && j < bulk->len && !in_bulk; j++)
-            in_bulk = g_ptr_array_index(bulk, j) == lg;
-        if (lg && !in_bulk)
+        if (!lg)
+            continue;
+        if (bulk && !lg->busy && lg->gen == gen)
+            g_ptr_array_add(bulk, lg_ref(lg));
+        else
             queue_call(st, lg, CALL_SAMPLE, 0);
     }
     g_autoptr(GPtrArray) asked = bulk ? g_ptr_array_ref(bulk) : NULL;
@@ -896,6 +882,33 @@ static bool sample_from_record(const virDomainStatsRecord *rec, guest_sample *ou
     return asked;
 }
 
+/* Statistics of doms (NULL-terminated, one connection) in one call that
+ * waits for no domain's job (a worker thread): got[i] when libvirt asked
+ * doms[i]'s QEMU, and then samples[i] is its sample, with its job.  The
+ * number of records libvirt returned, or -1 with its error in failed. */
+static int list_stats(virDomainPtr *doms, guint n, guest_sample *samples, bool *got, char *failed, size_t len)
+{
+    virDomainStatsRecordPtr *recs = NULL;
+    int nrec = virDomainListGetStats(doms, STATS_WANTED, &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
+    if (nrec < 0)
+        snprintf(failed, len, "%s", last_error());
+    for (int r = 0; r < nrec; r++) {
+        unsigned char uuid[VIR_UUID_BUFLEN], want[VIR_UUID_BUFLEN];
+        if (virDomainGetUUID(recs[r]->dom, uuid) < 0)
+            continue;
+        for (guint i = 0; i < n; i++) {
+            if (got[i] || virDomainGetUUID(doms[i], want) < 0 || memcmp(uuid, want, sizeof(uuid)) != 0)
+                continue;
+            got[i] = sample_from_record(recs[r], &samples[i]);
+            if (got[i])
+                samples[i].job_ms = job_ms(doms[i]);
+            break;
+        }
+    }
+    virDomainStatsRecordListFree(recs);
+    return nrec;
+}
+
 #define SAMPLE_NO_JOB (-2)
 
 /* One guest's sample, straight from libvirt (a worker thread), without
@@ -905,22 +918,20 @@ static bool sample_from_record(const virDomainStatsRecord *rec, guest_sample *ou
 static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
 {
     virDomainPtr doms[2] = { dom, NULL };
-    virDomainStatsRecordPtr *recs = NULL;
-    int n = virDomainListGetStats(doms, STATS_WANTED, &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
-    int rc = 0;
+    bool got = false;
+    char failed[256] = "";
+    int n = list_stats(doms, 1, out, &got, failed, sizeof(failed));
     if (n != 1) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s",
-                    n < 0 ? last_error() : "libvirt returned no statistics for the domain");
-        rc = -1;
-    } else if (!sample_from_record(recs[0], out)) {
+                    n < 0 ? failed : "libvirt returned no statistics for the domain");
+        return -1;
+    }
+    if (!got) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED,
                     "libvirt could not ask its QEMU: another call holds the domain's job");
-        rc = SAMPLE_NO_JOB;
+        return SAMPLE_NO_JOB;
     }
-    virDomainStatsRecordListFree(recs);
-    if (rc == 0)
-        out->job_ms = job_ms(dom);
-    return rc;
+    return 0;
 }
 
 /* A call for lg returned (locked).  no_job: libvirt could not ask its
@@ -962,25 +973,8 @@ static void bulk_work(lv_state *st, lv_call *c)
     g_autofree bool *got = g_new0(bool, gs->len);
     for (guint i = 0; i < gs->len; i++)
         doms[i] = ((lv_guest *)g_ptr_array_index(gs, i))->dom;
-    virDomainStatsRecordPtr *recs = NULL;
-    int n = virDomainListGetStats(doms, STATS_WANTED, &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
     char failed[256] = "";
-    if (n < 0)
-        snprintf(failed, sizeof(failed), "%s", last_error());
-    for (int r = 0; r < n; r++) {
-        unsigned char uuid[VIR_UUID_BUFLEN], want[VIR_UUID_BUFLEN];
-        if (virDomainGetUUID(recs[r]->dom, uuid) < 0)
-            continue;
-        for (guint i = 0; i < gs->len; i++) {
-            if (got[i] || virDomainGetUUID(doms[i], want) < 0 || memcmp(uuid, want, sizeof(uuid)) != 0)
-                continue;
-            got[i] = sample_from_record(recs[r], &samples[i]);
-            if (got[i])
-                samples[i].job_ms = job_ms(doms[i]);
-            break;
-        }
-    }
-    virDomainStatsRecordListFree(recs);
+    list_stats(doms, gs->len, samples, got, failed, sizeof(failed));
     g_mutex_lock(&st->lock);
     snprintf(st->bulk_failed, sizeof(st->bulk_failed), "%s", failed);
     int64_t took = mono_ms() - st->bulk_asked_ms;
