@@ -46,7 +46,17 @@ typedef struct {
     damon_region *regions;
     size_t n_regions;
     int kdamond_pid;
+    /* this scan */
+    bool blind;               /* nothing to judge by: every chunk counts as used */
+    uint64_t need_us;         /* idle this long (a region's age) to count as not referenced */
+    uint64_t present, outside;  /* present guest pages, and those outside the ranges */
+    uint64_t *acc;            /* runs of present frames seen: [start,end) pairs, ACC_RUNS at most */
+    size_t n_acc, n_acc_joined;   /* pairs in acc; the first n_acc_joined are sorted and joined */
 } damon_source;
+
+/* Runs of present frames collected per scan before they are sorted and
+ * joined down to the region limit: a fixed 1 MiB, whatever guest RAM. */
+#define ACC_RUNS 65536
 
 void damon_params_default(damon_params *p)
 {
@@ -119,28 +129,10 @@ static int damon_configure(damon_source *d, GError **error)
     return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
+static int cmp_range(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
-}
-
-/* Sorted frame numbers of every present guest page. */
-static uint64_t *present_pfns(const cold_target *t, size_t n, size_t *count)
-{
-    size_t total = 0;
-    for (size_t g = 0; g < n; g++)
-        for (size_t i = 0; i < t[g].ram->n_pages; i++)
-            total += (t[g].pagemap[i] & PM_PRESENT) && (t[g].pagemap[i] & PM_PFN_MASK);
-    uint64_t *pfn = g_new(uint64_t, total ? total : 1);
-    size_t k = 0;
-    for (size_t g = 0; g < n; g++)
-        for (size_t i = 0; i < t[g].ram->n_pages; i++)
-            if ((t[g].pagemap[i] & PM_PRESENT) && (t[g].pagemap[i] & PM_PFN_MASK))
-                pfn[k++] = t[g].pagemap[i] & PM_PFN_MASK;
-    qsort(pfn, k, sizeof(*pfn), cmp_u64);
-    *count = k;
-    return pfn;
 }
 
 static bool covered(const damon_source *d, uint64_t addr)
@@ -158,52 +150,73 @@ static bool covered(const damon_source *d, uint64_t addr)
     return false;
 }
 
-/* Runs of contiguous frames, joined across the smallest gaps until at
- * most limit remain. */
-static void build_ranges(damon_source *d, const uint64_t *pfn, size_t n, uint64_t page, size_t limit)
+/* Sort r [start,end) pairs, merge the overlapping and adjacent ones, then
+ * join across the smallest gaps until at most limit remain.  Returns the
+ * count left. */
+static size_t join_ranges(uint64_t *rg, size_t r, size_t limit)
 {
-    g_free(d->ranges);
-    d->ranges = g_new(uint64_t, (n ? n : 1) * 2);
-    size_t r = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (r && d->ranges[2 * r - 1] == pfn[i] * page) {
-            d->ranges[2 * r - 1] += page;
-        } else if (r && d->ranges[2 * r - 1] > pfn[i] * page) {
-            continue; /* duplicate frame (shared page) */
+    qsort(rg, r, 2 * sizeof(*rg), cmp_range);
+    size_t w = 0;
+    for (size_t i = 0; i < r; i++) {
+        if (w && rg[2 * i] <= rg[2 * w - 1]) {
+            if (rg[2 * i + 1] > rg[2 * w - 1])
+                rg[2 * w - 1] = rg[2 * i + 1];
         } else {
-            d->ranges[2 * r] = pfn[i] * page;
-            d->ranges[2 * r + 1] = (pfn[i] + 1) * page;
-            r++;
+            rg[2 * w] = rg[2 * i];
+            rg[2 * w + 1] = rg[2 * i + 1];
+            w++;
         }
     }
+    r = w;
     while (r > limit) {
         /* smallest gap as the join threshold, doubling until enough go */
         uint64_t min_gap = UINT64_MAX;
         for (size_t i = 1; i < r; i++)
-            if (d->ranges[2 * i] - d->ranges[2 * i - 1] < min_gap)
-                min_gap = d->ranges[2 * i] - d->ranges[2 * i - 1];
+            if (rg[2 * i] - rg[2 * i - 1] < min_gap)
+                min_gap = rg[2 * i] - rg[2 * i - 1];
         for (uint64_t thr = min_gap; r > limit; thr *= 2) {
-            size_t w = 0;
+            w = 0;
             for (size_t i = 0; i < r; i++) {
-                if (w && d->ranges[2 * i] - d->ranges[2 * w - 1] <= thr) {
-                    d->ranges[2 * w - 1] = d->ranges[2 * i + 1];
+                if (w && rg[2 * i] - rg[2 * w - 1] <= thr) {
+                    rg[2 * w - 1] = rg[2 * i + 1];
                 } else {
-                    d->ranges[2 * w] = d->ranges[2 * i];
-                    d->ranges[2 * w + 1] = d->ranges[2 * i + 1];
+                    rg[2 * w] = rg[2 * i];
+                    rg[2 * w + 1] = rg[2 * i + 1];
                     w++;
                 }
             }
             r = w;
         }
     }
-    d->n_ranges = r;
+    return r;
 }
 
-static int damon_start(damon_source *d, const uint64_t *pfn, size_t n, uint64_t page, uint64_t now_us,
-                       GError **error)
+static size_t range_limit(const damon_source *d) { return d->p.max_regions / 2 ? d->p.max_regions / 2 : 1; }
+
+/* One run of present frames [start, end) in bytes.  A full buffer is
+ * joined down to the limit, which keeps the collection at ACC_RUNS pairs
+ * however many runs the guests' RAM has. */
+static void acc_add(damon_source *d, uint64_t start, uint64_t end)
+{
+    if (d->n_acc > d->n_acc_joined && d->acc[2 * d->n_acc - 1] == start) {
+        d->acc[2 * d->n_acc - 1] = end;
+        return;
+    }
+    if (d->n_acc == ACC_RUNS)
+        d->n_acc = d->n_acc_joined = join_ranges(d->acc, d->n_acc, range_limit(d));
+    d->acc[2 * d->n_acc] = start;
+    d->acc[2 * d->n_acc + 1] = end;
+    d->n_acc++;
+}
+
+/* Monitor what this scan collected. */
+static int damon_start(damon_source *d, uint64_t now_us, GError **error)
 {
     damon_stop(d);
-    build_ranges(d, pfn, n, page, d->p.max_regions / 2 ? d->p.max_regions / 2 : 1);
+    size_t r = join_ranges(d->acc, d->n_acc, range_limit(d));
+    g_free(d->ranges);
+    d->ranges = g_memdup2(d->acc, (r ? r : 1) * 2 * sizeof(*d->acc));
+    d->n_ranges = r;
     if (!d->n_ranges) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: no present guest pages to monitor");
         return -1;
@@ -283,70 +296,68 @@ static const damon_region *region_of(const damon_source *d, uint64_t addr)
     return NULL;
 }
 
-static int damon_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_us, GError **error)
+/* A scan starts: the regions DAMON has now, and how long a region must
+ * have been idle to count as unreferenced.  Until DAMON runs (or when
+ * its regions cannot be read), every resident chunk counts as used and
+ * the scan collects the frames to monitor. */
+static int damon_begin(cold_source *s, uint64_t now_us, GError **error)
 {
     damon_source *d = (damon_source *)s;
-    if (!n)
-        return 0;
-    uint64_t page = t[0].ram->page_bytes;
-    size_t npfn = 0;
-    uint64_t *pfn = present_pfns(t, n, &npfn);
-    size_t outside = 0;
-    for (size_t i = 0; i < npfn; i++)
-        outside += d->running && !covered(d, pfn[i] * page);
-    int rc = 0;
-    if (!d->running || outside > npfn / 10) {
-        /* everything resident counts as referenced until DAMON has
-         * watched a while; paged-out chunks are judged by refaults only */
-        rc = damon_start(d, pfn, npfn, page, now_us, error);
-        for (size_t g = 0; g < n; g++)
-            for (size_t c = 0; c < t[g].lru->n_chunks; c++)
-                if (t[g].lru->chunks[c].list != CHUNK_EVICTED)
-                    t[g].obs[c].referenced = true;
-        g_free(pfn);
-        d->last_us = now_us;
-        return rc;
-    }
-    g_free(pfn);
-    if (read_regions(d, error) < 0) {
+    d->present = d->outside = 0;
+    d->n_acc = d->n_acc_joined = 0;
+    d->blind = !d->running;
+    if (d->running && read_regions(d, error) < 0) {
         damon_stop(d);
+        d->blind = true;
         return -1;
     }
     /* A region idle for the whole interval since the last scan (or since
      * the start, less two aggregations of warm-up) was not referenced. */
     uint64_t since_last = now_us - d->last_us, since_start = now_us - d->started_us;
     uint64_t warm = 2ULL * d->p.aggr_us;
-    uint64_t need_us = since_last;
+    d->need_us = since_last;
     if (since_start < since_last + warm)
-        need_us = since_start > warm ? since_start - warm : 0;
-    for (size_t g = 0; g < n; g++) {
-        cold_target *tg = &t[g];
-        size_t per_chunk = (size_t)(tg->lru->chunk_bytes / page);
-        for (size_t c = 0; c < tg->lru->n_chunks; c++) {
-            /* a paged-out chunk is judged by what comes back (refaults),
-             * not by the pages that stayed behind */
-            if (tg->obs[c].referenced || tg->lru->chunks[c].list == CHUNK_EVICTED)
-                continue;
-            for (size_t i = c * per_chunk; i < (c + 1) * per_chunk && i < tg->ram->n_pages; i++) {
-                uint64_t e = tg->pagemap[i];
-                if (!(e & PM_PRESENT))
-                    continue;
-                const damon_region *r = region_of(d, (e & PM_PFN_MASK) * page);
-                if (!r || r->nr_accesses > 0 || (uint64_t)r->age * d->p.aggr_us < need_us) {
-                    tg->obs[c].referenced = true;
-                    break;
-                }
-            }
-        }
-    }
-    d->last_us = now_us;
+        d->need_us = since_start > warm ? since_start - warm : 0;
     return 0;
 }
 
-static uint64_t damon_settle(cold_source *s, cold_target *t, size_t n)
+static void damon_observe(cold_source *s, cold_target *t, size_t c, const uint64_t *pm, size_t n)
 {
-    (void)s, (void)t, (void)n;
-    return 0;
+    damon_source *d = (damon_source *)s;
+    uint64_t page = t->ram->page_bytes;
+    /* a paged-out chunk is judged by what comes back (refaults), not by
+     * the pages that stayed behind */
+    bool judge = !t->obs[c].referenced && t->lru->chunks[c].list != CHUNK_EVICTED;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t pfn = pm[i] & PM_PFN_MASK;
+        if (!(pm[i] & PM_PRESENT) || !pfn)
+            continue;
+        acc_add(d, pfn * page, (pfn + 1) * page);
+        d->present++;
+        bool in = d->running && covered(d, pfn * page);
+        d->outside += !in;
+        if (!judge)
+            continue;
+        const damon_region *r = in && !d->blind ? region_of(d, pfn * page) : NULL;
+        /* a frame outside every region was just faulted in: an access */
+        if (!r || r->nr_accesses > 0 || (uint64_t)r->age * d->p.aggr_us < d->need_us) {
+            t->obs[c].referenced = true;
+            judge = false;
+        }
+    }
+}
+
+/* Pages move (swap-in, compaction): when more than a tenth of the
+ * present guest pages lie outside the monitored ranges, the kdamond is
+ * restarted with this scan's frames. */
+static int damon_end(cold_source *s, uint64_t now_us, GError **error)
+{
+    damon_source *d = (damon_source *)s;
+    int rc = 0;
+    if (!d->running || d->outside > d->present / 10)
+        rc = damon_start(d, now_us, error);
+    d->last_us = now_us;
+    return rc;
 }
 
 static double damon_cpu(const cold_source *s)
@@ -375,13 +386,15 @@ static void damon_destroy(cold_source *s)
         usleep(20000);
     g_free(d->ranges);
     g_free(d->regions);
+    g_free(d->acc);
     g_free(d);
 }
 
 static const cold_source_ops damon_ops = {
     .name = "damon",
+    .begin = damon_begin,
     .observe = damon_observe,
-    .settle = damon_settle,
+    .end = damon_end,
     .external_cpu_seconds = damon_cpu,
     .destroy = damon_destroy,
 };
@@ -410,6 +423,7 @@ cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p,
     damon_source *d = g_new0(damon_source, 1);
     d->base.ops = &damon_ops;
     d->p = *p;
+    d->acc = g_new(uint64_t, 2 * ACC_RUNS);
     snprintf(d->admin, sizeof(d->admin), "%s", admin_dir);
     snprintf(d->dir, sizeof(d->dir), "%s/kdamonds/0", admin_dir);
     char ops[256] = "";

@@ -3,7 +3,8 @@
  * DAMON (and without idle page tracking or soft-dirty, like this one).
  * Each resident chunk keeps probes_per_chunk of its pages paged out; the
  * guest touching one faults it back in, which host_reclaim.c sees in
- * pagemap at the next scan as a reference.  Cold chunks keep their probes
+ * pagemap at the next scan as a reference (the chunk's swapped count fell
+ * and its present count rose, or a remembered probe is present).  Cold chunks keep their probes
  * out at no further cost; hot chunks pay one swap-in per probe per scan.
  */
 #include "reclaim/cold_source.h"
@@ -11,51 +12,37 @@
 #include <glib.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 typedef struct {
     cold_source base;
-    unsigned probes;
     uint32_t seed;
 } probe_source;
 
-static bool was_out(const cold_target *t, size_t page)
-{
-    return t->was_out && page_bitmap_test(t->was_out, page);
-}
-
-static void chunk_pages(const cold_target *t, size_t c, size_t *first, size_t *end)
-{
-    size_t per_chunk = (size_t)(t->lru->chunk_bytes / t->ram->page_bytes);
-    *first = c * per_chunk;
-    *end = *first + per_chunk;
-    if (*end > t->ram->n_pages)
-        *end = t->ram->n_pages;
-}
-
-/* Probes that came back were found in pagemap by host_reclaim.c already.
- * What is left: a resident chunk with no page out at the last scan's end
- * had no probe watching it, so this scan saw nothing of it: used, not
- * idle (the first scan of a guest is the same case). */
-static int probe_observe(cold_source *s, cold_target *t, size_t n, uint64_t now_us, GError **error)
+static int probe_begin(cold_source *s, uint64_t now_us, GError **error)
 {
     (void)s, (void)now_us, (void)error;
-    for (size_t g = 0; g < n; g++) {
-        cold_target *tg = &t[g];
-        if (!tg->was_out)
-            continue;
-        for (size_t c = 0; c < tg->lru->n_chunks; c++) {
-            if (tg->obs[c].referenced || !tg->obs[c].resident_pages || tg->lru->chunks[c].list == CHUNK_EVICTED)
-                continue;
-            size_t first, end;
-            chunk_pages(tg, c, &first, &end);
-            bool armed = false;
-            for (size_t i = first; i < end && !armed; i++)
-                armed = was_out(tg, i);
-            tg->obs[c].referenced = !armed;
-        }
-    }
     return 0;
+}
+
+static int probe_end(cold_source *s, uint64_t now_us, GError **error)
+{
+    (void)s, (void)now_us, (void)error;
+    return 0;
+}
+
+/* Probes that came back were found by host_reclaim.c already.  What is
+ * left: a resident chunk with no page out at the last scan's end had no
+ * probe watching it, so this scan saw nothing of it: used, not idle (the
+ * first scan of a guest is the same case). */
+static void probe_observe(cold_source *s, cold_target *t, size_t c, const uint64_t *pm, size_t n)
+{
+    (void)s, (void)pm, (void)n;
+    chunk_obs *o = &t->obs[c];
+    if (!t->have_prev || o->referenced || !o->resident_pages || t->lru->chunks[c].list == CHUNK_EVICTED)
+        return;
+    o->referenced = t->base[c].out_pages == 0;
 }
 
 static uint32_t next_rand(probe_source *p)
@@ -64,68 +51,80 @@ static uint32_t next_rand(probe_source *p)
     return p->seed >> 8;
 }
 
-static bool came_back(const cold_target *t, size_t page)
+/* Page i of the chunk was out at the last scan's end and is back: a
+ * remembered probe that is present, or any present page of a chunk that
+ * was mostly out then (paged out, and this is what came back of it). */
+static bool came_back(const cold_target *t, size_t c, const uint64_t *pm, size_t n, size_t i)
 {
-    return was_out(t, page) && guest_ram_page_resident(t->ram, t->pagemap[page]);
+    if (!t->have_prev || !guest_ram_page_resident(t->ram, pm[i]))
+        return false;
+    if ((size_t)t->base[c].out_pages * 2 >= n)
+        return true;
+    for (size_t k = 0; k < PROBE_TRACK; k++)
+        if (t->base[c].probe[k] == i + 1)
+            return true;
+    return false;
 }
 
-/* One chunk's probes: pages seen in use (back from swap since the last
- * scan, else the page the chunk remembers) first, then random present
- * pages until probes are out. */
-static size_t arm_chunk(probe_source *p, const cold_target *t, size_t c, ram_range *rr)
+static bool is_probe(const ram_range *rr, size_t nr, uint64_t off)
 {
+    for (size_t k = 0; k < nr; k++)
+        if (rr[k].offset == off)
+            return true;
+    return false;
+}
+
+/* One chunk's probes: probes that came back (seen in use) first, else
+ * the page the chunk remembers, then random present pages until probes
+ * are out.  Offsets within the chunk. */
+static size_t probe_arm(cold_source *s, cold_target *t, size_t c, const uint64_t *pm, size_t n, ram_range *rr)
+{
+    probe_source *p = (probe_source *)s;
+    if (t->lru->chunks[c].list == CHUNK_EVICTED)
+        return 0;
     uint64_t page = t->ram->page_bytes;
-    size_t first, end;
-    chunk_pages(t, c, &first, &end);
+    chunk_base *b = &t->base[c];
+    unsigned want = s->max_probes;
     size_t out = 0, present = 0, nr = 0;
-    for (size_t i = first; i < end; i++) {
-        out += (t->pagemap[i] & PM_SWAPPED) != 0;
-        present += guest_ram_page_resident(t->ram, t->pagemap[i]);
+    for (size_t i = 0; i < n; i++) {
+        out += (pm[i] & PM_SWAPPED) != 0;
+        present += guest_ram_page_resident(t->ram, pm[i]);
     }
     /* where the chunk was used, it is likely used again: a random probe
      * in a chunk whose use is a few pages would miss them */
-    for (size_t i = first; i < end && nr < p->probes; i++)
-        if (came_back(t, i)) {
-            t->hint[c] = (uint16_t)(i - first + 1);
+    for (size_t i = 0; i < n && nr < want; i++)
+        if (came_back(t, c, pm, n, i)) {
+            b->hint = (uint16_t)(i + 1);
             rr[nr++] = (ram_range){ i * page, page };
         }
     /* nothing came back: the remembered page, if it is in (its probe
      * did not go out, or the guest used it again) */
-    size_t h = t->hint[c] ? first + t->hint[c] - 1 : end;
-    if (!nr && h < end && guest_ram_page_resident(t->ram, t->pagemap[h]))
+    size_t h = b->hint ? b->hint - 1u : n;
+    if (!nr && h < n && guest_ram_page_resident(t->ram, pm[h]))
         rr[nr++] = (ram_range){ h * page, page };
     present -= nr;
     /* pages still out from earlier probes keep watching */
-    for (size_t k = out + nr; k < p->probes && present; k++) {
-        size_t start = next_rand(p) % (end - first);
-        for (size_t j = 0; j < end - first; j++) {
-            size_t i = first + (start + j) % (end - first);
-            if (guest_ram_page_resident(t->ram, t->pagemap[i]) && !came_back(t, i) && i != h) {
+    for (size_t k = out + nr; k < want && present; k++) {
+        size_t start = next_rand(p) % n;
+        for (size_t j = 0; j < n; j++) {
+            size_t i = (start + j) % n;
+            if (guest_ram_page_resident(t->ram, pm[i]) && !is_probe(rr, nr, i * page)) {
                 rr[nr++] = (ram_range){ i * page, page };
                 present--;
                 break;
             }
         }
     }
+    /* remembered: this scan's probes, then earlier ones still out */
+    uint16_t keep[PROBE_TRACK] = { 0 };
+    size_t kept = 0;
+    for (size_t k = 0; k < nr && kept < PROBE_TRACK; k++)
+        keep[kept++] = (uint16_t)(rr[k].offset / page + 1);
+    for (size_t k = 0; k < PROBE_TRACK && kept < PROBE_TRACK; k++)
+        if (b->probe[k] && b->probe[k] <= n && (pm[b->probe[k] - 1] & PM_SWAPPED))
+            keep[kept++] = b->probe[k];
+    memcpy(b->probe, keep, sizeof(keep));
     return nr;
-}
-
-static uint64_t probe_settle(cold_source *s, cold_target *t, size_t n)
-{
-    probe_source *p = (probe_source *)s;
-    uint64_t total = 0;
-    for (size_t g = 0; g < n; g++) {
-        cold_target *tg = &t[g];
-        g_autofree ram_range *rr = g_new(ram_range, tg->lru->n_chunks * p->probes);
-        size_t nr = 0;
-        for (size_t c = 0; c < tg->lru->n_chunks; c++)
-            if (tg->lru->chunks[c].list != CHUNK_EVICTED)
-                nr += arm_chunk(p, tg, c, rr + nr);
-        int64_t done = nr ? guest_ram_advise(tg->ram, rr, nr, MADV_PAGEOUT) : 0;
-        if (done > 0)
-            total += (uint64_t)done;
-    }
-    return total;
 }
 
 static double probe_cpu(const cold_source *s)
@@ -138,8 +137,10 @@ static void probe_destroy(cold_source *s) { g_free(s); }
 
 static const cold_source_ops probe_ops = {
     .name = "probe",
+    .begin = probe_begin,
     .observe = probe_observe,
-    .settle = probe_settle,
+    .end = probe_end,
+    .arm = probe_arm,
     .external_cpu_seconds = probe_cpu,
     .destroy = probe_destroy,
 };
@@ -148,7 +149,7 @@ cold_source *cold_source_probe_new(unsigned probes_per_chunk)
 {
     probe_source *p = g_new0(probe_source, 1);
     p->base.ops = &probe_ops;
-    p->probes = probes_per_chunk ? probes_per_chunk : 1;
+    p->base.max_probes = probes_per_chunk ? probes_per_chunk : 1;
     p->seed = 2463534242u;
     return &p->base;
 }

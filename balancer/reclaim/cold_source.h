@@ -10,11 +10,10 @@
  *   probe  our own scanner, for kernels without DAMON: a few pages per
  *          chunk are paged out as probes; a probe faulted back in means
  *          the chunk was accessed.  A chunk whose probes stay out is cold.
- *          A page that came back (a probe, or part of a paged-out chunk)
- *          was seen in use, so the next probes go there first (and the
- *          chunk remembers it): a chunk whose use is a few pages keeps
- *          being watched where it is used.  A chunk none of whose pages
- *          was out at the last scan's end (the kernel did not page its
+ *          A probe that came back was seen in use, so the next probes go
+ *          there first (and the chunk remembers it): a chunk whose use
+ *          is a few pages keeps being watched where it is used.  A chunk
+ *          none of whose pages was out at the last scan's end (the kernel did not page its
  *          probes out: pinned, locked, or just faulted-in pages) was not
  *          observed, and counts as used.
  *          Costs one swap-in per probe of a hot chunk per scan (by
@@ -22,9 +21,9 @@
  *
  * Both feed the same aging lists (policies/cold_lru.c).  Pages that we
  * paged out and that are present again are a reference for every source
- * (host_reclaim.c sees that in pagemap before calling the source); for a
- * paged-out chunk that is the only evidence (a refault needs 8 pages
- * back).
+ * (host_reclaim.c sees that in pagemap, against the chunk's baseline,
+ * before calling the source); for a paged-out chunk that is the only
+ * evidence (a refault needs 8 pages back).
  */
 #ifndef MEMBAL_COLD_SOURCE_H
 #define MEMBAL_COLD_SOURCE_H
@@ -37,32 +36,53 @@
 #include "policies/cold_lru.h"
 #include "reclaim/guest_ram.h"
 
-/* Bit page of a one-bit-per-page bitmap (was_out). */
-static inline bool page_bitmap_test(const uint8_t *bits, size_t page)
-{
-    return bits[page / 8] >> (page % 8) & 1;
-}
+/* Probe pages a chunk remembers (more may be out; these are the ones
+ * whose return is noticed page by page). */
+#define PROBE_TRACK 4
 
-/* One guest's RAM during a scan. */
+/* What one chunk looked like at the end of the last scan (after its
+ * pageouts and probes): the baseline the next scan compares against.
+ * A few bytes a chunk, never a bit a page, so scan state stays
+ * O(chunks) whatever the guest's RAM. */
+typedef struct {
+    uint16_t out_pages;           /* swapped */
+    uint16_t resident_pages;      /* present */
+    uint16_t hint;                /* a page seen in use, index + 1 (0 none): the probe source's */
+    uint16_t probe[PROBE_TRACK];  /* pages sent out as probes, index + 1 (0 none) */
+} chunk_base;
+
+/* One guest's RAM as a source sees it during a scan. */
 typedef struct {
     const guest_ram *ram;
-    const uint64_t *pagemap;   /* entries read at the start of this scan */
-    const uint8_t *was_out;    /* bitmap: swapped at the previous scan's end, NULL if unknown */
-    uint16_t *hint;            /* per chunk, a page seen in use (index + 1, 0 none): the probe source's */
     const cold_lru *lru;       /* chunk lists and sizes (evicted chunks need no probes) */
     chunk_obs *obs;            /* the source sets referenced where it saw accesses */
+    chunk_base *base;          /* per chunk, the last scan's baseline */
+    bool have_prev;            /* the baseline exists (a scan was settled before) */
 } cold_target;
 
 typedef struct cold_source cold_source;
 
+/*
+ * A scan, incremental: begin(); observe() for every chunk of every
+ * guest, a batch of chunks at a time, each with its pagemap entries only;
+ * end().  Then, after the pageouts, arm() chunk by chunk.  No call needs
+ * more than one chunk's pagemap at once.
+ */
 typedef struct {
     const char *name;
-    /* Mark chunks accessed since the previous scan.  now_us is a
-     * monotonic timestamp of this scan.  0, or -1 with the reason. */
-    int (*observe)(cold_source *s, cold_target *t, size_t n, uint64_t now_us, GError **error);
-    /* After this scan's pageouts: arm detection of the next accesses.
-     * Returns the bytes the source paged out itself (probes). */
-    uint64_t (*settle)(cold_source *s, cold_target *t, size_t n);
+    /* A scan starts.  now_us is a monotonic timestamp.  0, or -1 with the
+     * reason (the scan then counts every chunk as used). */
+    int (*begin)(cold_source *s, uint64_t now_us, GError **error);
+    /* Mark chunk c referenced if it was accessed since the previous scan;
+     * pm: its n pagemap entries.  host_reclaim.c has already marked
+     * chunks whose paged-out pages came back. */
+    void (*observe)(cold_source *s, cold_target *t, size_t c, const uint64_t *pm, size_t n);
+    /* Every chunk was observed.  0, or -1 with the reason. */
+    int (*end)(cold_source *s, uint64_t now_us, GError **error);
+    /* After the pageouts: pages of chunk c to page out so the next access
+     * shows (probes), into out (room for max_probes); returns the count
+     * and notes them in t->base[c].  NULL when the source needs none. */
+    size_t (*arm)(cold_source *s, cold_target *t, size_t c, const uint64_t *pm, size_t n, ram_range *out);
     /* CPU seconds the source spent outside this process (kdamond). */
     double (*external_cpu_seconds)(const cold_source *s);
     void (*destroy)(cold_source *s);
@@ -70,6 +90,7 @@ typedef struct {
 
 struct cold_source {
     const cold_source_ops *ops;
+    unsigned max_probes;          /* arm()'s most ranges per chunk */
 };
 
 typedef struct {

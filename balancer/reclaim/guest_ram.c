@@ -224,17 +224,19 @@ void guest_ram_close(guest_ram *r)
     r->pidfd = r->pagemap_fd = -1;
 }
 
-int guest_ram_pagemap(const guest_ram *r, uint64_t *entries)
+int guest_ram_pagemap(const guest_ram *r, size_t first, size_t n, uint64_t *entries)
 {
-    size_t want = r->n_pages * sizeof(uint64_t), got = 0;
-    off_t off = (off_t)(r->start / r->page_bytes * sizeof(uint64_t));
+    if (first > r->n_pages || n > r->n_pages - first)
+        return -1;
+    size_t want = n * sizeof(uint64_t), got = 0;
+    off_t off = (off_t)((r->start / r->page_bytes + first) * sizeof(uint64_t));
     while (got < want) {
-        ssize_t n = pread(r->pagemap_fd, (char *)entries + got, want - got, off + (off_t)got);
-        if (n < 0 && errno == EINTR)
+        ssize_t k = pread(r->pagemap_fd, (char *)entries + got, want - got, off + (off_t)got);
+        if (k < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
+        if (k <= 0)
             return -1;
-        got += (size_t)n;
+        got += (size_t)k;
     }
     return 0;
 }

@@ -54,9 +54,10 @@ int guest_ram_find(const char *maps_text, uint64_t ram_bytes, uintptr_t *start, 
 int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, GError **error);
 void guest_ram_close(guest_ram *r);
 
-/* Read the pagemap entries of all n_pages pages into entries.
- * Returns 0, or -1 (the process went away, or no permission). */
-int guest_ram_pagemap(const guest_ram *r, uint64_t *entries);
+/* Read the pagemap entries of pages [first, first + n) into entries.
+ * Returns 0, or -1 (the process went away, no permission, or a range
+ * outside the RAM). */
+int guest_ram_pagemap(const guest_ram *r, size_t first, size_t n, uint64_t *entries);
 
 /* process_madvise(advice) on the given page-aligned ranges (offsets into
  * the RAM mapping).  Returns the bytes advised, or -1 with errno. */

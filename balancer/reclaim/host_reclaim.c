@@ -14,19 +14,18 @@ int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const co
     if (guest_ram_open(&g->ram, pid, ram_bytes, error) < 0)
         return -1;
     size_t n_chunks = (size_t)((g->ram.bytes + RECLAIM_CHUNK_BYTES - 1) / RECLAIM_CHUNK_BYTES);
-    if (cold_lru_init(&g->lru, n_chunks, RECLAIM_CHUNK_BYTES, g->ram.page_bytes, t) < 0) {
+    if (RECLAIM_CHUNK_BYTES / g->ram.page_bytes > UINT16_MAX ||
+        cold_lru_init(&g->lru, n_chunks, RECLAIM_CHUNK_BYTES, g->ram.page_bytes, t) < 0) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "guest RAM of %llu bytes cannot be split into chunks",
                  (unsigned long long)g->ram.bytes);
         guest_ram_close(&g->ram);
         return -1;
     }
-    /* the pagemap snapshot (8 bytes a page) lives only during a scan;
-     * between scans one bit a page remembers what was out */
-    g->was_out = g_try_new0(uint8_t, (g->ram.n_pages + 7) / 8);
+    /* a few bytes a chunk; a scan reads pagemap a batch at a time */
     g->obs = g_try_new0(chunk_obs, g->lru.n_chunks);
+    g->base = g_try_new0(chunk_base, g->lru.n_chunks);
     g->chunk_node = g_try_new0(int16_t, g->lru.n_chunks);
-    g->hint = g_try_new0(uint16_t, g->lru.n_chunks);
-    if (!g->was_out || !g->obs || !g->chunk_node || !g->hint) {
+    if (!g->obs || !g->base || !g->chunk_node) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "out of memory");
         reclaim_guest_close(g);
         return -1;
@@ -38,16 +37,14 @@ void reclaim_guest_close(reclaim_guest *g)
 {
     guest_ram_close(&g->ram);
     cold_lru_free(&g->lru);
-    g_free(g->pm);
-    g_free(g->was_out);
-    g_free(g->obs);
-    g_free(g->chunk_node);
-    g_free(g->hint);
-    g->pm = NULL;
-    g->was_out = NULL;
-    g->obs = NULL;
-    g->chunk_node = NULL;
-    g->hint = NULL;
+    g_clear_pointer(&g->obs, g_free);
+    g_clear_pointer(&g->base, g_free);
+    g_clear_pointer(&g->chunk_node, g_free);
+}
+
+size_t reclaim_guest_state_bytes(const reclaim_guest *g)
+{
+    return sizeof(*g) + g->lru.n_chunks * (sizeof(cold_chunk) + sizeof(chunk_obs) + sizeof(chunk_base) + sizeof(int16_t));
 }
 
 static size_t pages_per_chunk(const reclaim_guest *g) { return (size_t)(g->lru.chunk_bytes / g->ram.page_bytes); }
@@ -57,71 +54,206 @@ static size_t pages_per_chunk(const reclaim_guest *g) { return (size_t)(g->lru.c
  * free-page check) is not its working set coming back. */
 #define REFAULT_MIN_PAGES 8
 
-/* Resident counts, references against the previous baseline (pages we
- * paged out that are present again), chunk nodes. */
-static void summarise(reclaim_guest *g, const node_map *nodes)
+static void chunk_pages(const reclaim_guest *g, size_t c, size_t *first, size_t *n)
 {
     size_t per = pages_per_chunk(g);
-    g->resident_bytes = g->swapped_bytes = 0;
-    for (size_t c = 0; c < g->lru.n_chunks; c++) {
-        chunk_obs *o = &g->obs[c];
-        size_t back = 0;
-        o->resident_pages = 0;
-        g->chunk_node[c] = -1;
-        for (size_t i = c * per; i < (c + 1) * per && i < g->ram.n_pages; i++) {
-            uint64_t e = g->pm[i];
-            if (guest_ram_page_resident(&g->ram, e)) {
-                o->resident_pages++;
-                if (g->chunk_node[c] < 0 && nodes)
-                    g->chunk_node[c] = (int16_t)node_map_node_of(nodes, e & PM_PFN_MASK);
-                back += g->have_prev && page_bitmap_test(g->was_out, i);
-            } else if (e & PM_SWAPPED) {
-                g->swapped_bytes += g->ram.page_bytes;
-            }
-        }
-        bool evicted = g->lru.chunks[c].list == CHUNK_EVICTED;
-        o->back_pages = (uint32_t)back;
-        /* the first scan after open has nothing armed to see references
-         * with: unknown counts as used, so no chunk ages on a blind scan */
-        o->referenced = (!g->have_prev && !evicted) || back >= (evicted ? REFAULT_MIN_PAGES : 1);
-        g->resident_bytes += (uint64_t)o->resident_pages * g->ram.page_bytes;
-    }
+    *first = c * per;
+    *n = *first + per <= g->ram.n_pages ? per : g->ram.n_pages - *first;
 }
 
 static void fill_target(cold_target *t, reclaim_guest *g)
 {
-    t->ram = &g->ram;
-    t->pagemap = g->pm;
-    t->was_out = g->have_prev ? g->was_out : NULL;
-    t->hint = g->hint;
-    t->lru = &g->lru;
-    t->obs = g->obs;
+    *t = (cold_target){ &g->ram, &g->lru, g->obs, g->base, g->have_prev };
+}
+
+/* Chunks of the next batch from the cursor: at most RECLAIM_BATCH_CHUNKS
+ * and at most left. */
+static size_t batch_len(const reclaim_guest *g, size_t left)
+{
+    size_t k = g->lru.n_chunks - g->cursor;
+    k = k < RECLAIM_BATCH_CHUNKS ? k : RECLAIM_BATCH_CHUNKS;
+    return k < left ? k : left;
+}
+
+/* The pagemap entries of chunks [c, c + k) into buf (room for
+ * RECLAIM_BATCH_CHUNKS chunks).  0, or -1 (the process went away). */
+static int read_batch(const reclaim_guest *g, size_t c, size_t k, uint64_t *buf)
+{
+    size_t first, n, last_first, last_n;
+    chunk_pages(g, c, &first, &n);
+    chunk_pages(g, c + k - 1, &last_first, &last_n);
+    return guest_ram_pagemap(&g->ram, first, last_first + last_n - first, buf);
+}
+
+/* One chunk's resident count, node and references against its baseline:
+ * pages we had out that are present again.  Counted two ways, and the
+ * larger wins: the chunk's swapped pages fell while its present pages
+ * rose (true of a paged-out chunk coming back, whichever pages), and the
+ * remembered probes that are present (true even when the host kernel
+ * swapped other pages of the chunk meanwhile). */
+static void summarise_chunk(reclaim_guest *g, size_t c, const uint64_t *pm, size_t n, const node_map *nodes)
+{
+    chunk_obs *o = &g->obs[c];
+    const chunk_base *b = &g->base[c];
+    size_t resident = 0, out = 0;
+    g->chunk_node[c] = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (guest_ram_page_resident(&g->ram, pm[i])) {
+            resident++;
+            if (g->chunk_node[c] < 0 && nodes)
+                g->chunk_node[c] = (int16_t)node_map_node_of(nodes, pm[i] & PM_PFN_MASK);
+        } else if (pm[i] & PM_SWAPPED) {
+            out++;
+        }
+    }
+    size_t back = 0;
+    if (g->have_prev) {
+        size_t left = b->out_pages > out ? b->out_pages - out : 0;
+        size_t rose = resident > b->resident_pages ? resident - b->resident_pages : 0;
+        back = left < rose ? left : rose;
+        size_t probes = 0;
+        for (size_t k = 0; k < PROBE_TRACK; k++)
+            probes += b->probe[k] && b->probe[k] <= n && guest_ram_page_resident(&g->ram, pm[b->probe[k] - 1]);
+        back = probes > back ? probes : back;
+    }
+    bool evicted = g->lru.chunks[c].list == CHUNK_EVICTED;
+    o->resident_pages = (uint32_t)resident;
+    o->back_pages = (uint32_t)back;
+    /* the first scan after open has nothing armed to see references
+     * with: unknown counts as used, so no chunk ages on a blind scan */
+    o->referenced = (!g->have_prev && !evicted) || back >= (evicted ? REFAULT_MIN_PAGES : 1);
+    g->scan_resident += resident * g->ram.page_bytes;
+    g->scan_swapped += out * g->ram.page_bytes;
+}
+
+int reclaim_scan_begin(cold_source *src, uint64_t now_us, GError **error)
+{
+    return src ? src->ops->begin(src, now_us, error) : 0;
+}
+
+int reclaim_guest_scan_step(cold_source *src, reclaim_guest *g, const node_map *nodes, size_t max_chunks)
+{
+    if (g->cursor == 0)
+        g->scan_resident = g->scan_swapped = 0;
+    size_t per = pages_per_chunk(g);
+    g_autofree uint64_t *buf = g_new(uint64_t, RECLAIM_BATCH_CHUNKS * per);
+    cold_target t;
+    fill_target(&t, g);
+    for (size_t done = 0; done < max_chunks && g->cursor < g->lru.n_chunks;) {
+        size_t k = batch_len(g, max_chunks - done);
+        if (read_batch(g, g->cursor, k, buf) < 0) {
+            g->cursor = 0;
+            return -1;
+        }
+        for (size_t j = 0; j < k; j++) {
+            size_t c = g->cursor + j, first, n;
+            chunk_pages(g, c, &first, &n);
+            summarise_chunk(g, c, buf + j * per, n, nodes);
+            if (src)
+                src->ops->observe(src, &t, c, buf + j * per, n);
+        }
+        g->cursor += k;
+        done += k;
+    }
+    if (g->cursor < g->lru.n_chunks)
+        return 1;
+    g->cursor = 0;
+    return 0;
+}
+
+int reclaim_scan_end(cold_source *src, reclaim_guest **g, size_t k, uint64_t now_us, GError **error)
+{
+    int rc = src ? src->ops->end(src, now_us, error) : 0;
+    for (size_t i = 0; i < k; i++) {
+        g[i]->resident_bytes = g[i]->scan_resident;
+        g[i]->swapped_bytes = g[i]->scan_swapped;
+        cold_lru_age(&g[i]->lru, g[i]->obs);
+        g[i]->cold_bytes = cold_lru_cold_bytes(&g[i]->lru, g[i]->obs);
+    }
+    return rc;
+}
+
+int reclaim_guest_settle_step(cold_source *src, reclaim_guest *g, size_t max_chunks)
+{
+    size_t per = pages_per_chunk(g);
+    g_autofree uint64_t *buf = g_new(uint64_t, RECLAIM_BATCH_CHUNKS * per);
+    unsigned probes = src && src->ops->arm ? src->max_probes : 0;
+    g_autofree ram_range *rr = probes ? g_new(ram_range, (size_t)RECLAIM_BATCH_CHUNKS * probes) : NULL;
+    cold_target t;
+    fill_target(&t, g);
+    for (size_t done = 0; done < max_chunks && g->cursor < g->lru.n_chunks;) {
+        size_t k = batch_len(g, max_chunks - done);
+        if (probes) {
+            if (read_batch(g, g->cursor, k, buf) < 0)
+                goto gone;
+            size_t nr = 0;
+            for (size_t j = 0; j < k; j++) {
+                size_t c = g->cursor + j, first, n;
+                chunk_pages(g, c, &first, &n);
+                size_t got = src->ops->arm(src, &t, c, buf + j * per, n, rr + nr);
+                for (size_t r = nr; r < nr + got; r++)
+                    rr[r].offset += first * g->ram.page_bytes;
+                nr += got;
+            }
+            int64_t out = nr ? guest_ram_advise(&g->ram, rr, nr, MADV_PAGEOUT) : 0;
+            if (out > 0)
+                g->probe_bytes += (uint64_t)out;
+        }
+        /* the new baseline: what is out now must come back to count */
+        if (read_batch(g, g->cursor, k, buf) < 0)
+            goto gone;
+        for (size_t j = 0; j < k; j++) {
+            size_t c = g->cursor + j, first, n, out = 0, resident = 0;
+            chunk_pages(g, c, &first, &n);
+            for (size_t i = 0; i < n; i++) {
+                resident += guest_ram_page_resident(&g->ram, buf[j * per + i]);
+                out += (buf[j * per + i] & PM_SWAPPED) != 0;
+            }
+            g->base[c].out_pages = (uint16_t)out;
+            g->base[c].resident_pages = (uint16_t)resident;
+        }
+        g->cursor += k;
+        done += k;
+    }
+    if (g->cursor < g->lru.n_chunks)
+        return 1;
+    g->cursor = 0;
+    g->have_prev = true;
+    return 0;
+gone:
+    g->cursor = 0;
+    g->have_prev = false;
+    return -1;
 }
 
 int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_map *nodes, uint64_t now_us,
                       bool *failed, GError **error)
 {
-    g_autofree cold_target *t = g_new0(cold_target, n ? n : 1);
+    g_autoptr(GError) begin_err = NULL;
+    int rc = reclaim_scan_begin(src, now_us, &begin_err);
     g_autofree reclaim_guest **ok = g_new0(reclaim_guest *, n ? n : 1);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!g[i]->pm)
-            g[i]->pm = g_try_new(uint64_t, g[i]->ram.n_pages); /* 8 bytes a guest page: may fail */
-        bool bad = !g[i]->pm || guest_ram_pagemap(&g[i]->ram, g[i]->pm) < 0;
+        int step;
+        while ((step = reclaim_guest_scan_step(src, g[i], nodes, SIZE_MAX)) > 0)
+            ;
         if (failed)
-            failed[i] = bad;
-        if (bad)
-            continue;
-        summarise(g[i], nodes);
-        ok[k] = g[i];
-        fill_target(&t[k++], g[i]);
+            failed[i] = step < 0;
+        if (step == 0)
+            ok[k++] = g[i];
     }
-    int rc = src ? src->ops->observe(src, t, k, now_us, error) : 0;
-    for (size_t i = 0; i < k; i++) {
-        cold_lru_age(&ok[i]->lru, ok[i]->obs);
-        ok[i]->cold_bytes = cold_lru_cold_bytes(&ok[i]->lru, ok[i]->obs);
-    }
+    if (reclaim_scan_end(src, ok, k, now_us, begin_err ? NULL : error) < 0)
+        rc = -1;
+    if (begin_err)
+        g_propagate_error(error, g_steal_pointer(&begin_err));
     return rc;
+}
+
+void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        while (reclaim_guest_settle_step(src, g[i], SIZE_MAX) > 0)
+            ;
 }
 
 /* guest_ram_advise clips ranges to the RAM: so does the count. */
@@ -178,25 +310,4 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
         g->cold_bytes = g->cold_bytes > done ? g->cold_bytes - done : 0;
     }
     return done;
-}
-
-void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (src && g[i]->pm) {
-            cold_target t;
-            fill_target(&t, g[i]);
-            g[i]->probe_bytes += src->ops->settle(src, &t, 1);
-        }
-        /* the new baseline: what is out now must come back to count */
-        g[i]->have_prev = g[i]->pm && guest_ram_pagemap(&g[i]->ram, g[i]->pm) == 0;
-        if (g[i]->have_prev) {
-            memset(g[i]->was_out, 0, (g[i]->ram.n_pages + 7) / 8);
-            for (size_t p = 0; p < g[i]->ram.n_pages; p++)
-                if (g[i]->pm[p] & PM_SWAPPED)
-                    g[i]->was_out[p / 8] |= (uint8_t)(1u << (p % 8));
-        }
-        g_free(g[i]->pm);
-        g[i]->pm = NULL;
-    }
 }

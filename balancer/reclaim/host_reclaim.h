@@ -1,13 +1,23 @@
 /*
- * Host-side reclaim of cold guest memory, the last resort after
- * ballooning: scan each guest's RAM in chunks, age the chunks
- * (policies/cold_lru.c) from what a cold-page source saw (cold_source.h),
- * and page the coldest out with process_madvise(MADV_PAGEOUT) within a
- * byte budget.  A guest whose paged-out chunks come back (refaults) gets a
- * longer cold age and a smaller budget automatically.
+ * Host-side reclaim of cold guest memory: scan each guest's RAM in chunks,
+ * age the chunks (policies/cold_lru.c) from what a cold-page source saw
+ * (cold_source.h), and page the coldest out with
+ * process_madvise(MADV_PAGEOUT) within a byte budget.  A guest whose
+ * paged-out chunks come back (refaults) gets a longer cold age and a
+ * smaller budget automatically.
  *
- * One round: host_reclaim_scan() -> reclaim_guest_pageout() for whoever
- * should give -> host_reclaim_settle().
+ * A scan is incremental: RECLAIM_BATCH_CHUNKS chunks of pagemap at a time
+ * (256 KiB of entries with 4 KiB pages), so the caller can pause between
+ * steps and nothing is allocated in proportion to guest RAM during a scan;
+ * between scans a guest costs a few dozen bytes per 2 MiB chunk.
+ *
+ * One round, per guest g:
+ *   reclaim_scan_begin(src)
+ *   while (reclaim_guest_scan_step(src, g, ...) > 0) ;   for every guest
+ *   reclaim_scan_end(src, g...)                            ages the lists
+ *   reclaim_guest_pageout(g, budget, node)                 whoever gives
+ *   while (reclaim_guest_settle_step(src, g, ...) > 0) ;  the next baseline
+ * host_reclaim_scan() and host_reclaim_settle() do the steps in one go.
  */
 #ifndef MEMBAL_HOST_RECLAIM_H
 #define MEMBAL_HOST_RECLAIM_H
@@ -24,17 +34,18 @@
 #include "host/node_map.h"
 
 #define RECLAIM_CHUNK_BYTES (2ULL * 1024 * 1024)
+#define RECLAIM_BATCH_CHUNKS 64
 
 typedef struct {
     guest_ram ram;
     cold_lru lru;          /* its n_chunks and chunk_bytes describe the split */
-    uint64_t *pm;          /* pagemap during a scan (NULL between scans) */
-    uint8_t *was_out;      /* bitmap: page swapped after the previous scan's pageouts */
-    uint16_t *hint;        /* per chunk, a page the probe source saw in use */
-    bool have_prev;
-    chunk_obs *obs;
+    chunk_obs *obs;        /* per chunk, this scan's observation */
+    chunk_base *base;      /* per chunk, the last scan's end */
     int16_t *chunk_node;   /* NUMA node of each chunk's memory, -1 unknown */
-    /* what the last scan found */
+    bool have_prev;        /* a scan was settled: base holds */
+    size_t cursor;         /* next chunk of the running scan or settle */
+    uint64_t scan_resident, scan_swapped;   /* counted so far in this scan */
+    /* what the last complete scan found */
     uint64_t resident_bytes, swapped_bytes, cold_bytes;
     /* totals */
     uint64_t paged_out_bytes;   /* by reclaim, not counting probes */
@@ -45,14 +56,18 @@ typedef struct {
 /* Open pid's guest RAM (ram_bytes) for reclaim.  0, or -1 with the reason. */
 int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const cold_tunables *t, GError **error);
 void reclaim_guest_close(reclaim_guest *g);
+/* Bytes this guest's scan state takes between and during scans. */
+size_t reclaim_guest_state_bytes(const reclaim_guest *g);
 
-/* Read every guest's pagemap, find refaults (pages we paged out that are
- * present again), let the source mark references, age the lists.
- * now_us: a monotonic clock.  Guests whose process is gone are reported
- * through failed[i] (may be NULL).  0, or -1 with the reason if the source
- * failed (the lists still aged on what pagemap showed). */
-int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_map *nodes, uint64_t now_us,
-                      bool *failed, GError **error);
+/* A scan starts (the source's begin).  0, or -1 with the reason: the
+ * scan then counts every chunk as used. */
+int reclaim_scan_begin(cold_source *src, uint64_t now_us, GError **error);
+/* Observe up to max_chunks more chunks of g.  1 while chunks are left, 0
+ * when g is done, -1 when its process is gone (its scan is abandoned). */
+int reclaim_guest_scan_step(cold_source *src, reclaim_guest *g, const node_map *nodes, size_t max_chunks);
+/* Every guest was observed: the source's end, then each of the k guests
+ * in g (all scanned to 0) ages its lists.  0, or -1 with the reason. */
+int reclaim_scan_end(cold_source *src, reclaim_guest **g, size_t k, uint64_t now_us, GError **error);
 
 /* Page out up to budget bytes of g's coldest chunks; only chunks on node
  * when node >= 0.  Returns the bytes paged out. */
@@ -62,8 +77,17 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node);
  * process exits): only those chunks count as paged out. */
 size_t pageout_covered(const guest_ram *r, const ram_range *rr, size_t k, uint64_t advised);
 
-/* After the round's pageouts: the source arms its next observation and
- * the pagemap is re-read as the baseline for the next refault check. */
+/* After the pageouts, up to max_chunks more chunks: the source arms its
+ * next observation (probes) and the chunk's baseline is taken.  1 while
+ * chunks are left, 0 when done, -1 when the process is gone. */
+int reclaim_guest_settle_step(cold_source *src, reclaim_guest *g, size_t max_chunks);
+
+/* All the steps of a scan at once, for n guests; failed[i] (may be NULL)
+ * says which guests' processes were gone.  0, or -1 with the source's
+ * reason (the lists still aged on what pagemap showed). */
+int host_reclaim_scan(cold_source *src, reclaim_guest **g, size_t n, const node_map *nodes, uint64_t now_us,
+                      bool *failed, GError **error);
+/* All the settle steps at once. */
 void host_reclaim_settle(cold_source *src, reclaim_guest **g, size_t n);
 
 #endif

@@ -174,7 +174,7 @@ typedef struct {
 static void count_swapped(const reclaim_guest *g, second_set set, outcome *o)
 {
     uint64_t *pm = calloc(g->ram.n_pages, sizeof(*pm));
-    ck_assert_int_eq(guest_ram_pagemap(&g->ram, pm), 0);
+    ck_assert_int_eq(guest_ram_pagemap(&g->ram, 0, g->ram.n_pages, pm), 0);
     size_t per = CHUNK / g->ram.page_bytes;
     o->cold_swapped = o->hot_swapped = o->warm_swapped = 0;
     for (size_t i = 0; i < g->ram.n_pages; i++)
