@@ -154,13 +154,20 @@ static int oldest_first(const void *a, const void *b)
     return x->idx < y->idx ? -1 : (x->idx > y->idx);
 }
 
-static bool is_candidate(const cold_lru *l, const cold_chunk *c, const chunk_obs *o)
+static bool is_candidate(const cold_lru *l, const cold_chunk *c, const chunk_obs *o, uint32_t min_idle)
 {
-    return c->list == CHUNK_INACTIVE && c->idle_scans >= l->cold_age && o->resident_pages > 0;
+    return c->list == CHUNK_INACTIVE && c->idle_scans >= l->cold_age && c->idle_scans >= min_idle &&
+           o->resident_pages > 0;
 }
 
 size_t cold_lru_pick(const cold_lru *l, const chunk_obs *obs, uint64_t budget, size_t *out,
                      size_t max_out, uint64_t *bytes)
+{
+    return cold_lru_pick_idle(l, obs, 0, budget, out, max_out, bytes);
+}
+
+size_t cold_lru_pick_idle(const cold_lru *l, const chunk_obs *obs, uint32_t min_idle, uint64_t budget, size_t *out,
+                          size_t max_out, uint64_t *bytes)
 {
     *bytes = 0;
     if (budget > l->budget_bytes)
@@ -170,7 +177,7 @@ size_t cold_lru_pick(const cold_lru *l, const chunk_obs *obs, uint64_t budget, s
         return 0;
     size_t n = 0;
     for (size_t i = 0; i < l->n_chunks; i++)
-        if (is_candidate(l, &l->chunks[i], &obs[i]))
+        if (is_candidate(l, &l->chunks[i], &obs[i], min_idle))
             cand[n++] = (candidate){ i, l->chunks[i].idle_scans };
     qsort(cand, n, sizeof(*cand), oldest_first);
     size_t picked = 0;
@@ -202,7 +209,7 @@ uint64_t cold_lru_cold_bytes(const cold_lru *l, const chunk_obs *obs)
 {
     uint64_t sum = 0;
     for (size_t i = 0; i < l->n_chunks; i++)
-        if (is_candidate(l, &l->chunks[i], &obs[i]))
+        if (is_candidate(l, &l->chunks[i], &obs[i], 0))
             sum += (uint64_t)obs[i].resident_pages * l->page_bytes;
     return sum;
 }

@@ -97,6 +97,10 @@ size_t cold_lru_age(cold_lru *l, const chunk_obs *obs);
 size_t cold_lru_pick(const cold_lru *l, const chunk_obs *obs, uint64_t budget, size_t *out,
                      size_t max_out, uint64_t *bytes);
 
+/* cold_lru_pick for chunks idle for at least min_idle scans too. */
+size_t cold_lru_pick_idle(const cold_lru *l, const chunk_obs *obs, uint32_t min_idle, uint64_t budget, size_t *out,
+                          size_t max_out, uint64_t *bytes);
+
 /* The caller paged chunk idx out (resident_bytes of it). */
 void cold_lru_mark_evicted(cold_lru *l, size_t idx, uint64_t resident_bytes);
 

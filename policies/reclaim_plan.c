@@ -1,6 +1,7 @@
 /* Host-reclaim decisions; see reclaim_plan.h. */
 #include "policies/reclaim_plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 uint64_t reclaim_shortfall(uint64_t avail, uint64_t low, uint64_t high, uint64_t coming)
@@ -70,4 +71,43 @@ size_t reclaim_plan_givers(const reclaim_candidate *c, size_t n, size_t *order)
         order[i] = r[i].idx;
     free(r);
     return k;
+}
+
+reclaim_slo reclaim_slo_judge(const reclaim_slo_input *in, reclaim_slo prev)
+{
+    /* hysteresis: a guest outside comes back inside only below three
+     * quarters of each limit, so it does not flap at the edge with every
+     * round's average */
+    double back = prev == SLO_WITHIN ? 1.0 : SLO_HYSTERESIS;
+    double budget_bps = in->budget_percent / 100.0 * (double)in->ws_bytes / 60.0;
+    if (in->agent_fresh && in->agent_psi_some >= SLO_GUEST_PSI_LIMIT * back)
+        return SLO_PRESSURE;
+    /* faulting in more than its whole promotion budget for reasons of its
+     * own (or the host kernel's reclaim): not the time to add ours */
+    if (in->foreign_fault_bps > budget_bps * back)
+        return SLO_PRESSURE;
+    if (in->promoted_bps > budget_bps * back)
+        return SLO_OVER_BUDGET;
+    return SLO_WITHIN;
+}
+
+const char *reclaim_slo_name(reclaim_slo s)
+{
+    switch (s) {
+    case SLO_WITHIN:
+        return "within";
+    case SLO_OVER_BUDGET:
+        return "over-budget";
+    case SLO_PRESSURE:
+        return "pressure";
+    }
+    return "?";
+}
+
+double reclaim_rate_average(double avg, double bytes, double dt_s)
+{
+    if (dt_s <= 0)
+        return avg;
+    double keep = exp(-dt_s / 60.0);
+    return avg * keep + bytes / dt_s * (1.0 - keep);
 }

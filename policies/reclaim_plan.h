@@ -12,6 +12,15 @@
  *              such guests are not even scanned (probes are pageouts).
  *   order      streaming guests first, then whoever has the most cold
  *              memory.
+ *   SLO        per guest, one service-level objective across host swap:
+ *              what comes back from host swap (pages of chunks we paged
+ *              out, faulted in again: promotions) stays under a budget, a
+ *              share of the guest's host-measured working set per minute
+ *              (0.2% by default: Google's far memory, ASPLOS'19), and the
+ *              guest shows no pressure (its PSI through the agent, or its
+ *              QEMU's major faults that are not ours).  A guest outside
+ *              its SLO gives nothing to host reclaim, proactive or not,
+ *              until it is back inside (below 3/4 of each limit).
  */
 #ifndef MEMBAL_RECLAIM_PLAN_H
 #define MEMBAL_RECLAIM_PLAN_H
@@ -58,5 +67,36 @@ typedef struct {
 /* Indices of the candidates that may give, in giving order, into order
  * (room for n).  Returns the count. */
 size_t reclaim_plan_givers(const reclaim_candidate *c, size_t n, size_t *order);
+
+/* One guest's SLO inputs, host-measured except the agent's PSI. */
+typedef struct {
+    uint64_t ws_bytes;          /* resident minus cold */
+    double promoted_bps;        /* promotions, bytes/s, a one-minute average */
+    double budget_percent;      /* % of ws_bytes per minute */
+    double foreign_fault_bps;   /* its QEMU's major faults beyond our probes and promotions, bytes/s (one-minute
+                                 * average); < 0 unknown */
+    bool agent_fresh;
+    double agent_psi_some;      /* % (avg10) */
+} reclaim_slo_input;
+
+typedef enum { SLO_WITHIN, SLO_OVER_BUDGET, SLO_PRESSURE } reclaim_slo;
+
+/* Guest memory PSI "some" (avg10, %) at which a guest is under pressure:
+ * TMO's Senpai target is 10 ms of stall per 6 s (0.17%); a guest's own
+ * reclaim is seen at a few tenths, so 1% is pressure beyond doubt. */
+#define SLO_GUEST_PSI_LIMIT 1.0
+/* Host memory PSI "some" (avg10, %) above which nothing is paged out
+ * proactively: the host is already stalling, more swap-out adds to it. */
+#define SLO_HOST_PSI_LIMIT 1.0
+
+/* Outside the SLO until below this share of each limit. */
+#define SLO_HYSTERESIS 0.75
+
+/* Where the guest stands now, given where it stood (prev). */
+reclaim_slo reclaim_slo_judge(const reclaim_slo_input *in, reclaim_slo prev);
+const char *reclaim_slo_name(reclaim_slo s);
+/* The one-minute average of a rate: avg updated with bytes seen over the
+ * last dt_s seconds. */
+double reclaim_rate_average(double avg, double bytes, double dt_s);
 
 #endif

@@ -18,6 +18,7 @@ void vm_policy_default(vm_policy *p)
     p->max_bytes = 0;
     p->mode = VM_MODE_AUTO;
     p->protect = false;
+    p->promotion_budget = -1;
 }
 
 const char *vm_priority_name(vm_priority prio)

@@ -22,6 +22,7 @@ typedef struct {
     uint64_t max_bytes; /* ceiling; 0 = domain maximum */
     vm_mode mode;       /* off: observe only, never balloon */
     bool protect;       /* never force this guest below its available memory */
+    double promotion_budget; /* host reclaim's SLO, % of its working set per minute; < 0: the daemon's */
 } vm_policy;
 
 /* Defaults: normal priority, 1000 shares, no floor/ceiling, auto. */

@@ -35,6 +35,11 @@ void config_defaults(balancer_config *c)
     c->hr_min_per_scan = 4 * MIB;
     c->hr_probes = 2;
     c->hr_protect = true;
+    c->hr_proactive = true;
+    c->hr_proactive_age = 120;
+    c->hr_promotion_budget = 0.2;
+    c->hr_max_cpu = 10;
+    c->hr_max_swap_out = 64 * MIB;
 }
 
 void config_clear(balancer_config *c)
@@ -217,7 +222,7 @@ static int get_bool(loader *l, const char *group, const char *key, bool *dst)
     return rc;
 }
 
-static const char *const known_keys[][12] = {
+static const char *const known_keys[][18] = {
     { "balancer", "connect", "policy", "tick", "stats_period", "control_socket", NULL },
     { "watermarks", "min", "low", "high", NULL },
     { "guests", "default_floor_percent", "default_floor_min", NULL },
@@ -226,7 +231,8 @@ static const char *const known_keys[][12] = {
     { "metrics", "listen", NULL },
     { "host", "memory_cgroup", NULL },
     { "host_reclaim", "enabled", "source", "scan_interval", "min_cold_age", "max_cold_age", "max_per_scan",
-      "min_per_scan", "probes_per_chunk", "protect_working_set", NULL },
+      "min_per_scan", "probes_per_chunk", "protect_working_set", "proactive", "proactive_age", "promotion_budget",
+      "max_cpu", "max_swap_out", NULL },
 };
 
 static int check_unknown(loader *l)
@@ -327,6 +333,13 @@ int config_load_text(balancer_config *c, const char *data, size_t len, const cha
     rc = rc ? rc : get_size(&l, "host_reclaim", "min_per_scan", &n.hr_min_per_scan);
     rc = rc ? rc : get_uint(&l, "host_reclaim", "probes_per_chunk", 1, 64, &n.hr_probes);
     rc = rc ? rc : get_bool(&l, "host_reclaim", "protect_working_set", &n.hr_protect);
+    rc = rc ? rc : get_bool(&l, "host_reclaim", "proactive", &n.hr_proactive);
+    rc = rc ? rc : get_uint(&l, "host_reclaim", "proactive_age", 1, 86400, &n.hr_proactive_age);
+    rc = rc ? rc : get_percent(&l, "host_reclaim", "promotion_budget", &n.hr_promotion_budget);
+    rc = rc ? rc : get_percent(&l, "host_reclaim", "max_cpu", &n.hr_max_cpu);
+    rc = rc ? rc : get_size(&l, "host_reclaim", "max_swap_out", &n.hr_max_swap_out);
+    if (rc == 0 && n.hr_max_cpu <= 0)
+        rc = bad(&l, "host_reclaim", "max_cpu", "must be more than 0%", "0");
     if (rc == 0 && strcmp(n.hr_source, "auto") && strcmp(n.hr_source, "damon") && strcmp(n.hr_source, "probe"))
         rc = bad(&l, "host_reclaim", "source", "expected auto, damon or probe", n.hr_source);
     if (rc == 0 && n.hr_min_cold_age > n.hr_max_cold_age)

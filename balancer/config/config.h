@@ -38,6 +38,11 @@ typedef struct {
     uint64_t hr_min_per_scan;   /* min_per_scan */
     unsigned hr_probes;         /* probes_per_chunk (probe source) */
     bool hr_protect;            /* protect_working_set (cgroup memory.low / soft limit) */
+    bool hr_proactive;          /* proactive: page out long-idle memory without host pressure */
+    unsigned hr_proactive_age;  /* proactive_age (s): idle this long before a proactive pageout */
+    double hr_promotion_budget; /* promotion_budget (% of a guest's working set per minute) */
+    double hr_max_cpu;          /* max_cpu (% of one core for scanning) */
+    uint64_t hr_max_swap_out;   /* max_swap_out (bytes per second, all guests) */
 } balancer_config;
 
 void config_defaults(balancer_config *c);

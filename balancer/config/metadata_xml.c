@@ -1,6 +1,7 @@
 #include "config/metadata_xml.h"
 
 #include <errno.h>
+#include <math.h>
 #include <glib.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -81,9 +82,18 @@ static int parse_attr(xmlAttrPtr a, const char *val, vm_policy *p, bool *shares_
             p->protect = false;
         else
             return fail(error, "protect=\"%.32s\": expected yes or no", val);
+    } else if (strcmp(name, "promotion_budget") == 0) {
+        char *end;
+        errno = 0;
+        double d = strtod(val, &end);
+        if (end != val && *end == '%')
+            end++;
+        if (errno || end == val || *end || !isfinite(d) || d < 0 || d > 100)
+            return fail(error, "promotion_budget=\"%.32s\": expected a percentage from 0 to 100, such as 0.2%%", val);
+        p->promotion_budget = d;
     } else {
         return fail(error,
-                    "unknown attribute '%.32s' (known: priority, shares, min, max, mode, protect)",
+                    "unknown attribute '%.32s' (known: priority, shares, min, max, mode, protect, promotion_budget)",
                     name);
     }
     return 0;

@@ -77,6 +77,11 @@ static void swap_host_reclaim(balancer_config *dst, balancer_config *src)
     dst->hr_min_per_scan = src->hr_min_per_scan;
     dst->hr_probes = src->hr_probes;
     dst->hr_protect = src->hr_protect;
+    dst->hr_proactive = src->hr_proactive;
+    dst->hr_proactive_age = src->hr_proactive_age;
+    dst->hr_promotion_budget = src->hr_promotion_budget;
+    dst->hr_max_cpu = src->hr_max_cpu;
+    dst->hr_max_swap_out = src->hr_max_swap_out;
     src->hr_source = t.hr_source;
 }
 
@@ -86,7 +91,9 @@ static bool same_host_reclaim(const balancer_config *a, const balancer_config *c
            a->hr_scan_interval == c->hr_scan_interval && a->hr_min_cold_age == c->hr_min_cold_age &&
            a->hr_max_cold_age == c->hr_max_cold_age && a->hr_max_per_scan == c->hr_max_per_scan &&
            a->hr_min_per_scan == c->hr_min_per_scan && a->hr_probes == c->hr_probes &&
-           a->hr_protect == c->hr_protect;
+           a->hr_protect == c->hr_protect && a->hr_proactive == c->hr_proactive &&
+           a->hr_proactive_age == c->hr_proactive_age && a->hr_promotion_budget == c->hr_promotion_budget &&
+           a->hr_max_cpu == c->hr_max_cpu && a->hr_max_swap_out == c->hr_max_swap_out;
 }
 
 int balancer_replace_config(balancer *b, balancer_config *cfg, GError **error)

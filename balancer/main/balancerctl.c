@@ -181,6 +181,13 @@ static void print_explain(json_object *r)
                sz(num(h, "resident_bytes"), a), sz(num(h, "swapped_bytes"), b), sz(num(h, "cold_bytes"), c),
                sz(num(h, "paged_out_bytes"), d), str(h, "refaults"), sz(num(h, "refault_bytes"), f),
                str(h, "cold_age_scans"), sz(num(h, "budget_bytes"), e), num(h, "protected_bytes") > 0 ? ", working set protected in its cgroup" : "");
+        char w[24], pr[24];
+        uint64_t ws = num(h, "working_set_bytes");
+        double budget = dbl(h, "promotion_budget_percent");
+        printf("  host-measured working set %s; SLO %s: promotions %.1f KiB/s of a budget of %.2f%%/min "
+               "(%.1f KiB/s), %s paged out proactively\n",
+               sz(ws, w), str(h, "slo"), dbl(h, "promotion_bytes_per_second") / 1024, budget,
+               budget / 100 * (double)ws / 60 / 1024, sz(num(h, "proactive_bytes"), pr));
     }
 }
 

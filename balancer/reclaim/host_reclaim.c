@@ -124,6 +124,10 @@ static void summarise_chunk(reclaim_guest *g, size_t c, const uint64_t *pm, size
     o->referenced = (!g->have_prev && !evicted) || back >= (evicted ? REFAULT_MIN_PAGES : 1);
     g->scan_resident += resident * g->ram.page_bytes;
     g->scan_swapped += out * g->ram.page_bytes;
+    if (evicted)
+        g->scan_promoted += back;
+    else
+        g->scan_probe_back += back;
 }
 
 int reclaim_scan_begin(cold_source *src, uint64_t now_us, GError **error)
@@ -134,7 +138,7 @@ int reclaim_scan_begin(cold_source *src, uint64_t now_us, GError **error)
 int reclaim_guest_scan_step(cold_source *src, reclaim_guest *g, const node_map *nodes, size_t max_chunks)
 {
     if (g->cursor == 0)
-        g->scan_resident = g->scan_swapped = 0;
+        g->scan_resident = g->scan_swapped = g->scan_promoted = g->scan_probe_back = 0;
     size_t per = pages_per_chunk(g);
     g_autofree uint64_t *buf = g_new(uint64_t, RECLAIM_BATCH_CHUNKS * per);
     cold_target t;
@@ -167,6 +171,8 @@ int reclaim_scan_end(cold_source *src, reclaim_guest **g, size_t k, uint64_t now
     for (size_t i = 0; i < k; i++) {
         g[i]->resident_bytes = g[i]->scan_resident;
         g[i]->swapped_bytes = g[i]->scan_swapped;
+        g[i]->promoted_pages = g[i]->scan_promoted;
+        g[i]->probe_back_pages = g[i]->scan_probe_back;
         cold_lru_age(&g[i]->lru, g[i]->obs);
         g[i]->cold_bytes = cold_lru_cold_bytes(&g[i]->lru, g[i]->obs);
     }
@@ -270,7 +276,7 @@ size_t pageout_covered(const guest_ram *r, const ram_range *rr, size_t k, uint64
     return j;
 }
 
-uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
+uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node, uint32_t min_idle)
 {
     chunk_obs *obs = g->obs;
     g_autofree chunk_obs *masked = NULL;
@@ -285,7 +291,7 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node)
     }
     g_autofree size_t *pick = g_new(size_t, g->lru.n_chunks);
     uint64_t bytes = 0;
-    size_t k = cold_lru_pick(&g->lru, obs, budget, pick, g->lru.n_chunks, &bytes);
+    size_t k = cold_lru_pick_idle(&g->lru, obs, min_idle, budget, pick, g->lru.n_chunks, &bytes);
     uint64_t done = 0;
     if (k) {
         g_autofree ram_range *rr = g_new(ram_range, k);

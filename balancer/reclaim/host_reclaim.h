@@ -45,8 +45,11 @@ typedef struct {
     bool have_prev;        /* a scan was settled: base holds */
     size_t cursor;         /* next chunk of the running scan or settle */
     uint64_t scan_resident, scan_swapped;   /* counted so far in this scan */
+    uint64_t scan_promoted, scan_probe_back; /* pages back from swap so far: of paged-out chunks, of probes */
     /* what the last complete scan found */
     uint64_t resident_bytes, swapped_bytes, cold_bytes;
+    uint64_t promoted_pages;    /* pages of paged-out chunks back in since the scan before */
+    uint64_t probe_back_pages;  /* probes (and other pages of resident chunks) back in */
     /* totals */
     uint64_t paged_out_bytes;   /* by reclaim, not counting probes */
     uint64_t probe_bytes;       /* paged out as probes (probe source) */
@@ -69,9 +72,10 @@ int reclaim_guest_scan_step(cold_source *src, reclaim_guest *g, const node_map *
  * in g (all scanned to 0) ages its lists.  0, or -1 with the reason. */
 int reclaim_scan_end(cold_source *src, reclaim_guest **g, size_t k, uint64_t now_us, GError **error);
 
-/* Page out up to budget bytes of g's coldest chunks; only chunks on node
- * when node >= 0.  Returns the bytes paged out. */
-uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node);
+/* Page out up to budget bytes of g's coldest chunks: idle for at least
+ * min_idle scans (and the guest's cold age), only on node when node >= 0.
+ * Returns the bytes paged out. */
+uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node, uint32_t min_idle);
 /* How many of the k ranges, in order, lie wholly within the first
  * `advised` bytes a process_madvise covered (it may stop early when the
  * process exits): only those chunks count as paged out. */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "host/pressure.h"
 #include "policies/reclaim_plan.h"
 #include "reclaim/host_reclaim.h"
 #include "util/error.h"
@@ -16,31 +17,76 @@
 #include "config/size_parse.h"
 #include "util/small_file.h"
 
-#define REOPEN_SCANS 10          /* retry a guest that could not be opened */
+#define REOPEN_ROUNDS 10         /* retry a guest that could not be opened */
 #define PROTECT_SLACK (16ULL << 20)
 
+/* A guest's host-reclaim state.  Reference-counted: the core's guest
+ * holds one, a running round another. */
 struct hswap_guest {
+    GMutex lock;                 /* guards pub */
+    host_swap_guest_stats pub;   /* what the last round found */
+    /* the rest belongs to the round thread (one round at a time) */
     reclaim_guest rg;
     bool open;
     int pid;
-    uint64_t retry_scan;         /* scan number of the next open attempt */
+    uint64_t retry_round;        /* round number of the next open attempt */
     char error[256];             /* why it is not open, logged once */
     qemu_memcg cg;
     bool cg_own;                 /* the cgroup holds this QEMU alone */
     uint64_t protected_bytes;
     memcg_saved cg_before;       /* its protection before ours, put back at the end */
+    uint64_t proactive_bytes;
+    /* SLO */
+    int64_t last_round_ms;       /* 0: no round yet */
+    uint64_t majflt;             /* its QEMU's major faults at the last round */
+    bool majflt_known;
+    double promoted_bps, foreign_bps;
+    reclaim_slo slo;
 };
 
+/* What a round needs of one guest, copied from the tick. */
+typedef struct {
+    hswap_guest *h;              /* a reference */
+    char *name;
+    int pid;
+    guest_view view;             /* name and uuid point to name / NULL */
+    double budget_percent;
+} round_guest;
+
+typedef struct {
+    round_guest *g;
+    size_t n;
+    reclaim_want wants[HOST_MAX_NODES];
+    size_t n_wants;
+    bool can_swap;
+    bool reclaiming;
+    double host_psi_some;        /* < 0 unknown */
+} round_job;
+
 struct host_swap {
+    /* set at creation, read-only after */
     cold_source *src;
     node_map nodes;
     cold_tunables tun;
     unsigned scan_interval;      /* seconds */
     bool protect;                /* protect_working_set */
+    bool proactive;
+    uint32_t proactive_scans;    /* proactive_age in scans */
+    double promotion_budget;     /* % of the working set per minute, unless the guest's metadata says */
+    double max_cpu;              /* % of one core */
+    uint64_t max_swap_out;       /* bytes per second */
+    /* the main loop's */
     int64_t next_scan_ms;
-    uint64_t scans, scan_errors, paged_out_bytes;
-    uint64_t idle_skips;         /* scan ticks skipped for want of pressure */
-    double cpu_seconds;
+    /* shared with the round thread, under lock */
+    GMutex lock;
+    GCond cond;
+    GThread *thread;
+    round_job *job;              /* handed over, not yet taken */
+    bool busy, stop;
+    uint64_t scans, scan_errors, paged_out_bytes, proactive_bytes, idle_skips, busy_skips;
+    double cpu_seconds, last_round_seconds;
+    /* the round thread's */
+    uint64_t rounds;
     bool warned_no_swap;
     char last_error[256];
 };
@@ -59,25 +105,60 @@ static void guest_close(hswap_guest *h)
     h->open = false;
 }
 
-void host_swap_guest_free(hswap_guest *h)
+/* The last reference went: released, host reclaim reconfigured or off, or
+ * the daemon stopping.  The group gets back the protection it had before
+ * us. */
+static void guest_clear(hswap_guest *h)
 {
-    if (!h)
-        return;
-    /* released, host reclaim reconfigured or off, or the daemon stopping:
-     * the group gets back the protection it had before us */
     if (h->cg_before.saved && memcg_restore(&h->cg, &h->cg_before) < 0)
         log_warn("cannot restore %s's memory protection: %m", h->cg.dir);
     guest_close(h);
-    g_free(h);
+    g_mutex_clear(&h->lock);
 }
+
+static hswap_guest *guest_new(void)
+{
+    hswap_guest *h = g_atomic_rc_box_new0(hswap_guest);
+    g_mutex_init(&h->lock);
+    h->pub.slo = reclaim_slo_name(SLO_WITHIN);
+    return h;
+}
+
+void host_swap_guest_free(hswap_guest *h)
+{
+    if (h)
+        g_atomic_rc_box_release_full(h, (GDestroyNotify)guest_clear);
+}
+
+static void job_free(round_job *j)
+{
+    if (!j)
+        return;
+    for (size_t i = 0; i < j->n; i++) {
+        host_swap_guest_free(j->g[i].h);
+        g_free(j->g[i].name);
+    }
+    g_free(j->g);
+    g_free(j);
+}
+
+static gpointer round_thread(gpointer data);
 
 void host_swap_free(host_swap *hs)
 {
     if (!hs)
         return;
+    g_mutex_lock(&hs->lock);
+    hs->stop = true;
+    g_cond_broadcast(&hs->cond);
+    g_mutex_unlock(&hs->lock);
+    g_thread_join(hs->thread);
+    job_free(hs->job);
     if (hs->src)
         hs->src->ops->destroy(hs->src);
     node_map_free(&hs->nodes);
+    g_mutex_clear(&hs->lock);
+    g_cond_clear(&hs->cond);
     g_free(hs);
 }
 
@@ -120,7 +201,26 @@ host_swap *host_swap_new(const balancer_config *cfg, const char *damon_dir, GErr
                     missing);
         return NULL;
     }
+    cold_source *src = NULL;
+    const char *want = cfg->hr_source;
+    g_autoptr(GError) why = NULL;
+    if (strcmp(want, "probe") != 0) {
+        damon_params dp;
+        damon_params_default(&dp);
+        src = cold_source_damon_new(damon_dir, &dp, &why);
+        if (!src && strcmp(want, "damon") == 0) {
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "[host_reclaim] source = damon: %s",
+                        why->message);
+            return NULL;
+        }
+    }
+    if (!src) {
+        src = cold_source_probe_new(cfg->hr_probes);
+        if (why)
+            log_info("host reclaim: DAMON not usable (%s); using the probe scanner", why->message);
+    }
     host_swap *hs = g_new0(host_swap, 1);
+    hs->src = src;
     cold_tunables_default(&hs->tun);
     hs->tun.min_cold_age = cfg->hr_min_cold_age;
     hs->tun.max_cold_age = cfg->hr_max_cold_age;
@@ -128,53 +228,47 @@ host_swap *host_swap_new(const balancer_config *cfg, const char *damon_dir, GErr
     hs->tun.min_budget_bytes = cfg->hr_min_per_scan;
     hs->scan_interval = cfg->hr_scan_interval;
     hs->protect = cfg->hr_protect;
-    const char *want = cfg->hr_source;
-    g_autoptr(GError) why = NULL;
-    if (strcmp(want, "probe") != 0) {
-        damon_params dp;
-        damon_params_default(&dp);
-        hs->src = cold_source_damon_new(damon_dir, &dp, &why);
-        if (!hs->src && strcmp(want, "damon") == 0) {
-            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "[host_reclaim] source = damon: %s",
-                        why->message);
-            g_free(hs);
-            return NULL;
-        }
-    }
-    if (!hs->src) {
-        hs->src = cold_source_probe_new(cfg->hr_probes);
-        if (why)
-            log_info("host reclaim: DAMON not usable (%s); using the probe scanner", why->message);
-    }
+    hs->proactive = cfg->hr_proactive;
+    hs->proactive_scans = (cfg->hr_proactive_age + cfg->hr_scan_interval - 1) / cfg->hr_scan_interval;
+    hs->promotion_budget = cfg->hr_promotion_budget;
+    hs->max_cpu = cfg->hr_max_cpu;
+    hs->max_swap_out = cfg->hr_max_swap_out;
     node_map_load(&hs->nodes, "/sys/devices/system", 4096);
-    log_info("host reclaim: enabled, %s source, scan every %u s, cold after %u-%u scans, up to %llu MiB per guest "
-             "per scan",
-             hs->src->ops->name, cfg->hr_scan_interval, cfg->hr_min_cold_age, cfg->hr_max_cold_age,
-             (unsigned long long)(cfg->hr_max_per_scan >> 20));
+    g_mutex_init(&hs->lock);
+    g_cond_init(&hs->cond);
+    hs->thread = g_thread_new("host-reclaim", round_thread, hs);
+    char rate[32];
+    size_format(cfg->hr_max_swap_out, rate, sizeof(rate));
+    log_info("host reclaim: enabled, %s source, scan every %u s (at most %.0f%% of a core), cold after %u-%u scans, "
+             "up to %llu MiB per guest per scan and %s/s in all; proactive %s (idle >= %u s); promotion budget "
+             "%.2f%% of the working set per minute",
+             src->ops->name, cfg->hr_scan_interval, cfg->hr_max_cpu, cfg->hr_min_cold_age, cfg->hr_max_cold_age,
+             (unsigned long long)(cfg->hr_max_per_scan >> 20), rate, cfg->hr_proactive ? "on" : "off",
+             cfg->hr_proactive_age, cfg->hr_promotion_budget);
     return hs;
 }
 
 /* Open (or re-open after QEMU restarted) what we scan of the guest. */
-static bool ensure_open(host_swap *hs, host_swap_target *t, uint64_t scan)
+static bool ensure_open(host_swap *hs, round_guest *t, uint64_t round)
 {
-    hswap_guest *h = *t->state;
-    if (!h)
-        h = *t->state = g_new0(hswap_guest, 1);
-    int pid = t->qemu_pid;
+    hswap_guest *h = t->h;
+    int pid = t->pid;
     if (h->open && pid == h->pid)
         return true;
     guest_close(h);
-    if (scan < h->retry_scan)
+    if (round < h->retry_round)
         return false;
     g_autoptr(GError) err = NULL;
     if (pid <= 0) {
         g_set_error(&err, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "QEMU's pid is not known");
-    } else if (!t->view->max_bytes) {
+    } else if (!t->view.max_bytes) {
         g_set_error(&err, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "guest memory size not known yet");
-    } else if (reclaim_guest_open(&h->rg, pid, t->view->max_bytes, &hs->tun, &err) == 0) {
+    } else if (reclaim_guest_open(&h->rg, pid, t->view.max_bytes, &hs->tun, &err) == 0) {
         h->open = true;
         h->pid = pid;
         h->error[0] = '\0';
+        h->last_round_ms = 0;
+        h->majflt_known = false;
         h->cg_own = qemu_memcg_find(pid, &h->cg) == 0 && memcg_sole_owner(&h->cg, pid) == 1;
         log_info("guest %s: host reclaim scans %llu MiB of guest RAM in QEMU pid %d%s%s", t->name,
                  (unsigned long long)(h->rg.ram.bytes >> 20), pid, h->cg_own ? ", cgroup " : "",
@@ -184,33 +278,79 @@ static bool ensure_open(host_swap *hs, host_swap_target *t, uint64_t scan)
     if (strcmp(err->message, h->error) != 0)
         log_warn("guest %s: no host reclaim: %s", t->name, err->message);
     snprintf(h->error, sizeof(h->error), "%s", err->message);
-    h->retry_scan = scan + REOPEN_SCANS;
+    h->retry_round = round + REOPEN_ROUNDS;
     return false;
 }
 
-static uint64_t page_out(host_swap_target **givers, size_t n, uint64_t want, int node)
+/* Pause after a step that took the CPU since cpu_before, so that the
+ * round stays within max_cpu of one core.  false when the daemon stops. */
+static bool pace(host_swap *hs, double cpu_before)
+{
+    double pause = (cpu_now() - cpu_before) * (100.0 / hs->max_cpu - 1.0);
+    gint64 until = g_get_monotonic_time() + (gint64)(pause * 1e6);
+    g_mutex_lock(&hs->lock);
+    while (!hs->stop && g_cond_wait_until(&hs->cond, &hs->lock, until))
+        ;
+    bool go = !hs->stop;
+    g_mutex_unlock(&hs->lock);
+    return go;
+}
+
+typedef int (*step_fn)(host_swap *hs, reclaim_guest *g);
+
+static int scan_step(host_swap *hs, reclaim_guest *g)
+{
+    return reclaim_guest_scan_step(hs->src, g, &hs->nodes, RECLAIM_BATCH_CHUNKS);
+}
+
+static int settle_step(host_swap *hs, reclaim_guest *g)
+{
+    return reclaim_guest_settle_step(hs->src, g, RECLAIM_BATCH_CHUNKS);
+}
+
+/* A scan or a settle of one guest, a batch at a time.  0, -1 when its
+ * process is gone, -2 when the daemon stops (the guest's cursor is
+ * reset: the next round starts it over). */
+static int run_steps(host_swap *hs, reclaim_guest *g, step_fn step)
+{
+    for (;;) {
+        double c = cpu_now();
+        int rc = step(hs, g);
+        if (rc <= 0)
+            return rc;
+        if (!pace(hs, c)) {
+            g->cursor = 0;
+            return -2;
+        }
+    }
+}
+
+static uint64_t page_out(round_guest **givers, size_t n, uint64_t want, int node, uint32_t min_idle,
+                         const char *why)
 {
     uint64_t done = 0;
     for (size_t i = 0; i < n && done < want; i++) {
-        reclaim_guest *rg = &(*givers[i]->state)->rg;
-        uint64_t got = reclaim_guest_pageout(rg, want - done, node);
+        hswap_guest *h = givers[i]->h;
+        uint64_t got = reclaim_guest_pageout(&h->rg, want - done, node, min_idle);
         if (!got)
             continue;
         done += got;
+        if (min_idle)
+            h->proactive_bytes += got;
         char sz[32];
         size_format(got, sz, sizeof(sz));
-        log_info("guest %s: paged %s of cold memory out to host swap%s (idle >= %u scans)", givers[i]->name, sz,
-                 node >= 0 ? " from a short node" : "", rg->lru.cold_age);
+        log_info("guest %s: paged %s of cold memory out to host swap (%s%s, idle >= %u scans)", givers[i]->name, sz,
+                 why, node >= 0 ? ", a short node" : "", min_idle > h->rg.lru.cold_age ? min_idle : h->rg.lru.cold_age);
     }
     return done;
 }
 
-static void protect_working_sets(const host_swap *hs, host_swap_target **open, size_t n)
+static void protect_working_sets(const host_swap *hs, round_guest **open, size_t n)
 {
     if (!hs->protect)
         return;
     for (size_t i = 0; i < n; i++) {
-        hswap_guest *h = *open[i]->state;
+        hswap_guest *h = open[i]->h;
         if (!h->cg_own)
             continue;
         uint64_t hot = h->rg.resident_bytes > h->rg.cold_bytes ? h->rg.resident_bytes - h->rg.cold_bytes : 0;
@@ -229,7 +369,6 @@ static void protect_working_sets(const host_swap *hs, host_swap_target **open, s
     }
 }
 
-/* Page out what reclaim_plan asks for, from the givers in its order. */
 /* How much the host (and each NUMA node) is short of its low watermark
  * beyond what ballooning takes this tick: reclaim_plan_wants over this
  * round's host. */
@@ -243,22 +382,176 @@ static size_t round_wants(const host_swap_round *r, uint64_t balloon_reclaim, re
     return reclaim_plan_wants(&hm->host, r->wm, nodes, hm->n_nodes, balloon_reclaim, wants);
 }
 
-static void page_out_round(host_swap *hs, host_swap_target **open, size_t k, const host_swap_round *r)
+/* The guest's SLO after this round's scan: promotions and its QEMU's
+ * other major faults, averaged over a minute, against its budget. */
+static void judge_slo(hswap_guest *h, const round_guest *t, int64_t now_ms)
+{
+    reclaim_guest *g = &h->rg;
+    uint64_t page = g->ram.page_bytes, majflt = 0;
+    bool known = proc_major_faults(h->pid, &majflt) == 0;
+    double dt = h->last_round_ms ? (double)(now_ms - h->last_round_ms) / 1000.0 : 0;
+    if (dt > 0) {
+        h->promoted_bps = reclaim_rate_average(h->promoted_bps, (double)(g->promoted_pages * page), dt);
+        if (known && h->majflt_known && majflt >= h->majflt) {
+            uint64_t ours = g->promoted_pages + g->probe_back_pages, faults = majflt - h->majflt;
+            h->foreign_bps = reclaim_rate_average(h->foreign_bps, (double)((faults > ours ? faults - ours : 0) * page), dt);
+        }
+    }
+    h->majflt = majflt;
+    h->majflt_known = known;
+    h->last_round_ms = now_ms;
+    uint64_t ws = g->resident_bytes > g->cold_bytes ? g->resident_bytes - g->cold_bytes : 0;
+    reclaim_slo_input in = { ws, h->promoted_bps, t->budget_percent, known ? h->foreign_bps : -1,
+                             t->view.agent_fresh, t->view.agent_psi_some };
+    reclaim_slo slo = reclaim_slo_judge(&in, h->slo);
+    if (slo != h->slo)
+        log_info("guest %s: host reclaim SLO %s (promotions %.1f KiB/s, budget %.2f%% of a %llu MiB working set a "
+                 "minute = %.1f KiB/s; other major faults %.1f KiB/s%s)",
+                 t->name, reclaim_slo_name(slo), h->promoted_bps / 1024, t->budget_percent,
+                 (unsigned long long)(ws >> 20), t->budget_percent / 100 * (double)ws / 60 / 1024,
+                 known ? h->foreign_bps / 1024 : 0.0, t->view.agent_fresh ? "; agent PSI counted" : "");
+    h->slo = slo;
+}
+
+/* Who gives this round, in giving order: may give at all, and inside its
+ * SLO. */
+static size_t round_givers(round_guest **open, size_t k, round_guest **givers)
 {
     g_autofree reclaim_candidate *cand = g_new0(reclaim_candidate, k ? k : 1);
     g_autofree size_t *order = g_new0(size_t, k ? k : 1);
     for (size_t i = 0; i < k; i++)
-        cand[i] = (reclaim_candidate){ open[i]->view, (*open[i]->state)->rg.cold_bytes };
-    size_t ng = reclaim_plan_givers(cand, k, order);
-    if (!ng)
-        return;
-    g_autofree host_swap_target **givers = g_new0(host_swap_target *, ng);
+        cand[i] = (reclaim_candidate){ &open[i]->view, open[i]->h->rg.cold_bytes };
+    size_t ng = reclaim_plan_givers(cand, k, order), n = 0;
     for (size_t i = 0; i < ng; i++)
-        givers[i] = open[order[i]];
-    reclaim_want wants[HOST_MAX_NODES];
-    size_t nw = round_wants(r, r->balloon_reclaim, wants);
-    for (size_t i = 0; i < nw; i++)
-        hs->paged_out_bytes += page_out(givers, ng, wants[i].bytes, wants[i].node);
+        if (open[order[i]]->h->slo == SLO_WITHIN)
+            givers[n++] = open[order[i]];
+    return n;
+}
+
+static void page_out_round(host_swap *hs, round_job *j, round_guest **open, size_t k)
+{
+    g_autofree round_guest **givers = g_new0(round_guest *, k ? k : 1);
+    size_t ng = round_givers(open, k, givers);
+    uint64_t allowance = hs->max_swap_out * hs->scan_interval, done = 0;
+    for (size_t i = 0; i < j->n_wants && done < allowance; i++) {
+        uint64_t want = j->wants[i].bytes < allowance - done ? j->wants[i].bytes : allowance - done;
+        done += page_out(givers, ng, want, j->wants[i].node, 0, "the host is short");
+    }
+    uint64_t proactive = 0;
+    bool host_calm = j->host_psi_some < SLO_HOST_PSI_LIMIT;
+    if (hs->proactive && host_calm && done < allowance)
+        proactive = page_out(givers, ng, allowance - done, -1, hs->proactive_scans, "proactive");
+    g_mutex_lock(&hs->lock);
+    hs->paged_out_bytes += done + proactive;
+    hs->proactive_bytes += proactive;
+    g_mutex_unlock(&hs->lock);
+}
+
+static void publish_guest(hswap_guest *h)
+{
+    host_swap_guest_stats p = { 0 };
+    if (h->open) {
+        const reclaim_guest *g = &h->rg;
+        p.active = true;
+        p.resident_bytes = g->resident_bytes;
+        p.swapped_bytes = g->swapped_bytes;
+        p.cold_bytes = g->cold_bytes;
+        p.ws_bytes = g->resident_bytes > g->cold_bytes ? g->resident_bytes - g->cold_bytes : 0;
+        p.paged_out_bytes = g->paged_out_bytes;
+        p.probe_bytes = g->probe_bytes;
+        p.refaults = g->lru.refaults_total;
+        p.refault_bytes = g->lru.refault_pages_total * g->ram.page_bytes;
+        p.cold_age_scans = g->lru.cold_age;
+        p.budget_bytes = g->lru.budget_bytes;
+        p.protected_bytes = h->protected_bytes;
+        p.proactive_bytes = h->proactive_bytes;
+        p.promoted_bps = h->promoted_bps;
+        p.foreign_fault_bps = h->majflt_known ? h->foreign_bps : -1;
+    }
+    p.slo = reclaim_slo_name(h->slo);
+    g_mutex_lock(&h->lock);
+    double budget = h->pub.budget_percent;
+    h->pub = p;
+    h->pub.budget_percent = budget;
+    g_mutex_unlock(&h->lock);
+}
+
+static void run_round(host_swap *hs, round_job *j)
+{
+    double cpu0 = cpu_now();
+    int64_t start = mono_ms();
+    uint64_t round = hs->rounds++;
+    g_autofree round_guest **open = g_new0(round_guest *, j->n ? j->n : 1);
+    g_autofree reclaim_guest **rgs = g_new0(reclaim_guest *, j->n ? j->n : 1);
+    size_t k = 0;
+    g_autoptr(GError) err = NULL;
+    bool failed = reclaim_scan_begin(hs->src, (uint64_t)start * 1000, &err) < 0;
+    for (size_t i = 0; i < j->n; i++) {
+        if (!ensure_open(hs, &j->g[i], round))
+            continue;
+        int rc = run_steps(hs, &j->g[i].h->rg, scan_step);
+        if (rc == -2)
+            goto stopping;
+        if (rc < 0) {
+            guest_close(j->g[i].h); /* its QEMU went away: re-opened next round */
+            continue;
+        }
+        open[k] = &j->g[i];
+        rgs[k++] = &j->g[i].h->rg;
+    }
+    if (reclaim_scan_end(hs->src, rgs, k, (uint64_t)mono_ms() * 1000, failed ? NULL : &err) < 0)
+        failed = true;
+    if (failed && strcmp(err->message, hs->last_error) != 0)
+        log_warn("host reclaim: %s source: %s", hs->src->ops->name, err->message);
+    if (failed)
+        snprintf(hs->last_error, sizeof(hs->last_error), "%s", err->message);
+    for (size_t i = 0; i < k; i++)
+        judge_slo(open[i]->h, open[i], mono_ms());
+    if (!j->can_swap && !hs->warned_no_swap && (j->reclaiming || j->n_wants))
+        log_warn("host reclaim: the host has no swap; nothing can be paged out");
+    hs->warned_no_swap = hs->warned_no_swap || (!j->can_swap && (j->reclaiming || j->n_wants));
+    if (j->can_swap)
+        page_out_round(hs, j, open, k);
+    protect_working_sets(hs, open, k);
+    for (size_t i = 0; i < k; i++) {
+        int rc = run_steps(hs, rgs[i], settle_step);
+        if (rc == -2)
+            goto stopping;
+        if (rc < 0)
+            guest_close(open[i]->h);
+    }
+    for (size_t i = 0; i < j->n; i++)
+        publish_guest(j->g[i].h);
+    g_mutex_lock(&hs->lock);
+    hs->scans++;
+    hs->scan_errors += failed;
+    hs->cpu_seconds += cpu_now() - cpu0;
+    hs->last_round_seconds = (double)(mono_ms() - start) / 1000.0;
+    g_mutex_unlock(&hs->lock);
+    return;
+stopping:
+    for (size_t i = 0; i < j->n; i++)
+        j->g[i].h->rg.cursor = 0;
+}
+
+static gpointer round_thread(gpointer data)
+{
+    host_swap *hs = data;
+    g_mutex_lock(&hs->lock);
+    for (;;) {
+        while (!hs->stop && !hs->job)
+            g_cond_wait(&hs->cond, &hs->lock);
+        if (hs->stop)
+            break;
+        round_job *j = g_steal_pointer(&hs->job);
+        g_mutex_unlock(&hs->lock);
+        run_round(hs, j);
+        job_free(j);
+        g_mutex_lock(&hs->lock);
+        hs->busy = false;
+    }
+    g_mutex_unlock(&hs->lock);
+    return NULL;
 }
 
 bool host_swap_due(const host_swap *hs)
@@ -270,58 +563,54 @@ void host_swap_tick(host_swap *hs, host_swap_target *t, size_t n, const host_swa
 {
     if (!host_swap_due(hs))
         return;
-    int64_t now = mono_ms();
-    hs->next_scan_ms = now + (int64_t)hs->scan_interval * 1000;
-    /* No pressure (the host and every node above low, not reclaiming): no
-     * scan at all.  The probe source's probes are pageouts the guests pay
-     * for in faults; idle means idle (measured: a guest's wss lost 90% of
-     * its throughput to 2 s probe scans in the no-pressure scenario). */
+    hs->next_scan_ms = mono_ms() + (int64_t)hs->scan_interval * 1000;
+    g_mutex_lock(&hs->lock);
+    bool busy = hs->busy;
+    hs->busy_skips += busy;
+    g_mutex_unlock(&hs->lock);
+    if (busy)
+        return;
+    /* No pressure (the host and every node above low, not reclaiming) and
+     * nothing proactive (off, or no swap to page out to): no scan at all.  The probe source's probes are
+     * pageouts the guests pay for in faults; idle means idle (measured: a
+     * guest's wss lost 90% of its throughput to 2 s probe scans in the
+     * no-pressure scenario). */
     reclaim_want wants[HOST_MAX_NODES];
-    if (!r->reclaiming && round_wants(r, 0, wants) == 0) {
+    bool proactive = hs->proactive && r->host->swap_total_bytes > 0;
+    if (!proactive && !r->reclaiming && round_wants(r, 0, wants) == 0) {
+        g_mutex_lock(&hs->lock);
         hs->idle_skips++;
+        g_mutex_unlock(&hs->lock);
         return;
     }
-    double cpu0 = cpu_now();
-    uint64_t scan = hs->scans++;
-
-    size_t k = 0;
-    g_autofree host_swap_target **open = g_new0(host_swap_target *, n ? n : 1);
-    g_autofree reclaim_guest **rgs = g_new0(reclaim_guest *, n ? n : 1);
+    round_job *j = g_new0(round_job, 1);
+    j->g = g_new0(round_guest, n ? n : 1);
     for (size_t i = 0; i < n; i++) {
-        if (ensure_open(hs, &t[i], scan)) {
-            open[k] = &t[i];
-            rgs[k++] = &(*t[i].state)->rg;
-        }
+        if (!*t[i].state)
+            *t[i].state = guest_new();
+        round_guest *g = &j->g[j->n++];
+        g->h = g_atomic_rc_box_acquire(*t[i].state);
+        g->name = g_strdup(t[i].name);
+        g->pid = t[i].qemu_pid;
+        g->view = *t[i].view;
+        g->view.name = g->name;
+        g->view.uuid = NULL;
+        double pb = t[i].view->policy.promotion_budget;
+        g->budget_percent = pb >= 0 ? pb : hs->promotion_budget;
+        g_mutex_lock(&g->h->lock);
+        g->h->pub.budget_percent = g->budget_percent;
+        g_mutex_unlock(&g->h->lock);
     }
-    g_autofree bool *failed = g_new0(bool, k ? k : 1);
-    g_autoptr(GError) err = NULL;
-    if (host_reclaim_scan(hs->src, rgs, k, &hs->nodes, (uint64_t)now * 1000, failed, &err) < 0) {
-        hs->scan_errors++;
-        if (strcmp(err->message, hs->last_error) != 0)
-            log_warn("host reclaim: %s source: %s", hs->src->ops->name, err->message);
-        snprintf(hs->last_error, sizeof(hs->last_error), "%s", err->message);
-    }
-    /* a guest whose QEMU went away is re-opened next scan */
-    size_t live = 0;
-    for (size_t i = 0; i < k; i++) {
-        if (failed[i]) {
-            guest_close(*open[i]->state);
-            continue;
-        }
-        open[live] = open[i];
-        rgs[live++] = rgs[i];
-    }
-    k = live;
-
-    bool can_swap = r->host->swap_total_bytes > 0;
-    if (!can_swap && !hs->warned_no_swap && r->reclaiming)
-        log_warn("host reclaim: the host has no swap; nothing can be paged out");
-    hs->warned_no_swap = hs->warned_no_swap || (!can_swap && r->reclaiming);
-    if (can_swap)
-        page_out_round(hs, open, k, r);
-    protect_working_sets(hs, open, k);
-    host_reclaim_settle(hs->src, rgs, k);
-    hs->cpu_seconds += cpu_now() - cpu0;
+    j->n_wants = round_wants(r, r->balloon_reclaim, j->wants);
+    j->can_swap = r->host->swap_total_bytes > 0;
+    j->reclaiming = r->reclaiming;
+    if (psi_some_avg10(PSI_MEMORY_PATH, &j->host_psi_some) < 0)
+        j->host_psi_some = -1;
+    g_mutex_lock(&hs->lock);
+    hs->job = j;
+    hs->busy = true;
+    g_cond_signal(&hs->cond);
+    g_mutex_unlock(&hs->lock);
 }
 
 void host_swap_stats_get(const host_swap *hs, host_swap_stats *out)
@@ -329,31 +618,30 @@ void host_swap_stats_get(const host_swap *hs, host_swap_stats *out)
     memset(out, 0, sizeof(*out));
     if (!hs)
         return;
+    host_swap *m = (host_swap *)hs; /* the lock only */
     out->enabled = true;
     out->source = hs->src->ops->name;
+    g_mutex_lock(&m->lock);
     out->scans = hs->scans;
     out->scan_errors = hs->scan_errors;
     out->idle_skips = hs->idle_skips;
+    out->busy_skips = hs->busy_skips;
     out->paged_out_bytes = hs->paged_out_bytes;
+    out->proactive_bytes = hs->proactive_bytes;
     out->cpu_seconds = hs->cpu_seconds;
+    out->last_round_seconds = hs->last_round_seconds;
+    g_mutex_unlock(&m->lock);
     out->source_cpu_seconds = hs->src->ops->external_cpu_seconds(hs->src);
 }
 
 bool host_swap_guest_stats_get(const hswap_guest *h, host_swap_guest_stats *out)
 {
     memset(out, 0, sizeof(*out));
-    if (!h || !h->open)
+    if (!h)
         return false;
-    out->active = true;
-    out->resident_bytes = h->rg.resident_bytes;
-    out->swapped_bytes = h->rg.swapped_bytes;
-    out->cold_bytes = h->rg.cold_bytes;
-    out->paged_out_bytes = h->rg.paged_out_bytes;
-    out->probe_bytes = h->rg.probe_bytes;
-    out->refaults = h->rg.lru.refaults_total;
-    out->refault_bytes = h->rg.lru.refault_pages_total * h->rg.ram.page_bytes;
-    out->cold_age_scans = h->rg.lru.cold_age;
-    out->budget_bytes = h->rg.lru.budget_bytes;
-    out->protected_bytes = h->protected_bytes;
-    return true;
+    hswap_guest *m = (hswap_guest *)h; /* the lock only */
+    g_mutex_lock(&m->lock);
+    *out = h->pub;
+    g_mutex_unlock(&m->lock);
+    return out->active;
 }

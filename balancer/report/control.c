@@ -116,6 +116,12 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
             json_object_object_add(h, "cold_age_scans", u64(hs.cold_age_scans));
             json_object_object_add(h, "budget_bytes", u64(hs.budget_bytes));
             json_object_object_add(h, "protected_bytes", u64(hs.protected_bytes));
+            json_object_object_add(h, "working_set_bytes", u64(hs.ws_bytes));
+            json_object_object_add(h, "proactive_bytes", u64(hs.proactive_bytes));
+            json_object_object_add(h, "promotion_bytes_per_second", json_object_new_double(hs.promoted_bps));
+            json_object_object_add(h, "promotion_budget_percent", json_object_new_double(hs.budget_percent));
+            json_object_object_add(h, "foreign_fault_bytes_per_second", json_object_new_double(hs.foreign_fault_bps));
+            json_object_object_add(h, "slo", json_object_new_string(hs.slo ? hs.slo : "within"));
             json_object_object_add(o, "host_reclaim", h);
         }
     }

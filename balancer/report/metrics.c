@@ -95,6 +95,12 @@ HSWAP_VALUE(hs_refault_bytes, refault_bytes)
 HSWAP_VALUE(hs_age, cold_age_scans)
 HSWAP_VALUE(hs_budget, budget_bytes)
 HSWAP_VALUE(hs_protected, protected_bytes)
+HSWAP_VALUE(hs_ws, ws_bytes)
+HSWAP_VALUE(hs_proactive, proactive_bytes)
+HSWAP_VALUE(hs_promoted, promoted_bps)
+HSWAP_VALUE(hs_slo_budget, budget_percent)
+static double hs_foreign(const snapshot_guest *g) { return g->reclaim.foreign_fault_bps > 0 ? g->reclaim.foreign_fault_bps : 0; }
+static double hs_slo_ok(const snapshot_guest *g) { return g->reclaim.slo && strcmp(g->reclaim.slo, "within") == 0; }
 
 static void host_reclaim_metrics(GString *s, const snapshot *b)
 {
@@ -111,6 +117,14 @@ static void host_reclaim_metrics(GString *s, const snapshot *b)
     header(s, "balancer_host_reclaim_idle_skips_total", "counter",
            "Scan ticks skipped because nothing was short of memory (no pressure, no probes).");
     g_string_append_printf(s, "balancer_host_reclaim_idle_skips_total %llu\n", (unsigned long long)hs.idle_skips);
+    header(s, "balancer_host_reclaim_busy_skips_total", "counter",
+           "Scan ticks skipped because the previous round (in its own thread) had not ended.");
+    g_string_append_printf(s, "balancer_host_reclaim_busy_skips_total %llu\n", (unsigned long long)hs.busy_skips);
+    header(s, "balancer_host_reclaim_proactive_bytes_total", "counter",
+           "Guest RAM paged out proactively (idle for proactive_age, the host not short).");
+    g_string_append_printf(s, "balancer_host_reclaim_proactive_bytes_total %llu\n", (unsigned long long)hs.proactive_bytes);
+    header(s, "balancer_host_reclaim_round_seconds", "gauge", "Wall time of the last round (scan, pageouts, settle).");
+    g_string_append_printf(s, "balancer_host_reclaim_round_seconds %.3f\n", hs.last_round_seconds);
     header(s, "balancer_host_reclaim_cpu_seconds_total", "counter", "CPU balancerd spent scanning and paging out.");
     g_string_append_printf(s, "balancer_host_reclaim_cpu_seconds_total %.6f\n", hs.cpu_seconds);
     header(s, "balancer_host_reclaim_source_cpu_seconds_total", "counter", "CPU of the kernel's DAMON thread since it started.");
@@ -125,6 +139,12 @@ static void host_reclaim_metrics(GString *s, const snapshot *b)
     guest_family(s, b, "balancer_guest_host_refault_bytes_total", "counter", "Guest memory that came back from host swap in chunks that refaulted.", hs_refault_bytes);
     guest_family(s, b, "balancer_guest_host_cold_age_scans", "gauge", "Scans without access before a chunk counts as cold (feedback-controlled).", hs_age);
     guest_family(s, b, "balancer_guest_host_reclaim_budget_bytes", "gauge", "Most host reclaim may page out of the guest per scan (feedback-controlled).", hs_budget);
+    guest_family(s, b, "balancer_guest_host_working_set_bytes", "gauge", "Working set as the host measures it: resident guest RAM that is not cold.", hs_ws);
+    guest_family(s, b, "balancer_guest_host_proactive_bytes_total", "counter", "Guest RAM paged out proactively.", hs_proactive);
+    guest_family(s, b, "balancer_guest_host_promotion_bytes_per_second", "gauge", "Paged-out guest RAM coming back from host swap (a one-minute average).", hs_promoted);
+    guest_family(s, b, "balancer_guest_host_promotion_budget_percent", "gauge", "The guest's promotion budget: % of its working set per minute.", hs_slo_budget);
+    guest_family(s, b, "balancer_guest_host_foreign_fault_bytes_per_second", "gauge", "Its QEMU's major faults that are not host reclaim's promotions or probes (a one-minute average).", hs_foreign);
+    guest_family(s, b, "balancer_guest_host_slo_within", "gauge", "1 while the guest is inside its host-reclaim SLO (promotions under budget, no pressure).", hs_slo_ok);
     guest_family(s, b, "balancer_guest_host_protected_bytes", "gauge", "Working set protected in the guest's memory cgroup (memory.low or soft limit).", hs_protected);
 }
 

@@ -1206,12 +1206,13 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     ck_assert(probes1 == probes0 && paged1 == paged0);
     ck_assert_int_eq(stop_daemon(), 0);
 
-    /* no pressure, no scan: with the host far above its watermarks host
-     * reclaim probes nothing (a probe is a pageout the guest pays for) */
+    /* no pressure and proactive = no: no scan.  With the host far above
+     * its watermarks host reclaim probes nothing (a probe is a pageout the
+     * guest pays for) */
     write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 2%\nhigh = 3%\n"
                      "[guests]\ndefault_floor_percent = 100\n"
-                     "[host_reclaim]\nenabled = true\nscan_interval = 1\n");
+                     "[host_reclaim]\nenabled = true\nscan_interval = 1\nproactive = no\n");
     start_daemon_ex(conf, extra, true);
     sleep(5);
     m = try_metrics();
@@ -1222,6 +1223,103 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
             skips, probes);
     ck_assert(scans == 0 && skips >= 1); /* the stage ticks, and does not scan */
     ck_assert(probes <= 0); /* absent or zero: the guest was never probed */
+    g_free(m);
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&vm);
+    if (made_swap)
+        ck_assert_int_eq(test_swap_off(swapfile), 0);
+    test_run("rm -rf '%s'", workdir);
+}
+END_TEST
+
+/* Proactive host reclaim: the host is far from short, yet memory idle for
+ * proactive_age goes to host swap (the headroom exists before a burst
+ * needs it), the working set stays, the guest stays inside its SLO, and
+ * the rounds run beside the main loop (ticks on time). */
+START_TEST(host_reclaim_proactive_within_slo)
+{
+    snprintf(workdir, sizeof(workdir), "/var/tmp/membal-proactive-%d", (int)getpid());
+    mkdir(workdir, 0700);
+    cleanup_register("rm -rf '%s'", workdir);
+    char swapfile[400];
+    snprintf(swapfile, sizeof(swapfile), "%s/host.swap", workdir);
+    int made_swap = test_swap_on(swapfile);
+    ck_assert_int_ge(made_swap, 0);
+    guest_vm vm;
+    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=wss:300:20" };
+    ck_assert(guest_vm_start(&vm, &o) == 0);
+    ck_assert(guest_vm_wait_console(&vm, "WSS ready", 120000));
+    char conf[512], extra[1024];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 1%\nlow = 2%\nhigh = 3%\n"
+                     "[guests]\ndefault_floor_percent = 100\n"
+                     "[host_reclaim]\nenabled = true\nscan_interval = 1\nproactive_age = 5\n");
+    snprintf(extra, sizeof(extra), "--verbose --qmp '%s'", vm.qmp_path); /* tick times in the log */
+    start_daemon_ex(conf, extra, true);
+    double proactive = 0;
+    char *m = NULL;
+    for (int i = 0; i < 60 && proactive < 60.0 * MIB; i++) {
+        sleep(1);
+        g_free(m);
+        m = try_metrics();
+        proactive = metric_value(m, "balancer_guest_host_proactive_bytes_total{");
+    }
+    if (proactive < 60.0 * MIB)
+        dump_log();
+    ck_assert_msg(proactive >= 60.0 * MIB, "only %.0f MiB paged out proactively", proactive / MIB);
+    ck_assert(metric_value(m, "balancer_guest_host_paged_out_bytes_total{") >= proactive);
+    ck_assert(metric_value(m, "\nbalancer_host_reclaiming ") == 0); /* the host was never short */
+    long maj0 = qemu_majflt(vm.pid);
+    sleep(8);
+    long maj1 = qemu_majflt(vm.pid);
+    g_free(m);
+    m = try_metrics();
+    double ws = metric_value(m, "balancer_guest_host_working_set_bytes{");
+    double within = metric_value(m, "balancer_guest_host_slo_within{");
+    double promoted = metric_value(m, "balancer_guest_host_promotion_bytes_per_second{");
+    double budget = metric_value(m, "balancer_guest_host_promotion_budget_percent{");
+    double round_s = metric_value(m, "\nbalancer_host_reclaim_round_seconds ");
+    int ticks = 0;
+    double worst = test_longest_tick(daemon_log, 0, &ticks);
+    fprintf(stderr, "proactive: %.0f MiB paged out proactively, working set %.0f MiB, SLO within %.0f, promotions "
+                    "%.0f B/s (budget %.2f%%/min), QEMU major faults in 8 s: %ld, last round %.3f s, longest of %d "
+                    "ticks %.3f s\n",
+            proactive / MIB, ws / MIB, within, promoted, budget, maj1 - maj0, round_s, ticks, worst);
+    /* the 60 MiB hot set (and the guest kernel's own) is the working set */
+    ck_assert_msg(ws >= 50.0 * MIB && ws <= 200.0 * MIB, "working set %.0f MiB", ws / MIB);
+    ck_assert(budget > 0.19 && budget < 0.21); /* the default, 0.2% */
+    /* the rounds run beside the main loop */
+    ck_assert_int_ge(ticks, 10);
+    ck_assert_msg(worst <= 0.35, "a tick took %.3f s", worst);
+    /* Under TCG the guest touches a few pages of what went out (its
+     * kernel, re-translated code): promotions often exceed 0.2% a minute
+     * after a pageout.  What must hold: no proactive pageout while the
+     * guest is outside its SLO (the last SLO line before each pageout
+     * says "within", or there is none yet). */
+    g_autofree char *log = NULL;
+    ck_assert(g_file_get_contents(daemon_log, &log, NULL, NULL));
+    g_auto(GStrv) lines = g_strsplit(log, "\n", -1);
+    bool outside = false;
+    int pageouts = 0, backoffs = 0;
+    for (char **l = lines; *l; l++) {
+        if (strstr(*l, "host reclaim SLO ")) {
+            outside = !strstr(*l, "host reclaim SLO within");
+            backoffs += outside;
+        }
+        if (strstr(*l, "(proactive, idle >=")) {
+            ck_assert_msg(!outside, "paged out while outside its SLO: %s", *l);
+            pageouts++;
+        }
+    }
+    fprintf(stderr, "proactive: %d pageouts, %d times outside the SLO\n", pageouts, backoffs);
+    ck_assert_int_ge(pageouts, 1);
+    ck_assert(guest_vm_alive(&vm));
+    ck_assert(guest_vm_wait_console(&vm, "WSS t=", 5000));
+    char *ex = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' explain qmp.sock", test_top(), workdir);
+    ck_assert_msg(ex && strstr(ex, "host-measured working set") && strstr(ex, "SLO "), "%s", ex ? ex : "");
+    fprintf(stderr, "%s", strstr(ex, "  host-measured"));
+    g_free(ex);
     g_free(m);
     ck_assert_int_eq(stop_daemon(), 0);
     guest_vm_stop(&vm);
@@ -1317,6 +1415,7 @@ int main(void)
     tcase_add_test(tc, daemon_killed_and_restarted);
     tcase_add_test(tc, qemu_killed_under_the_daemon);
     tcase_add_test(tc, host_reclaim_pages_out_cold_guest_memory);
+    tcase_add_test(tc, host_reclaim_proactive_within_slo);
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     tcase_add_test(tc, libvirt_policy_persists_and_jobs_hold_the_balloon);
     tcase_add_test(tc, libvirt_stopped_qemu_delays_nobody);

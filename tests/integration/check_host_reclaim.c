@@ -225,7 +225,7 @@ static void run_reclaim(cold_source *src, const char *label, second_set set, int
         int rc = host_reclaim_scan(src, gs, 1, &nodes, mono_us(), &failed, &err);
         ck_assert_msg(rc == 0, "%s scan %d: %s", label, s, err ? err->message : "");
         ck_assert(!failed);
-        uint64_t out = reclaim_guest_pageout(&g, UINT64_MAX, -1);
+        uint64_t out = reclaim_guest_pageout(&g, UINT64_MAX, -1, 0);
         if (getenv("MEMBAL_DEBUG"))
             printf("%s scan %d: resident %llu swapped %llu cold %llu paged out %llu cold_age %u budget %llu\n", label, s,
                    (unsigned long long)g.resident_bytes >> 20, (unsigned long long)g.swapped_bytes >> 20,

@@ -82,8 +82,9 @@ START_TEST(metadata_full_element)
     char err[256] = "";
     const char *xml = "<balancer:policy xmlns:balancer=\"https://membal.dev/xmlns/policy/1\" "
                       "priority=\"high\" shares=\"2000\" min=\"1GiB\" max=\"8GiB\" mode=\"auto\" "
-                      "protect=\"yes\"/>";
+                      "protect=\"yes\" promotion_budget=\"0.5%\"/>";
     ck_assert_msg(parse(xml, &p, err) == 0, "%s", err);
+    ck_assert_double_eq_tol(p.promotion_budget, 0.5, 1e-9);
     ck_assert_int_eq(p.priority, VM_PRIO_HIGH);
     ck_assert_uint_eq(p.shares, 2000);
     ck_assert_uint_eq(p.min_bytes, GIB);
@@ -101,6 +102,7 @@ START_TEST(metadata_defaults_and_priority_shares)
     ck_assert_uint_eq(p.shares, 1000);
     ck_assert_int_eq(p.mode, VM_MODE_AUTO);
     ck_assert_uint_eq(p.min_bytes, 0);
+    ck_assert(p.promotion_budget < 0);
     ck_assert_int_eq(parse("<policy priority='low'/>", &p, err), 0);
     ck_assert_uint_eq(p.shares, 500);
     ck_assert_int_eq(parse("<policy priority='low' shares='3000' mode='off'/>", &p, err), 0);
@@ -124,6 +126,8 @@ START_TEST(metadata_rejects_with_reasons)
         { "<policy priority='urgent'/>", "expected low, normal or high" },
         { "<policy mode='manual'/>", "expected auto or off" },
         { "<policy protect='maybe'/>", "expected yes or no" },
+        { "<policy promotion_budget='lots'/>", "promotion_budget=\"lots\": expected a percentage" },
+        { "<policy promotion_budget='101'/>", "promotion_budget=\"101\": expected a percentage" },
         { "<limits/>", "root element is <limits>" },
         { "<policy><min>1</min></policy>", "takes no child elements" },
         { "<policy>text</policy>", "takes no text content" },

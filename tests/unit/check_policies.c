@@ -5,6 +5,7 @@
  * refills its page cache the way its workload would).
  */
 #include <check.h>
+#include <math.h>
 
 #include "check_run.h"
 #include <stdio.h>
@@ -975,6 +976,60 @@ START_TEST(reclaim_wants_per_node_classzone)
 }
 END_TEST
 
+/* The host-reclaim SLO: promotions against a budget of the working set,
+ * pressure from the agent's PSI or the QEMU's own faults, with hysteresis;
+ * and the one-minute average it is judged on. */
+START_TEST(reclaim_slo_budget_pressure_hysteresis)
+{
+    /* 600 MiB working set, 0.2%/min: 1.2 MiB a minute, 20.48 KiB/s */
+    reclaim_slo_input in = { 600 * MIB, 0, 0.2, 0, false, 0 };
+    double budget = 0.2 / 100 * 600.0 * MIB / 60;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_WITHIN);
+    in.promoted_bps = budget * 1.01;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_OVER_BUDGET);
+    /* back under the budget is not enough to come back inside ... */
+    in.promoted_bps = budget * 0.9;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_OVER_BUDGET), SLO_OVER_BUDGET);
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_WITHIN);
+    /* ... three quarters of it is */
+    in.promoted_bps = budget * 0.74;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_OVER_BUDGET), SLO_WITHIN);
+    /* its QEMU faulting beyond the whole budget for other reasons: pressure,
+     * and pressure wins over the budget */
+    in.foreign_fault_bps = budget * 1.5;
+    in.promoted_bps = budget * 2;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_PRESSURE);
+    in.foreign_fault_bps = -1; /* unknown: no evidence */
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_OVER_BUDGET);
+    in.promoted_bps = 0;
+    /* the agent's PSI counts only while its reports are fresh */
+    in.agent_psi_some = 5;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_WITHIN);
+    in.agent_fresh = true;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_PRESSURE);
+    in.agent_psi_some = 0.9;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_PRESSURE), SLO_PRESSURE);
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_WITHIN);
+    /* nothing of a working set left: any promotion is over budget */
+    reclaim_slo_input none = { 0, 1, 0.2, 0, false, 0 };
+    ck_assert_int_eq(reclaim_slo_judge(&none, SLO_WITHIN), SLO_OVER_BUDGET);
+    ck_assert_str_eq(reclaim_slo_name(SLO_OVER_BUDGET), "over-budget");
+    /* the average: a steady rate converges to it, a burst decays with a
+     * one-minute time constant */
+    double avg = 0;
+    for (int i = 0; i < 600; i++)
+        avg = reclaim_rate_average(avg, 1000, 1);
+    ck_assert_double_eq_tol(avg, 1000, 1);
+    avg = reclaim_rate_average(0, 60000, 1);
+    ck_assert_double_eq_tol(avg, 60000 * (1 - exp(-1.0 / 60)), 1e-6);
+    double after = avg;
+    for (int i = 0; i < 60; i++)
+        after = reclaim_rate_average(after, 0, 1);
+    ck_assert_double_eq_tol(after, avg * exp(-1.0), 1e-6);
+    ck_assert_double_eq(reclaim_rate_average(5, 100, 0), 5); /* no time, no change */
+}
+END_TEST
+
 START_TEST(reclaim_givers_streaming_then_coldest_never_protected)
 {
     guest_view v[5];
@@ -1055,6 +1110,7 @@ int main(void)
     tcase_add_test(tr, reclaim_shortfall_only_below_low);
     tcase_add_test(tr, reclaim_wants_per_node_classzone);
     tcase_add_test(tr, reclaim_givers_streaming_then_coldest_never_protected);
+    tcase_add_test(tr, reclaim_slo_budget_pressure_hysteresis);
     suite_add_tcase(s, tr);
     return check_run_suite(s, CK_FORK);
 }
