@@ -17,6 +17,7 @@
 
 #include "check_run.h"
 #include <errno.h>
+#include <stdarg.h>
 #include <glib.h>
 #include <sys/stat.h>
 #include <fcntl.h>
@@ -31,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/small_file.h"
 #include "cleanup.h"
 #include "reclaim/host_reclaim.h"
 #include "reclaim/qemu_memcg.h"
@@ -191,6 +193,10 @@ static void count_swapped(const reclaim_guest *g, second_set set, outcome *o)
     free(pm);
 }
 
+/* Called before each scan (the fake kdamond below), or NULL. */
+typedef void (*scan_hook)(const reclaim_guest *g);
+static scan_hook before_scan;
+
 static void run_reclaim(cold_source *src, const char *label, second_set set, int scans, outcome *o)
 {
     int p[2];
@@ -222,6 +228,8 @@ static void run_reclaim(cold_source *src, const char *label, second_set set, int
     long majflt_mark = 0;
     for (int s = 0; s < scans; s++) {
         bool failed = false;
+        if (before_scan)
+            before_scan(&g);
         int rc = host_reclaim_scan(src, gs, 1, &nodes, mono_us(), &failed, &err);
         ck_assert_msg(rc == 0, "%s scan %d: %s", label, s, err ? err->message : "");
         ck_assert(!failed);
@@ -328,6 +336,151 @@ START_TEST(damon_swaps_cold_keeps_hot)
     /* DAMON pays nothing in the guest: no probe faults */
     ck_assert_uint_eq(o.probe_bytes, 0);
     ck_assert_int_le(o.majflt_hot_phase, 16);
+}
+END_TEST
+
+/*
+ * DAMON's side of the source on any machine: a fake sysfs tree stands in
+ * for DAMON's admin directory, and this test plays the kdamond.  Before
+ * each scan it checks that the ranges the source configured cover every
+ * present frame of the "guest" (the range collection is bounded and
+ * joins as it goes), and writes tried_regions for those frames from what
+ * it knows: the hot chunks' frames accessed, the rest idle for 200 s.
+ * The cold set must go out and the hot set stay, with no probes; the
+ * kernel's own DAMON is never touched.
+ */
+static char fake_admin[128];
+
+static void mkdirs(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+static void mkdirs(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    g_autofree char *path = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    ck_assert_msg(g_mkdir_with_parents(path, 0700) == 0, "mkdir %s", path);
+}
+
+static uint64_t read_u64_file(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+static uint64_t read_u64_file(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    g_autofree char *path = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_autofree char *text = NULL;
+    ck_assert_msg(g_file_get_contents(path, &text, NULL, NULL), "%s not written", path);
+    return g_ascii_strtoull(text, NULL, 10);
+}
+
+static int fake_scans, fake_regions_written;
+
+static void fake_kdamond(const reclaim_guest *g)
+{
+    char ctx[256];
+    snprintf(ctx, sizeof(ctx), "%s/kdamonds/0/contexts/0", fake_admin);
+    g_autofree char *state = NULL, *state_path = g_strdup_printf("%s/kdamonds/0/state", fake_admin);
+    if (!g_file_get_contents(state_path, &state, NULL, NULL))
+        return; /* not started yet: the first scan collects the frames */
+    uint64_t *pm = calloc(g->ram.n_pages, sizeof(*pm));
+    ck_assert_int_eq(guest_ram_pagemap(&g->ram, 0, g->ram.n_pages, pm), 0);
+    size_t n_ranges = read_u64_file("%s/targets/0/regions/nr_regions", ctx);
+    ck_assert_uint_ge(n_ranges, 1);
+    ck_assert_uint_le(n_ranges, 500); /* max_regions / 2 */
+    uint64_t *rg = g_new(uint64_t, 2 * n_ranges);
+    for (size_t i = 0; i < n_ranges; i++) {
+        rg[2 * i] = read_u64_file("%s/targets/0/regions/%zu/start", ctx, i);
+        rg[2 * i + 1] = read_u64_file("%s/targets/0/regions/%zu/end", ctx, i);
+        ck_assert_uint_lt(rg[2 * i], rg[2 * i + 1]);
+        if (i)
+            ck_assert_uint_ge(rg[2 * i], rg[2 * i - 1]);
+    }
+    /* a fresh tried_regions: one region per run of contiguous frames of
+     * the same kind (hot or not) */
+    g_autofree char *tried = g_strdup_printf("%s/schemes/0/tried_regions", ctx);
+    test_run("rm -rf '%s'", tried);
+    mkdirs("%s", tried);
+    size_t per = CHUNK / g->ram.page_bytes, uncovered = 0, present = 0;
+    int nreg = 0;
+    uint64_t run_start = 0, run_end = 0;
+    bool run_hot = false;
+    for (size_t i = 0; i <= g->ram.n_pages; i++) {
+        bool have = i < g->ram.n_pages && (pm[i] & PM_PRESENT) && (pm[i] & PM_PFN_MASK);
+        uint64_t addr = have ? (pm[i] & PM_PFN_MASK) * g->ram.page_bytes : 0;
+        bool hot = have && is_hot(i / per);
+        if (have) {
+            present++;
+            bool in = false;
+            for (size_t r = 0; r < n_ranges && !in; r++)
+                in = addr >= rg[2 * r] && addr < rg[2 * r + 1];
+            uncovered += !in;
+        }
+        if (have && run_end && addr == run_end && hot == run_hot) {
+            run_end += g->ram.page_bytes;
+            continue;
+        }
+        if (run_end) {
+            char reg[400], val[64];
+            snprintf(reg, sizeof(reg), "%s/%d", tried, nreg++);
+            mkdirs("%s", reg);
+            snprintf(val, sizeof(val), "%" PRIu64, run_start);
+            ck_assert_int_eq(small_file_write_at(reg, "start", val), 0);
+            snprintf(val, sizeof(val), "%" PRIu64, run_end);
+            ck_assert_int_eq(small_file_write_at(reg, "end", val), 0);
+            ck_assert_int_eq(small_file_write_at(reg, "nr_accesses", run_hot ? "5" : "0"), 0);
+            ck_assert_int_eq(small_file_write_at(reg, "age", run_hot ? "0" : "1000"), 0);
+        }
+        run_start = addr;
+        run_end = have ? addr + g->ram.page_bytes : 0;
+        run_hot = hot;
+    }
+    /* what was present when the kdamond (re)started is covered: pages
+     * only move when they are swapped back in */
+    ck_assert_msg(uncovered <= present / 10, "%zu of %zu present frames outside the monitored ranges", uncovered,
+                  present);
+    fake_scans++;
+    fake_regions_written += nreg;
+    g_free(rg);
+    free(pm);
+}
+
+START_TEST(damon_source_on_a_fake_sysfs)
+{
+    snprintf(fake_admin, sizeof(fake_admin), "/var/tmp/membal-fake-damon-%d", (int)getpid());
+    cleanup_register("rm -rf '%s'", fake_admin);
+    const char *ctx_dirs[] = { "monitoring_attrs/intervals", "monitoring_attrs/nr_regions",
+                               "schemes/0/access_pattern/sz", "schemes/0/access_pattern/nr_accesses",
+                               "schemes/0/access_pattern/age", "schemes/0/tried_regions" };
+    for (size_t i = 0; i < G_N_ELEMENTS(ctx_dirs); i++)
+        mkdirs("%s/kdamonds/0/contexts/0/%s", fake_admin, ctx_dirs[i]);
+    for (int i = 0; i < 500; i++)
+        mkdirs("%s/kdamonds/0/contexts/0/targets/0/regions/%d", fake_admin, i);
+    g_autofree char *kd = g_strdup_printf("%s/kdamonds", fake_admin);
+    g_autofree char *c0 = g_strdup_printf("%s/kdamonds/0/contexts/0", fake_admin);
+    ck_assert_int_eq(small_file_write_at(kd, "nr_kdamonds", "0"), 0);
+    ck_assert_int_eq(small_file_write_at(c0, "avail_operations", "vaddr fvaddr paddr"), 0);
+    ensure_swap();
+    damon_params dp;
+    damon_params_default(&dp);
+    g_autoptr(GError) err = NULL;
+    cold_source *src = cold_source_damon_new(fake_admin, &dp, &err);
+    ck_assert_msg(src != NULL, "%s", err ? err->message : "");
+    ck_assert_uint_eq(read_u64_file("%s/nr_kdamonds", kd), 1);
+    before_scan = fake_kdamond;
+    outcome o;
+    run_reclaim(src, "fake-damon", SET_NONE, SCANS, &o);
+    before_scan = NULL;
+    g_autofree char *ops = NULL, *ops_path = g_strdup_printf("%s/operations", c0);
+    ck_assert(g_file_get_contents(ops_path, &ops, NULL, NULL));
+    ck_assert_str_eq(ops, "paddr");
+    src->ops->destroy(src);
+    ck_assert_uint_eq(read_u64_file("%s/nr_kdamonds", kd), 0); /* what we created, removed */
+    drop_swap();
+    fprintf(stderr, "fake DAMON: %d scans judged on %d regions written\n", fake_scans, fake_regions_written);
+    ck_assert_int_ge(fake_scans, SCANS - 2);
+    check_outcome(&o);
+    ck_assert_uint_eq(o.probe_bytes, 0);
+    test_run("rm -rf '%s'", fake_admin);
 }
 END_TEST
 
@@ -578,6 +731,7 @@ int main(void)
     tcase_add_test(tc, no_swap_is_harmless);
     tcase_add_test(tc, probe_scanner_swaps_cold_keeps_hot);
     tcase_add_test(tc, damon_swaps_cold_keeps_hot);
+    tcase_add_test(tc, damon_source_on_a_fake_sysfs);
     tcase_add_test(tc, probe_keeps_sparse_chunks_after_one_refault);
     tcase_add_test(tc, refaults_lift_the_cold_age);
     suite_add_tcase(s, tc);
