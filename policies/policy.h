@@ -43,6 +43,8 @@ typedef struct {
     double disk_read_bps;      /* the guest's disk reads as the host measures them; < 0 unknown */
     int64_t host_rss_bytes;    /* what its QEMU has touched (resident + swapped), as the host
                                 * measures it; < 0 unknown */
+    int64_t host_ws_bytes;     /* its working set as host reclaim measures it: resident guest RAM
+                                * accessed within the cold age; < 0 unknown (host reclaim off) */
     uint64_t pending_target_bytes; /* a balloon target asked for and not reached yet; 0: none */
     uint64_t self_deflated_bytes;  /* the guest grew its balloon on its own since the last tick
                                     * (virtio-balloon deflate-on-oom): its OOM, not to be fought */

@@ -454,6 +454,8 @@ static bool tick_round(balancer *b)
             /* host truth the backend does not have: what its QEMU touched */
             s.rss_bytes = b->backend->qemu_pid ? qemu_touched_bytes(b->backend->qemu_pid(&b->hv, &g->hv), s.max_bytes)
                                                 : -1;
+            host_swap_guest_stats hs;
+            s.host_ws_bytes = host_swap_guest_stats_get(g->hswap, &hs) && hs.ws_known ? (int64_t)hs.ws_bytes : -1;
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
             note_job(g, s.job_ms);
             /* balloon changes are sent without waiting: refusals come back here */

@@ -184,6 +184,14 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->agent_hint_streaming = v->agent_fresh && g->agent.cur.hint_streaming;
     v->disk_read_bps = g->disk_read_bps; /* host-measured: classify reads it */
     v->host_rss_bytes = s->rss_bytes;
+    v->host_ws_bytes = s->host_ws_bytes;
+    /* host reclaim's view: memory resident but idle for the cold age, or
+     * in host swap, is not what a guest short of memory would leave
+     * alone.  Half of it idle bounds swap-in claims as untouched memory
+     * does (half, not a quarter: the probe source sees a chunk through a
+     * few pages and can take a sparsely used one for idle) */
+    uint64_t idle = s->host_ws_bytes >= 0 && (uint64_t)s->host_ws_bytes < v->actual_bytes
+                        ? v->actual_bytes - (uint64_t)s->host_ws_bytes : 0;
 
     if (fresh_report && g->have_prev) {
         double dt = (double)(g->cur.last_update - g->prev.last_update);
@@ -195,7 +203,8 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
          * answer (a cgroup limit inside it, or a lie).  A quarter: a
          * thrashing guest just given a step (10%) is well below it.  Not
          * counted as unbacked: an honest guest's cgroup swaps this way */
-        if (untouched > v->actual_bytes / 4 && (v->swap_in_bps > 0 || v->major_faults_ps > 0)) {
+        if ((untouched > v->actual_bytes / 4 || idle > v->actual_bytes / 2) &&
+            (v->swap_in_bps > 0 || v->major_faults_ps > 0)) {
             v->swap_in_bps = v->major_faults_ps = 0;
         }
         v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->max_bytes, doo) - used_of(&g->prev, v->max_bytes, doo)) / dt : 0;

@@ -30,6 +30,8 @@ typedef struct {
     int64_t major_faults, minor_faults;    /* cumulative */
     int64_t rss_bytes;                     /* what its QEMU has touched (resident + swapped +
                                             * hugetlb): filled in by the core, -1 unknown */
+    int64_t host_ws_bytes;                 /* its working set as host reclaim measures it (resident and
+                                            * not cold): filled in by the core, -1 unknown */
     int64_t disk_read_bytes;  /* host-measured: bytes the guest's disks read so far, -1 unknown */
     int64_t job_ms;           /* a hypervisor job (migration, save, dump) has run this long, -1 none */
     unsigned balloon_failures; /* balloon changes the hypervisor refused since the last sample */

@@ -457,6 +457,9 @@ static void publish_guest(hswap_guest *h)
         p.swapped_bytes = g->swapped_bytes;
         p.cold_bytes = g->cold_bytes;
         p.ws_bytes = g->resident_bytes > g->cold_bytes ? g->resident_bytes - g->cold_bytes : 0;
+        /* until chunks could age for the cold age, everything resident
+         * counts as used: not yet a measurement */
+        p.ws_known = g->lru.scan > g->lru.cold_age;
         p.paged_out_bytes = g->paged_out_bytes;
         p.probe_bytes = g->probe_bytes;
         p.refaults = g->lru.refaults_total;

@@ -472,7 +472,7 @@ static guest_sample sample(int64_t t, int64_t swap_in, int64_t majflt)
         .free_bytes = (int64_t)(512 * MIB), .available_bytes = (int64_t)(1 * GIB),
         .cache_bytes = (int64_t)(400 * MIB), .total_bytes = (int64_t)(2 * GIB),
         .swap_in_bytes = swap_in, .swap_out_bytes = 0, .major_faults = majflt,
-        .minor_faults = 0, .rss_bytes = -1, .disk_read_bytes = -1,
+        .minor_faults = 0, .rss_bytes = -1, .host_ws_bytes = -1, .disk_read_bytes = -1,
     };
     return s;
 }
@@ -720,6 +720,33 @@ START_TEST(untouched_memory_is_free_whatever_the_guest_says)
     ck_assert_uint_eq(k.view.used_bytes, 2 * GIB - 192 * MIB - 64 * MIB);
     ck_assert(k.view.swap_in_bps > 0);
     ck_assert_uint_eq(k.unbacked_claims, 0);
+
+    /* host reclaim's working set: all of it touched, but over half of it
+     * idle for the cold age (or in host swap) -- swap-ins are not need */
+    guest w;
+    guest_init(&w, "idle", "u12");
+    s = sample(1000, 0, 0);
+    s.rss_bytes = (int64_t)(2 * GIB + 80 * MIB);
+    s.host_ws_bytes = (int64_t)(900 * MIB);
+    guest_ingest(&w, &s, 1000, 0, &lim, &cp);
+    ck_assert_int_eq(w.view.host_ws_bytes, (int64_t)(900 * MIB));
+    s = sample(1002, (int64_t)(100 * MIB), 25600);
+    s.rss_bytes = (int64_t)(2 * GIB + 80 * MIB);
+    s.host_ws_bytes = (int64_t)(900 * MIB);
+    guest_ingest(&w, &s, 1002, 0, &lim, &cp);
+    ck_assert(w.view.swap_in_bps == 0 && w.view.major_faults_ps == 0);
+    /* with most of it in use the claim stands */
+    guest u;
+    guest_init(&u, "busy", "u13");
+    s = sample(1000, 0, 0);
+    s.rss_bytes = (int64_t)(2 * GIB + 80 * MIB);
+    s.host_ws_bytes = (int64_t)(1200 * MIB);
+    guest_ingest(&u, &s, 1000, 0, &lim, &cp);
+    s = sample(1002, (int64_t)(100 * MIB), 25600);
+    s.rss_bytes = (int64_t)(2 * GIB + 80 * MIB);
+    s.host_ws_bytes = (int64_t)(1200 * MIB);
+    guest_ingest(&u, &s, 1002, 0, &lim, &cp);
+    ck_assert(u.view.swap_in_bps > 0);
 }
 END_TEST
 

@@ -127,6 +127,7 @@ static void observe(trace *s)
             g->disk_read_bps = t->cache < t->cache_want ? (double)(t->cache_want - t->cache) / 4 : 0;
         g->pending_target_bytes = t->target != g->actual_bytes ? t->target : 0;
         g->host_rss_bytes = (int64_t)(KERNEL + anon_res + t->cache); /* what it has touched */
+        g->host_ws_bytes = -1; /* host reclaim off */
         classify_update(&t->cls, g, &s->cp);
         g->thrashing = t->cls.thrashing;
         g->streaming = t->cls.streaming;
@@ -164,7 +165,8 @@ static void observe_core(trace *s)
             .cache_bytes = (int64_t)v->cache_bytes, .total_bytes = (int64_t)v->actual_bytes,
             .swap_in_bytes = (int64_t)t->swapin_total, .swap_out_bytes = (int64_t)t->swapin_total,
             .major_faults = (int64_t)t->majflt_total, .minor_faults = (int64_t)t->minflt_total,
-            .rss_bytes = v->host_rss_bytes, .disk_read_bytes = (int64_t)t->disk_total, .job_ms = -1,
+            .rss_bytes = v->host_rss_bytes, .host_ws_bytes = v->host_ws_bytes,
+            .disk_read_bytes = (int64_t)t->disk_total, .job_ms = -1,
         };
         agent_report rep;
         memset(&rep, 0, sizeof(rep));

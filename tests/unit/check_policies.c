@@ -46,6 +46,7 @@ static void guest_init(sim *s, size_t i, const char *name, uint64_t actual, uint
     g->ceiling_bytes = actual;
     g->stats_valid = true;
     g->host_rss_bytes = -1; /* this model does not measure what a guest touches */
+    g->host_ws_bytes = -1;
     s->anon[i] = anon;
     s->cache_want[i] = cache_want;
 }
@@ -191,6 +192,49 @@ START_TEST(working_set_cache_only_after_streaming_cache)
     /* need 668 MiB - S's 512 MiB = 156 MiB, plus rounding */
     ck_assert_uint_ge(s.v[0].actual_bytes, 4 * GIB - 160 * MIB);
     sim_free(&s);
+}
+END_TEST
+
+/* Host reclaim's working-set estimate is a floor for the balloon outside
+ * the critical tier: a database whose cache is hot (the host saw it
+ * accessed) keeps it, a streamer's cache still goes first, and when the
+ * host is critical the estimate shelters nothing. */
+/* D (1 GiB anon, 2 GiB cache it reuses) and a streamer S squeezed
+ * together; D's host-measured working set ws (-1: host reclaim off).
+ * Returns D's balloon after 60 ticks. */
+static uint64_t squeeze_db(uint64_t host_base, int64_t ws)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, host_base);
+    guest_init(&s, 0, "D", 4 * GIB, 1 * GIB, 2 * GIB);
+    guest_init(&s, 1, "S", 4 * GIB, 256 * MIB, 8 * GIB);
+    s.v[0].host_ws_bytes = ws;
+    s.v[1].host_ws_bytes = (int64_t)(4 * GIB); /* streamed pages are touched once: all of it */
+    s.v[1].streaming = true;
+    s.v[1].floor_bytes = 3840 * MIB; /* S can give 256 MiB */
+    for (int t = 0; t < 60; t++)
+        sim_tick(&s);
+    ck_assert_uint_eq(s.v[1].actual_bytes, 3840 * MIB); /* the streamer first, to its floor, whatever its ws */
+    uint64_t d = s.v[0].actual_bytes;
+    sim_free(&s);
+    return d;
+}
+
+/* Host reclaim's working-set estimate is a floor for the balloon outside
+ * the critical tier: a database whose cache is hot (the host saw it
+ * accessed) keeps it, a streamer's cache still goes first, and when the
+ * host is critical the estimate shelters nothing. */
+START_TEST(host_measured_working_set_is_a_floor)
+{
+    /* available 300 MiB: below low, above min; 468 MiB to find */
+    uint64_t base = 8 * GIB + 300 * MIB;
+    uint64_t without = squeeze_db(base, -1), with = squeeze_db(base, (int64_t)(3900 * MIB));
+    ck_assert_uint_le(without, 4 * GIB - 200 * MIB); /* half its cache was fair game */
+    ck_assert_uint_ge(with, 3900 * MIB);              /* its measured working set stays */
+    /* critical (available 0): the last tier ignores the estimate, as it
+     * ignores the peak of used memory */
+    uint64_t crit = 8 * GIB - 300 * MIB;
+    ck_assert_uint_lt(squeeze_db(crit, (int64_t)(3900 * MIB)), 3900 * MIB);
 }
 END_TEST
 
@@ -1111,6 +1155,7 @@ int main(void)
     tcase_add_test(tr, reclaim_wants_per_node_classzone);
     tcase_add_test(tr, reclaim_givers_streaming_then_coldest_never_protected);
     tcase_add_test(tr, reclaim_slo_budget_pressure_hysteresis);
+    tcase_add_test(tr, host_measured_working_set_is_a_floor);
     suite_add_tcase(s, tr);
     return check_run_suite(s, CK_FORK);
 }
