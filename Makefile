@@ -54,7 +54,7 @@ INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp 
 FAKE_QEMU    := $(BUILD)/tests/fake_qemu
 SIM          := $(BUILD)/bench/membal-sim
 
-.PHONY: all daemon deb deb-check bench-scale deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
+.PHONY: all daemon deb deb-check bench-scale bench-scan deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
 
 all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS) $(FAKE_QEMU)
 
@@ -236,6 +236,11 @@ bench-scale: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU)
 	bench/scale.sh --guests $(SCALE_GUESTS) --seconds $(SCALE_SECONDS) --runs $(RUNS)
 SCALE_GUESTS  ?= 200
 SCALE_SECONDS ?= 60
+# host reclaim's scan cost on a synthetic guest, this checkout against SCAN_REVS
+bench-scan: $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+	bench/scan_cost/run.sh --revs "$(SCAN_REVS)" --runs $(RUNS) --gib $(SCAN_GIB)
+SCAN_REVS ?= 27af2fb work
+SCAN_GIB  ?= 16
 bench-smoke: $(BALANCERD) guest
 	$(RUN) bench/bench.py --smoke --out build/bench-smoke
 
