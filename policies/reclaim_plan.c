@@ -83,8 +83,11 @@ reclaim_slo reclaim_slo_judge(const reclaim_slo_input *in, reclaim_slo prev)
     if (in->agent_fresh && in->agent_psi_some >= SLO_GUEST_PSI_LIMIT * back)
         return SLO_PRESSURE;
     /* faulting in more than its whole promotion budget for reasons of its
-     * own (or the host kernel's reclaim): not the time to add ours */
-    if (in->foreign_fault_bps > budget_bps * back)
+     * own: not the time to add ours.  Not while the host is short: then
+     * those faults are mostly the host kernel's own reclaim, which pages
+     * out whatever its LRU says, and cold chunks paged out by us are what
+     * spares the guest's working set from it */
+    if (!in->host_short && in->foreign_fault_bps > budget_bps * back)
         return SLO_PRESSURE;
     if (in->promoted_bps > budget_bps * back)
         return SLO_OVER_BUDGET;

@@ -17,8 +17,9 @@
  *              out, faulted in again: promotions) stays under a budget, a
  *              share of the guest's host-measured working set per minute
  *              (0.2% by default: Google's far memory, ASPLOS'19), and the
- *              guest shows no pressure (its PSI through the agent, or its
- *              QEMU's major faults that are not ours).  A guest outside
+ *              guest shows no pressure (its PSI through the agent, or,
+ *              while the host is not short, its QEMU's major faults that
+ *              are not ours).  A guest outside
  *              its SLO gives nothing to host reclaim, proactive or not,
  *              until it is back inside (below 3/4 of each limit).
  */
@@ -77,6 +78,7 @@ typedef struct {
                                  * average); < 0 unknown */
     bool agent_fresh;
     double agent_psi_some;      /* % (avg10) */
+    bool host_short;            /* the host is below low (or reclaiming to high) */
 } reclaim_slo_input;
 
 typedef enum { SLO_WITHIN, SLO_OVER_BUDGET, SLO_PRESSURE } reclaim_slo;

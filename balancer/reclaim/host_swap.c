@@ -384,7 +384,7 @@ static size_t round_wants(const host_swap_round *r, uint64_t balloon_reclaim, re
 
 /* The guest's SLO after this round's scan: promotions and its QEMU's
  * other major faults, averaged over a minute, against its budget. */
-static void judge_slo(hswap_guest *h, const round_guest *t, int64_t now_ms)
+static void judge_slo(hswap_guest *h, const round_guest *t, bool host_short, int64_t now_ms)
 {
     reclaim_guest *g = &h->rg;
     uint64_t page = g->ram.page_bytes, majflt = 0;
@@ -402,7 +402,7 @@ static void judge_slo(hswap_guest *h, const round_guest *t, int64_t now_ms)
     h->last_round_ms = now_ms;
     uint64_t ws = g->resident_bytes > g->cold_bytes ? g->resident_bytes - g->cold_bytes : 0;
     reclaim_slo_input in = { ws, h->promoted_bps, t->budget_percent, known ? h->foreign_bps : -1,
-                             t->view.agent_fresh, t->view.agent_psi_some };
+                             t->view.agent_fresh, t->view.agent_psi_some, host_short };
     reclaim_slo slo = reclaim_slo_judge(&in, h->slo);
     if (slo != h->slo)
         log_info("guest %s: host reclaim SLO %s (promotions %.1f KiB/s, budget %.2f%% of a %llu MiB working set a "
@@ -509,7 +509,7 @@ static void run_round(host_swap *hs, round_job *j)
     if (failed)
         snprintf(hs->last_error, sizeof(hs->last_error), "%s", err->message);
     for (size_t i = 0; i < k; i++)
-        judge_slo(open[i]->h, open[i], mono_ms());
+        judge_slo(open[i]->h, open[i], j->reclaiming || j->n_wants > 0, mono_ms());
     if (!j->can_swap && !hs->warned_no_swap && (j->reclaiming || j->n_wants))
         log_warn("host reclaim: the host has no swap; nothing can be paged out");
     hs->warned_no_swap = hs->warned_no_swap || (!j->can_swap && (j->reclaiming || j->n_wants));

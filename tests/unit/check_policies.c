@@ -1026,7 +1026,7 @@ END_TEST
 START_TEST(reclaim_slo_budget_pressure_hysteresis)
 {
     /* 600 MiB working set, 0.2%/min: 1.2 MiB a minute, 20.48 KiB/s */
-    reclaim_slo_input in = { 600 * MIB, 0, 0.2, 0, false, 0 };
+    reclaim_slo_input in = { 600 * MIB, 0, 0.2, 0, false, 0, false };
     double budget = 0.2 / 100 * 600.0 * MIB / 60;
     ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_WITHIN);
     in.promoted_bps = budget * 1.01;
@@ -1043,6 +1043,15 @@ START_TEST(reclaim_slo_budget_pressure_hysteresis)
     in.foreign_fault_bps = budget * 1.5;
     in.promoted_bps = budget * 2;
     ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_PRESSURE);
+    /* ... unless the host is short: then they are the host kernel's own
+     * reclaim, which ours (cold chunks) spares the working set from; the
+     * promotion budget still holds */
+    in.host_short = true;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_OVER_BUDGET);
+    in.promoted_bps = 0;
+    ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_WITHIN);
+    in.host_short = false;
+    in.promoted_bps = budget * 2;
     in.foreign_fault_bps = -1; /* unknown: no evidence */
     ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_OVER_BUDGET);
     in.promoted_bps = 0;
@@ -1055,7 +1064,7 @@ START_TEST(reclaim_slo_budget_pressure_hysteresis)
     ck_assert_int_eq(reclaim_slo_judge(&in, SLO_PRESSURE), SLO_PRESSURE);
     ck_assert_int_eq(reclaim_slo_judge(&in, SLO_WITHIN), SLO_WITHIN);
     /* nothing of a working set left: any promotion is over budget */
-    reclaim_slo_input none = { 0, 1, 0.2, 0, false, 0 };
+    reclaim_slo_input none = { 0, 1, 0.2, 0, false, 0, false };
     ck_assert_int_eq(reclaim_slo_judge(&none, SLO_WITHIN), SLO_OVER_BUDGET);
     ck_assert_str_eq(reclaim_slo_name(SLO_OVER_BUDGET), "over-budget");
     /* the average: a steady rate converges to it, a burst decays with a
