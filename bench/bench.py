@@ -390,7 +390,10 @@ step_percent = 20
         t0 = time.time()
         rows = []
         try:
-            self.cg = make_cgroup("%s-%s-%d" % (self.sname, self.cname, self.n), self.scen["limit_mb"])
+            limit = self.scen["limit_mb"]
+            if self.conf.get("solo") and self.scen.get("solo_limit_mb"):
+                limit = self.scen["solo_limit_mb"]
+            self.cg = make_cgroup("%s-%s-%d" % (self.sname, self.cname, self.n), limit)
             booted = self.boot()
             if booted:
                 self.start_daemon()
@@ -693,6 +696,7 @@ def overcommit_scenarios(scenarios, ratios):
             name = "%s@%gx" % (s, r)
             d = dict(base)
             d["limit_mb"] = int(round(total / r))
+            d["solo_limit_mb"] = base["limit_mb"]  # the reference is not squeezed with the rest
             d["title"] = "%s, %g x overcommitted" % (base["title"], r)
             d["sweep"] = (s, r)
             SCENARIOS[name] = d

@@ -268,10 +268,11 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
         bound = max_u64(bound, g->peak_used_bytes + w->reserve);
     /* what host reclaim measured in use (its RAM accessed within the cold
      * age: anon and cache alike, whatever the guest reports) is its
-     * working set; outside the critical tier the balloon leaves it.  Not
-     * for a streamer's cache: streamed pages are touched once, and they
-     * are what goes first */
-    if (t != TIER_ANON && g->host_ws_bytes >= 0 && !(g->streaming && !w->cache_hot))
+     * working set; the cache tiers leave it.  Not its free memory (freed
+     * pages were touched within the cold age too), not a streamer's
+     * cache (streamed pages are touched once, and they go first), not
+     * when the host is critical */
+    if ((t == TIER_STREAM_CACHE || t == TIER_CACHE) && g->host_ws_bytes >= 0 && !(g->streaming && !w->cache_hot))
         bound = max_u64(bound, (uint64_t)g->host_ws_bytes + w->reserve);
     /* what a reclaim just proved the guest needs is not taken again; when
      * the host is critical only as far as the proof was host-backed

@@ -340,6 +340,8 @@ int config_load_text(balancer_config *c, const char *data, size_t len, const cha
     rc = rc ? rc : get_size(&l, "host_reclaim", "max_swap_out", &n.hr_max_swap_out);
     if (rc == 0 && n.hr_max_cpu <= 0)
         rc = bad(&l, "host_reclaim", "max_cpu", "must be more than 0%", "0");
+    if (rc == 0 && n.hr_max_swap_out == 0)
+        rc = bad(&l, "host_reclaim", "max_swap_out", "must be more than 0 (it bounds every pageout)", "0");
     if (rc == 0 && strcmp(n.hr_source, "auto") && strcmp(n.hr_source, "damon") && strcmp(n.hr_source, "probe"))
         rc = bad(&l, "host_reclaim", "source", "expected auto, damon or probe", n.hr_source);
     if (rc == 0 && n.hr_min_cold_age > n.hr_max_cold_age)

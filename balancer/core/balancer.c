@@ -454,8 +454,13 @@ static bool tick_round(balancer *b)
             /* host truth the backend does not have: what its QEMU touched */
             s.rss_bytes = b->backend->qemu_pid ? qemu_touched_bytes(b->backend->qemu_pid(&b->hv, &g->hv), s.max_bytes)
                                                 : -1;
+            /* and what host reclaim measured of its working set, while that
+             * is recent: a guest no longer scanned (in need, paused, no
+             * pressure without proactive) has none */
             host_swap_guest_stats hs;
-            s.host_ws_bytes = host_swap_guest_stats_get(g->hswap, &hs) && hs.ws_known ? (int64_t)hs.ws_bytes : -1;
+            bool ws_fresh = host_swap_guest_stats_get(g->hswap, &hs) && hs.ws_known &&
+                            mono_ms() - hs.at_ms <= 3000 * (int64_t)b->cfg.hr_scan_interval;
+            s.host_ws_bytes = ws_fresh ? (int64_t)hs.ws_bytes : -1;
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
             note_job(g, s.job_ms);
             /* balloon changes are sent without waiting: refusals come back here */

@@ -46,6 +46,7 @@ typedef struct {
     damon_region *regions;
     size_t n_regions;
     int kdamond_pid;
+    double cpu_done;          /* CPU of the kdamonds stopped before this one */
     /* this scan */
     bool blind;               /* nothing to judge by: every chunk counts as used */
     uint64_t need_us;         /* idle this long (a region's age) to count as not referenced */
@@ -81,8 +82,11 @@ static int rd_u64(const char *dir, const char *file, uint64_t *out)
 }
 
 
+static double kdamond_cpu(const damon_source *d);
+
 static void damon_stop(damon_source *d)
 {
+    d->cpu_done += kdamond_cpu(d); /* the next kdamond counts from 0 */
     if (d->running)
         wr(d->dir, "state", "off");
     d->running = false;
@@ -318,6 +322,9 @@ static int damon_begin(cold_source *s, uint64_t now_us, GError **error)
     d->need_us = since_last;
     if (since_start < since_last + warm)
         d->need_us = since_start > warm ? since_start - warm : 0;
+    /* the regions were read now: an access after this shows at the next
+     * scan, however long this one takes */
+    d->last_us = now_us;
     return 0;
 }
 
@@ -353,16 +360,18 @@ static void damon_observe(cold_source *s, cold_target *t, size_t c, const uint64
 static int damon_end(cold_source *s, uint64_t now_us, GError **error)
 {
     damon_source *d = (damon_source *)s;
-    int rc = 0;
-    if (!d->running || d->outside > d->present / 10)
-        rc = damon_start(d, now_us, error);
-    d->last_us = now_us;
-    return rc;
+    if (!d->present)
+        return 0; /* no guest scanned: nothing to monitor yet */
+    if (!d->running || d->outside > d->present / 10) {
+        int rc = damon_start(d, now_us, error);
+        d->last_us = now_us;
+        return rc;
+    }
+    return 0;
 }
 
-static double damon_cpu(const cold_source *s)
+static double kdamond_cpu(const damon_source *d)
 {
-    const damon_source *d = (const damon_source *)s;
     if (!d->kdamond_pid)
         return 0;
     char path[64], buf[1024];
@@ -374,6 +383,12 @@ static double damon_cpu(const cold_source *s)
     if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
         return 0;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double damon_cpu(const cold_source *s)
+{
+    const damon_source *d = (const damon_source *)s;
+    return d->cpu_done + kdamond_cpu(d);
 }
 
 static void damon_destroy(cold_source *s)

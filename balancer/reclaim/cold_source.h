@@ -48,7 +48,8 @@ typedef struct {
     uint16_t out_pages;           /* swapped */
     uint16_t resident_pages;      /* present */
     uint16_t hint;                /* a page seen in use, index + 1 (0 none): the probe source's */
-    uint16_t probe[PROBE_TRACK];  /* pages sent out as probes, index + 1 (0 none) */
+    uint16_t paged;               /* 1 while pages host reclaim paged out of it (not probes) are out */
+    uint16_t probe[PROBE_TRACK];  /* pages out as probes, index + 1 (0 none) */
 } chunk_base;
 
 /* One guest's RAM as a source sees it during a scan. */

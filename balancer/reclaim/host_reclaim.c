@@ -106,12 +106,11 @@ static void summarise_chunk(reclaim_guest *g, size_t c, const uint64_t *pm, size
             out++;
         }
     }
-    size_t back = 0;
+    size_t back = 0, probes = 0;
     if (g->have_prev) {
         size_t left = b->out_pages > out ? b->out_pages - out : 0;
         size_t rose = resident > b->resident_pages ? resident - b->resident_pages : 0;
         back = left < rose ? left : rose;
-        size_t probes = 0;
         for (size_t k = 0; k < PROBE_TRACK; k++)
             probes += b->probe[k] && b->probe[k] <= n && guest_ram_page_resident(&g->ram, pm[b->probe[k] - 1]);
         back = probes > back ? probes : back;
@@ -124,10 +123,12 @@ static void summarise_chunk(reclaim_guest *g, size_t c, const uint64_t *pm, size
     o->referenced = (!g->have_prev && !evicted) || back >= (evicted ? REFAULT_MIN_PAGES : 1);
     g->scan_resident += resident * g->ram.page_bytes;
     g->scan_swapped += out * g->ram.page_bytes;
-    if (evicted)
-        g->scan_promoted += back;
-    else
-        g->scan_probe_back += back;
+    /* promotions: what came back of pages we paged out, whatever list
+     * the chunk is on by now; probes are the monitoring's cost; the rest
+     * (pages the host kernel swapped) is neither */
+    g->scan_probe_back += probes;
+    if (b->paged)
+        g->scan_promoted += back > probes ? back - probes : 0;
 }
 
 int reclaim_scan_begin(cold_source *src, uint64_t now_us, GError **error)
@@ -215,8 +216,20 @@ int reclaim_guest_settle_step(cold_source *src, reclaim_guest *g, size_t max_chu
                 resident += guest_ram_page_resident(&g->ram, buf[j * per + i]);
                 out += (buf[j * per + i] & PM_SWAPPED) != 0;
             }
-            g->base[c].out_pages = (uint16_t)out;
-            g->base[c].resident_pages = (uint16_t)resident;
+            chunk_base *b = &g->base[c];
+            b->out_pages = (uint16_t)out;
+            b->resident_pages = (uint16_t)resident;
+            /* a probe the kernel did not page out (no swap, a shared or
+             * pinned page) watches nothing: forgotten */
+            size_t probes_out = 0;
+            for (size_t p = 0; p < PROBE_TRACK; p++) {
+                if (b->probe[p] && (b->probe[p] > n || !(buf[j * per + b->probe[p] - 1] & PM_SWAPPED)))
+                    b->probe[p] = 0;
+                probes_out += b->probe[p] != 0;
+            }
+            /* what we paged out of it is all back (or gone) */
+            if (b->paged && out <= (probes_out > probes ? probes_out : probes))
+                b->paged = 0;
         }
         g->cursor += k;
         done += k;
@@ -310,10 +323,15 @@ uint64_t reclaim_guest_pageout(reclaim_guest *g, uint64_t budget, int node, uint
         for (size_t c = 0; c < j; c++) {
             uint64_t res = (uint64_t)obs[pick[c]].resident_pages * g->ram.page_bytes;
             cold_lru_mark_evicted(&g->lru, pick[c], res);
+            g->base[pick[c]].paged = 1;
             done += res;
         }
         g->paged_out_bytes += done;
+        /* what the last scan found, less what just went out: the working
+         * set (resident - cold) does not grow by a pageout */
         g->cold_bytes = g->cold_bytes > done ? g->cold_bytes - done : 0;
+        g->resident_bytes = g->resident_bytes > done ? g->resident_bytes - done : 0;
+        g->swapped_bytes += done;
     }
     return done;
 }

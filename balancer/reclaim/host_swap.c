@@ -1,6 +1,7 @@
 /* The host-reclaim stage of a tick; see host_swap.h. */
 #include "reclaim/host_swap.h"
 
+#include <errno.h>
 #include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ struct hswap_guest {
     uint64_t protected_bytes;
     memcg_saved cg_before;       /* its protection before ours, put back at the end */
     uint64_t proactive_bytes;
+    uint64_t round_paged;        /* paged out in this round: the per-scan budget holds across its passes */
     /* SLO */
     int64_t last_round_ms;       /* 0: no round yet */
     uint64_t majflt;             /* its QEMU's major faults at the last round */
@@ -85,6 +87,7 @@ struct host_swap {
     bool busy, stop;
     uint64_t scans, scan_errors, paged_out_bytes, proactive_bytes, idle_skips, busy_skips;
     double cpu_seconds, last_round_seconds;
+    double source_cpu_seconds;   /* the source's outside this process, sampled by the round thread */
     /* the round thread's */
     uint64_t rounds;
     bool warned_no_swap;
@@ -255,6 +258,14 @@ static bool ensure_open(host_swap *hs, round_guest *t, uint64_t round)
     int pid = t->pid;
     if (h->open && pid == h->pid)
         return true;
+    if (h->cg_before.saved) {
+        /* another QEMU (or the same one again, after it went away): the
+         * old cgroup gets back what it had, the new one is read afresh */
+        if (memcg_restore(&h->cg, &h->cg_before) < 0 && errno != ENOENT)
+            log_warn("cannot restore %s's memory protection: %m", h->cg.dir);
+        memset(&h->cg_before, 0, sizeof(h->cg_before));
+    }
+    h->protected_bytes = 0;
     guest_close(h);
     if (round < h->retry_round)
         return false;
@@ -331,9 +342,11 @@ static uint64_t page_out(round_guest **givers, size_t n, uint64_t want, int node
     uint64_t done = 0;
     for (size_t i = 0; i < n && done < want; i++) {
         hswap_guest *h = givers[i]->h;
-        uint64_t got = reclaim_guest_pageout(&h->rg, want - done, node, min_idle);
+        uint64_t left = h->rg.lru.budget_bytes > h->round_paged ? h->rg.lru.budget_bytes - h->round_paged : 0;
+        uint64_t got = left ? reclaim_guest_pageout(&h->rg, want - done < left ? want - done : left, node, min_idle) : 0;
         if (!got)
             continue;
+        h->round_paged += got;
         done += got;
         if (min_idle)
             h->proactive_bytes += got;
@@ -472,6 +485,7 @@ static void publish_guest(hswap_guest *h)
         p.foreign_fault_bps = h->majflt_known ? h->foreign_bps : -1;
     }
     p.slo = reclaim_slo_name(h->slo);
+    p.at_ms = mono_ms();
     g_mutex_lock(&h->lock);
     double budget = h->pub.budget_percent;
     h->pub = p;
@@ -490,6 +504,7 @@ static void run_round(host_swap *hs, round_job *j)
     g_autoptr(GError) err = NULL;
     bool failed = reclaim_scan_begin(hs->src, (uint64_t)start * 1000, &err) < 0;
     for (size_t i = 0; i < j->n; i++) {
+        j->g[i].h->round_paged = 0;
         if (!ensure_open(hs, &j->g[i], round))
             continue;
         int rc = run_steps(hs, &j->g[i].h->rg, scan_step);
@@ -530,6 +545,10 @@ static void run_round(host_swap *hs, round_job *j)
     hs->scan_errors += failed;
     hs->cpu_seconds += cpu_now() - cpu0;
     hs->last_round_seconds = (double)(mono_ms() - start) / 1000.0;
+    g_mutex_unlock(&hs->lock);
+    double ext = hs->src->ops->external_cpu_seconds(hs->src); /* the source is the round thread's */
+    g_mutex_lock(&hs->lock);
+    hs->source_cpu_seconds = ext;
     g_mutex_unlock(&hs->lock);
     return;
 stopping:
@@ -633,8 +652,8 @@ void host_swap_stats_get(const host_swap *hs, host_swap_stats *out)
     out->proactive_bytes = hs->proactive_bytes;
     out->cpu_seconds = hs->cpu_seconds;
     out->last_round_seconds = hs->last_round_seconds;
+    out->source_cpu_seconds = hs->source_cpu_seconds;
     g_mutex_unlock(&m->lock);
-    out->source_cpu_seconds = hs->src->ops->external_cpu_seconds(hs->src);
 }
 
 bool host_swap_guest_stats_get(const hswap_guest *h, host_swap_guest_stats *out)

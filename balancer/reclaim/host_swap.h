@@ -46,6 +46,7 @@ typedef struct {
     uint64_t protected_bytes;    /* memory.low / soft limit we set, 0 none */
     uint64_t ws_bytes;           /* working set as the host measures it: resident minus cold */
     bool ws_known;               /* scanned long enough (the cold age) for ws_bytes to mean it */
+    int64_t at_ms;               /* when the round that found these ended (monotonic), 0 never */
     uint64_t proactive_bytes;    /* total paged out proactively (of paged_out_bytes) */
     double promoted_bps;         /* promotions (paged-out memory coming back), a one-minute average */
     double budget_percent;       /* its promotion budget, % of ws_bytes per minute */

@@ -169,6 +169,7 @@ typedef struct {
     double our_cpu, ext_cpu, wall;
     uint32_t cold_age;
     uint64_t refaults;
+    uint64_t promoted, probe_back;   /* pages, summed over the scans */
 } outcome;
 
 /* warm_swapped: the second set's pages that are out (for SET_SPARSE only
@@ -223,6 +224,7 @@ static void run_reclaim(cold_source *src, const char *label, second_set set, int
     ck_assert_int_eq(node_map_load(&nodes, "/sys/devices/system", g.ram.page_bytes), 0);
     reclaim_guest *gs[1] = { &g };
 
+    o->promoted = o->probe_back = 0;
     double cpu0 = cpu_seconds(), ext0 = src->ops->external_cpu_seconds(src);
     uint64_t t0 = mono_us();
     long majflt_mark = 0;
@@ -233,6 +235,8 @@ static void run_reclaim(cold_source *src, const char *label, second_set set, int
         int rc = host_reclaim_scan(src, gs, 1, &nodes, mono_us(), &failed, &err);
         ck_assert_msg(rc == 0, "%s scan %d: %s", label, s, err ? err->message : "");
         ck_assert(!failed);
+        o->promoted += g.promoted_pages;
+        o->probe_back += g.probe_back_pages;
         uint64_t out = reclaim_guest_pageout(&g, UINT64_MAX, -1, 0);
         if (getenv("MEMBAL_DEBUG"))
             printf("%s scan %d: resident %llu swapped %llu cold %llu paged out %llu cold_age %u budget %llu\n", label, s,
@@ -306,6 +310,10 @@ START_TEST(probe_scanner_swaps_cold_keeps_hot)
     src->ops->destroy(src);
     drop_swap();
     check_outcome(&o);
+    /* what comes back is probes of the hot chunks, not promotions: the
+     * SLO is not charged for the monitoring */
+    ck_assert_uint_eq(o.promoted, 0);
+    ck_assert_uint_gt(o.probe_back, 0);
     /* each hot chunk costs at most its 2 probes per scan */
     ck_assert_int_le(o.majflt_hot_phase, (long)(2 * (HOT_BYTES / CHUNK) * 6));
     ck_assert_uint_gt(o.probe_bytes, 0);
@@ -506,6 +514,9 @@ START_TEST(refaults_lift_the_cold_age)
     drop_swap();
     size_t warm_chunks = WARM_BYTES / CHUNK;
     ck_assert_msg(o.refaults >= warm_chunks / 2, "only %" PRIu64 " refaults", o.refaults);
+    /* what came back of them is promotions (a refault is 8 pages or more) */
+    ck_assert_msg(o.promoted >= 8 * o.refaults, "%" PRIu64 " pages promoted for %" PRIu64 " refaults", o.promoted,
+                  o.refaults);
     /* a round or two, not one every reuse (24 s / 5 s = 4 rounds without
      * feedback); a busy machine can stretch scans into a second round */
     ck_assert_msg(o.refaults <= warm_chunks * 2, "%" PRIu64 " refaults: the feedback did not hold",

@@ -225,6 +225,10 @@ START_TEST(config_errors_name_key_and_line)
         { "[host_reclaim]\nsource = guess\n", "bad.conf:2: [host_reclaim] source = \"guess\": expected auto, damon or probe" },
         { "[host_reclaim]\nmin_cold_age = 9\nmax_cold_age = 5\n", "bad.conf:2: [host_reclaim] min_cold_age" },
         { "[host_reclaim]\nmin_per_scan = 1GiB\n", "greater than max_per_scan" },
+        { "[host_reclaim]\nmax_cpu = 0\n", "bad.conf:2: [host_reclaim] max_cpu = \"0\": must be more than 0%" },
+        { "[host_reclaim]\nmax_swap_out = 0\n", "bad.conf:2: [host_reclaim] max_swap_out = \"0\": must be more than 0" },
+        { "[host_reclaim]\npromotion_budget = lots\n", "promotion_budget = \"lots\": expected a percentage" },
+        { "[host_reclaim]\nproactive_age = 0\n", "proactive_age" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         balancer_config c;

@@ -199,14 +199,14 @@ END_TEST
  * the critical tier: a database whose cache is hot (the host saw it
  * accessed) keeps it, a streamer's cache still goes first, and when the
  * host is critical the estimate shelters nothing. */
-/* D (1 GiB anon, 2 GiB cache it reuses) and a streamer S squeezed
- * together; D's host-measured working set ws (-1: host reclaim off).
- * Returns D's balloon after 60 ticks. */
-static uint64_t squeeze_db(uint64_t host_base, int64_t ws)
+/* D (1 GiB anon, the rest cache it reuses, almost no free memory) and a
+ * streamer S squeezed together; D's host-measured working set ws (-1:
+ * host reclaim off).  Returns D's balloon after 60 ticks. */
+static uint64_t squeeze_db(uint64_t host_base, int64_t ws, uint64_t cache)
 {
     sim s;
     sim_init(&s, &policy_split_lru, 2, host_base);
-    guest_init(&s, 0, "D", 4 * GIB, 1 * GIB, 2 * GIB);
+    guest_init(&s, 0, "D", 4 * GIB, 1 * GIB, cache);
     guest_init(&s, 1, "S", 4 * GIB, 256 * MIB, 8 * GIB);
     s.v[0].host_ws_bytes = ws;
     s.v[1].host_ws_bytes = (int64_t)(4 * GIB); /* streamed pages are touched once: all of it */
@@ -228,13 +228,16 @@ START_TEST(host_measured_working_set_is_a_floor)
 {
     /* available 300 MiB: below low, above min; 468 MiB to find */
     uint64_t base = 8 * GIB + 300 * MIB;
-    uint64_t without = squeeze_db(base, -1), with = squeeze_db(base, (int64_t)(3900 * MIB));
+    uint64_t without = squeeze_db(base, -1, 3 * GIB), with = squeeze_db(base, (int64_t)(3900 * MIB), 3 * GIB);
     ck_assert_uint_le(without, 4 * GIB - 200 * MIB); /* half its cache was fair game */
     ck_assert_uint_ge(with, 3900 * MIB);              /* its measured working set stays */
+    /* free memory is no working set, whatever the host saw touched: with
+     * 1 GiB of it free, D gives it */
+    ck_assert_uint_le(squeeze_db(base, (int64_t)(3900 * MIB), 2 * GIB), 4 * GIB - 200 * MIB);
     /* critical (available 0): the last tier ignores the estimate, as it
      * ignores the peak of used memory */
     uint64_t crit = 8 * GIB - 300 * MIB;
-    ck_assert_uint_lt(squeeze_db(crit, (int64_t)(3900 * MIB)), 3900 * MIB);
+    ck_assert_uint_lt(squeeze_db(crit, (int64_t)(3900 * MIB), 3 * GIB), 3900 * MIB);
 }
 END_TEST
 
