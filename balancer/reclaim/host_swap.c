@@ -336,17 +336,36 @@ static int run_steps(host_swap *hs, reclaim_guest *g, step_fn step)
     }
 }
 
-static uint64_t page_out(round_guest **givers, size_t n, uint64_t want, int node, uint32_t min_idle,
-                         const char *why)
+/* Page out in slices of this much, pacing between them like the scan:
+ * MADV_PAGEOUT's work is done in this thread. */
+#define PAGEOUT_SLICE (16ULL << 20)
+
+/* Up to want bytes from the givers in order, each within what is left of
+ * its per-scan budget this round.  *go turns false when the daemon stops. */
+static uint64_t page_out(host_swap *hs, round_guest **givers, size_t n, uint64_t want, int node, uint32_t min_idle,
+                         const char *why, bool *go)
 {
     uint64_t done = 0;
-    for (size_t i = 0; i < n && done < want; i++) {
+    for (size_t i = 0; i < n && done < want && *go; i++) {
         hswap_guest *h = givers[i]->h;
-        uint64_t left = h->rg.lru.budget_bytes > h->round_paged ? h->rg.lru.budget_bytes - h->round_paged : 0;
-        uint64_t got = left ? reclaim_guest_pageout(&h->rg, want - done < left ? want - done : left, node, min_idle) : 0;
+        uint64_t got = 0;
+        while (*go) {
+            uint64_t left = h->rg.lru.budget_bytes > h->round_paged ? h->rg.lru.budget_bytes - h->round_paged : 0;
+            uint64_t ask = want - done - got;
+            ask = ask < left ? ask : left;
+            ask = ask < PAGEOUT_SLICE ? ask : PAGEOUT_SLICE;
+            if (!ask)
+                break;
+            double c = cpu_now();
+            uint64_t slice = reclaim_guest_pageout(&h->rg, ask, node, min_idle);
+            h->round_paged += slice;
+            got += slice;
+            if (!slice)
+                break;
+            *go = pace(hs, c);
+        }
         if (!got)
             continue;
-        h->round_paged += got;
         done += got;
         if (min_idle)
             h->proactive_bytes += got;
@@ -441,23 +460,26 @@ static size_t round_givers(round_guest **open, size_t k, round_guest **givers)
     return n;
 }
 
-static void page_out_round(host_swap *hs, round_job *j, round_guest **open, size_t k)
+/* The round's pageouts; false when the daemon stopped meanwhile. */
+static bool page_out_round(host_swap *hs, round_job *j, round_guest **open, size_t k)
 {
+    bool go = true;
     g_autofree round_guest **givers = g_new0(round_guest *, k ? k : 1);
     size_t ng = round_givers(open, k, givers);
     uint64_t allowance = hs->max_swap_out * hs->scan_interval, done = 0;
     for (size_t i = 0; i < j->n_wants && done < allowance; i++) {
         uint64_t want = j->wants[i].bytes < allowance - done ? j->wants[i].bytes : allowance - done;
-        done += page_out(givers, ng, want, j->wants[i].node, 0, "the host is short");
+        done += page_out(hs, givers, ng, want, j->wants[i].node, 0, "the host is short", &go);
     }
     uint64_t proactive = 0;
     bool host_calm = j->host_psi_some < SLO_HOST_PSI_LIMIT;
     if (hs->proactive && host_calm && done < allowance)
-        proactive = page_out(givers, ng, allowance - done, -1, hs->proactive_scans, "proactive");
+        proactive = page_out(hs, givers, ng, allowance - done, -1, hs->proactive_scans, "proactive", &go);
     g_mutex_lock(&hs->lock);
     hs->paged_out_bytes += done + proactive;
     hs->proactive_bytes += proactive;
     g_mutex_unlock(&hs->lock);
+    return go;
 }
 
 static void publish_guest(hswap_guest *h)
@@ -528,8 +550,8 @@ static void run_round(host_swap *hs, round_job *j)
     if (!j->can_swap && !hs->warned_no_swap && (j->reclaiming || j->n_wants))
         log_warn("host reclaim: the host has no swap; nothing can be paged out");
     hs->warned_no_swap = hs->warned_no_swap || (!j->can_swap && (j->reclaiming || j->n_wants));
-    if (j->can_swap)
-        page_out_round(hs, j, open, k);
+    if (j->can_swap && !page_out_round(hs, j, open, k))
+        goto stopping;
     protect_working_sets(hs, open, k);
     for (size_t i = 0; i < k; i++) {
         int rc = run_steps(hs, rgs[i], settle_step);
