@@ -1085,29 +1085,80 @@ static long vm_swap_kb(pid_t pid)
     return kb;
 }
 
-START_TEST(host_reclaim_pages_out_cold_guest_memory)
+/* Scrape once a second, up to seconds times, until the metric named by
+ * prefix reaches want bytes (else the test fails, with the daemon's log:
+ * "only N MiB <what>"); *value gets its last value.  Returns the last
+ * scrape (the caller frees it). */
+static char *poll_metric(const char *prefix, double want, int seconds, const char *what, double *value)
 {
-    snprintf(workdir, sizeof(workdir), "/var/tmp/membal-hostswap-%d", (int)getpid());
+    char *m = NULL;
+    *value = 0;
+    for (int i = 0; i < seconds && *value < want; i++) {
+        sleep(1);
+        g_free(m);
+        m = try_metrics();
+        *value = metric_value(m, prefix);
+    }
+    if (*value < want)
+        dump_log();
+    ck_assert_msg(*value >= want, "only %.0f MiB %s", *value / MIB, what);
+    return m;
+}
+
+/* The QEMU's major faults over the next seconds into *faults; frees the
+ * old scrape m and returns a new one taken after them. */
+static char *rescrape_after_faults(char *m, pid_t pid, unsigned seconds, long *faults)
+{
+    long before = qemu_majflt(pid);
+    sleep(seconds);
+    *faults = qemu_majflt(pid) - before;
+    g_free(m);
+    return try_metrics();
+}
+
+/* A host-reclaim test's setup: a work directory named after tag, swap
+ * (a swapfile there when the machine has none: *made_swap), a 512 MiB
+ * guest that wrote 300 MiB once and keeps its first 20% (60 MiB) hot, and
+ * the daemon's config: the common part and then [host_reclaim] with
+ * enabled = true, scan_interval = 1 and the keys in reclaim_keys, written
+ * to conf (room for 512). */
+static void reclaim_guest_up(const char *tag, const char *watermarks, const char *reclaim_keys, char *conf,
+                             guest_vm *vm, char *swapfile, size_t len, int *made_swap)
+{
+    snprintf(workdir, sizeof(workdir), "/var/tmp/membal-%s-%d", tag, (int)getpid());
     mkdir(workdir, 0700);
     cleanup_register("rm -rf '%s'", workdir);
-    char swapfile[400];
-    snprintf(swapfile, sizeof(swapfile), "%s/host.swap", workdir);
-    int made_swap = test_swap_on(swapfile);
-    ck_assert_int_ge(made_swap, 0);
-    /* 300 MiB written once, its first 20% (60 MiB) hot */
-    guest_vm vm;
+    snprintf(swapfile, len, "%s/host.swap", workdir);
+    *made_swap = test_swap_on(swapfile);
+    ck_assert_int_ge(*made_swap, 0);
     guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=wss:300:20" };
-    ck_assert(guest_vm_start(&vm, &o) == 0);
-    ck_assert(guest_vm_wait_console(&vm, "WSS ready", 120000));
-    char conf[512], extra[1024];
-    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    ck_assert(guest_vm_start(vm, &o) == 0);
+    ck_assert(guest_vm_wait_console(vm, "WSS ready", 120000));
+    snprintf(conf, 512, "%s/balancer.conf", workdir);
+    g_autofree char *text = g_strdup_printf("[balancer]\ntick = 1\nstats_period = 1\n[watermarks]\n%s"
+                                            "[guests]\ndefault_floor_percent = 100\n"
+                                            "[host_reclaim]\nenabled = true\nscan_interval = 1\n%s",
+                                            watermarks, reclaim_keys);
+    write_file(conf, text);
+}
+
+static void reclaim_guest_down(guest_vm *vm, const char *swapfile, int made_swap)
+{
+    guest_vm_stop(vm);
+    if (made_swap)
+        ck_assert_int_eq(test_swap_off(swapfile), 0);
+    test_run("rm -rf '%s'", workdir);
+}
+
+START_TEST(host_reclaim_pages_out_cold_guest_memory)
+{
+    char swapfile[400], conf[512], extra[1024];
+    int made_swap;
+    guest_vm vm;
     /* the host is short (low at 99.5%) and the balloon cannot help (the
      * floor is the whole guest): host reclaim is the last resort */
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
-                     "[watermarks]\nmin = 99%\nlow = 99.5%\nhigh = 99.8%\n"
-                     "[guests]\ndefault_floor_percent = 100\n"
-                     "[host_reclaim]\nenabled = true\nscan_interval = 1\nmin_cold_age = 3\n"
-                     "promotion_budget = 10%\n");
+    reclaim_guest_up("hostswap", "min = 99%\nlow = 99.5%\nhigh = 99.8%\n", "min_cold_age = 3\npromotion_budget = 10%\n",
+                     conf, &vm, swapfile, sizeof(swapfile), &made_swap);
     /* (a generous SLO: this test is about what goes out and what stays;
      * under TCG the guest touches a few pages of what went out, which at
      * the default 0.2% of its ~100 MiB working set a minute stops host
@@ -1119,23 +1170,11 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     start_daemon_ex(conf, extra, true);
 
     double paged = 0;
-    char *m = NULL;
-    for (int i = 0; i < 90 && paged < 180.0 * MIB; i++) {
-        sleep(1);
-        g_free(m);
-        m = try_metrics();
-        paged = metric_value(m, "balancer_guest_host_paged_out_bytes_total{");
-    }
-    if (paged < 180.0 * MIB)
-        dump_log();
-    ck_assert_msg(paged >= 180.0 * MIB, "only %.0f MiB paged out", paged / MIB);
+    char *m = poll_metric("balancer_guest_host_paged_out_bytes_total{", 180.0 * MIB, 90, "paged out", &paged);
     ck_assert(metric_value(m, "balancer_host_reclaim_enabled{") == 1);
     /* now the hot set must run without host swap-ins */
-    long maj0 = qemu_majflt(vm.pid);
-    sleep(8);
-    long maj1 = qemu_majflt(vm.pid);
-    g_free(m);
-    m = try_metrics();
+    long maj = 0;
+    m = rescrape_after_faults(m, vm.pid, 8, &maj);
     double refaults = metric_value(m, "balancer_guest_host_refaults_total{");
     double refault_bytes = metric_value(m, "balancer_guest_host_refault_bytes_total{");
     double cold_age = metric_value(m, "balancer_guest_host_cold_age_scans{");
@@ -1143,7 +1182,7 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     long swap_kb = vm_swap_kb(vm.pid);
     fprintf(stderr, "host reclaim e2e: paged out %.0f MiB, QEMU VmSwap %ld MiB, guest RAM resident %.0f MiB, "
                     "QEMU major faults in 8 s: %ld, refaults %.0f (%.1f MiB back), cold age %.0f\n",
-            paged / MIB, swap_kb / 1024, resident / MIB, maj1 - maj0, refaults, refault_bytes / MIB, cold_age);
+            paged / MIB, swap_kb / 1024, resident / MIB, maj, refaults, refault_bytes / MIB, cold_age);
     ck_assert(resident >= 60.0 * MIB); /* the hot set is still in RAM */
     ck_assert_int_ge(swap_kb, 150 * 1024);
     /* The hot set was not paged out to come back.  wss touches each of
@@ -1157,7 +1196,7 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
         /* DAMON samples every region ~100 times a second and sees even a
          * sparse chunk's use before it is paged out */
         ck_assert(refaults <= 16);
-        ck_assert_int_le(maj1 - maj0, 200); /* a few guest-kernel pages at most */
+        ck_assert_int_le(maj, 200); /* a few guest-kernel pages at most */
     } else {
         /* The probe scanner sees a chunk through 2 probe pages: a chunk
          * that uses u of its 512 pages escapes them with probability
@@ -1170,7 +1209,7 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
         ck_assert_msg(refaults == 0 || refault_bytes / refaults < RECLAIM_CHUNK_BYTES / 4.0,
                       "%.0f KiB back per refault", refault_bytes / refaults / 1024);
         /* each resident chunk pays at most its 2 probes per 1 s scan */
-        ck_assert_int_le(maj1 - maj0, (long)(2 * (resident / RECLAIM_CHUNK_BYTES) * 8) + 200);
+        ck_assert_int_le(maj, (long)(2 * (resident / RECLAIM_CHUNK_BYTES) * 8) + 200);
     }
     ck_assert(guest_vm_alive(&vm));
     ck_assert(guest_vm_wait_console(&vm, "WSS t=", 5000));
@@ -1231,10 +1270,7 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     ck_assert(probes <= 0); /* absent or zero: the guest was never probed */
     g_free(m);
     ck_assert_int_eq(stop_daemon(), 0);
-    guest_vm_stop(&vm);
-    if (made_swap)
-        ck_assert_int_eq(test_swap_off(swapfile), 0);
-    test_run("rm -rf '%s'", workdir);
+    reclaim_guest_down(&vm, swapfile, made_swap);
 }
 END_TEST
 
@@ -1244,43 +1280,20 @@ END_TEST
  * the rounds run beside the main loop (ticks on time). */
 START_TEST(host_reclaim_proactive_within_slo)
 {
-    snprintf(workdir, sizeof(workdir), "/var/tmp/membal-proactive-%d", (int)getpid());
-    mkdir(workdir, 0700);
-    cleanup_register("rm -rf '%s'", workdir);
-    char swapfile[400];
-    snprintf(swapfile, sizeof(swapfile), "%s/host.swap", workdir);
-    int made_swap = test_swap_on(swapfile);
-    ck_assert_int_ge(made_swap, 0);
+    char swapfile[400], conf[512], extra[1024];
+    int made_swap;
     guest_vm vm;
-    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=wss:300:20" };
-    ck_assert(guest_vm_start(&vm, &o) == 0);
-    ck_assert(guest_vm_wait_console(&vm, "WSS ready", 120000));
-    char conf[512], extra[1024];
-    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
-                     "[watermarks]\nmin = 1%\nlow = 2%\nhigh = 3%\n"
-                     "[guests]\ndefault_floor_percent = 100\n"
-                     "[host_reclaim]\nenabled = true\nscan_interval = 1\nproactive_age = 5\n");
+    reclaim_guest_up("proactive", "min = 1%\nlow = 2%\nhigh = 3%\n", "proactive_age = 5\n", conf, &vm, swapfile,
+                     sizeof(swapfile), &made_swap);
     snprintf(extra, sizeof(extra), "--verbose --qmp '%s'", vm.qmp_path); /* tick times in the log */
     start_daemon_ex(conf, extra, true);
     double proactive = 0;
-    char *m = NULL;
-    for (int i = 0; i < 60 && proactive < 60.0 * MIB; i++) {
-        sleep(1);
-        g_free(m);
-        m = try_metrics();
-        proactive = metric_value(m, "balancer_guest_host_proactive_bytes_total{");
-    }
-    if (proactive < 60.0 * MIB)
-        dump_log();
-    ck_assert_msg(proactive >= 60.0 * MIB, "only %.0f MiB paged out proactively", proactive / MIB);
+    char *m = poll_metric("balancer_guest_host_proactive_bytes_total{", 60.0 * MIB, 60, "paged out proactively",
+                          &proactive);
     ck_assert(metric_value(m, "balancer_guest_host_paged_out_bytes_total{") >= proactive);
     ck_assert(metric_value(m, "\nbalancer_host_reclaiming ") == 0); /* the host was never short */
-    long maj0 = qemu_majflt(vm.pid);
-    sleep(8);
-    long maj1 = qemu_majflt(vm.pid);
-    g_free(m);
-    m = try_metrics();
+    long maj = 0;
+    m = rescrape_after_faults(m, vm.pid, 8, &maj);
     double ws = metric_value(m, "balancer_guest_host_working_set_bytes{");
     double within = metric_value(m, "balancer_guest_host_slo_within{");
     double promoted = metric_value(m, "balancer_guest_host_promotion_bytes_per_second{");
@@ -1291,7 +1304,7 @@ START_TEST(host_reclaim_proactive_within_slo)
     fprintf(stderr, "proactive: %.0f MiB paged out proactively, working set %.0f MiB, SLO within %.0f, promotions "
                     "%.0f B/s (budget %.2f%%/min), QEMU major faults in 8 s: %ld, last round %.3f s, longest of %d "
                     "ticks %.3f s\n",
-            proactive / MIB, ws / MIB, within, promoted, budget, maj1 - maj0, round_s, ticks, worst);
+            proactive / MIB, ws / MIB, within, promoted, budget, maj, round_s, ticks, worst);
     /* the 60 MiB hot set (and the guest kernel's own) is the working set */
     ck_assert_msg(ws >= 50.0 * MIB && ws <= 200.0 * MIB, "working set %.0f MiB", ws / MIB);
     ck_assert(budget > 0.19 && budget < 0.21); /* the default, 0.2% */
@@ -1328,10 +1341,7 @@ START_TEST(host_reclaim_proactive_within_slo)
     g_free(ex);
     g_free(m);
     ck_assert_int_eq(stop_daemon(), 0);
-    guest_vm_stop(&vm);
-    if (made_swap)
-        ck_assert_int_eq(test_swap_off(swapfile), 0);
-    test_run("rm -rf '%s'", workdir);
+    reclaim_guest_down(&vm, swapfile, made_swap);
 }
 END_TEST
 

@@ -359,12 +359,15 @@ END_TEST
  */
 static char fake_admin[128];
 
+static char *pathf(const char *fmt, va_list ap) G_GNUC_PRINTF(1, 0);
+static char *pathf(const char *fmt, va_list ap) { return g_strdup_vprintf(fmt, ap); }
+
 static void mkdirs(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
 static void mkdirs(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    g_autofree char *path = g_strdup_vprintf(fmt, ap);
+    g_autofree char *path = pathf(fmt, ap);
     va_end(ap);
     ck_assert_msg(g_mkdir_with_parents(path, 0700) == 0, "mkdir %s", path);
 }
@@ -374,9 +377,8 @@ static uint64_t read_u64_file(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    g_autofree char *path = g_strdup_vprintf(fmt, ap);
+    g_autofree char *path = pathf(fmt, ap), *text = NULL;
     va_end(ap);
-    g_autofree char *text = NULL;
     ck_assert_msg(g_file_get_contents(path, &text, NULL, NULL), "%s not written", path);
     return g_ascii_strtoull(text, NULL, 10);
 }
