@@ -239,6 +239,17 @@ int main(int argc, char **argv)
     log_info("starting: policy %s, tick %u s, %s%s", c->policy, c->tick_seconds,
              qmp ? "QMP sockets" : c->connect_uri, dry_run ? ", dry run" : "");
 
+    if (once)
+        ticks = 1;
+    if (ticks <= 0) {
+        /* signals first: a SIGHUP or SIGTERM while the listeners start
+         * (a unit reloading right after start) must not find the default
+         * action, which kills the process */
+        d.loop = g_main_loop_new(NULL, FALSE);
+        g_unix_signal_add(SIGTERM, on_quit, &d);
+        g_unix_signal_add(SIGINT, on_quit, &d);
+        g_unix_signal_add(SIGHUP, on_reload, &d);
+    }
     if (c->metrics_listen[0]) {
         d.metrics = metrics_start(c->metrics_listen, &err);
         if (!d.metrics) {
@@ -255,8 +266,6 @@ int main(int argc, char **argv)
         }
     }
 
-    if (once)
-        ticks = 1;
     if (ticks > 0) {
         /* let libvirt's event loop run between rounds */
         GMainContext *ctx = g_main_context_default();
@@ -271,10 +280,6 @@ int main(int argc, char **argv)
             tick(&d);
         }
     } else {
-        d.loop = g_main_loop_new(NULL, FALSE);
-        g_unix_signal_add(SIGTERM, on_quit, &d);
-        g_unix_signal_add(SIGINT, on_quit, &d);
-        g_unix_signal_add(SIGHUP, on_reload, &d);
         tick(&d);
         schedule_ticks(&d);
         sd_notify(0, "READY=1"); /* Type=notify: started and balancing */
