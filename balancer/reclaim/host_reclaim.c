@@ -85,6 +85,17 @@ static int read_batch(const reclaim_guest *g, size_t c, size_t k, uint64_t *buf)
     return guest_ram_pagemap(&g->ram, first, last_first + last_n - first, buf);
 }
 
+/* A chunk's pages that hold guest memory (resident) and that are in swap,
+ * from its n pagemap entries. */
+static void count_chunk(const guest_ram *r, const uint64_t *pm, size_t n, size_t *resident, size_t *out)
+{
+    *resident = *out = 0;
+    for (size_t i = 0; i < n; i++) {
+        *resident += guest_ram_page_resident(r, pm[i]);
+        *out += !guest_ram_page_resident(r, pm[i]) && (pm[i] & PM_SWAPPED);
+    }
+}
+
 /* One chunk's resident count, node and references against its baseline:
  * pages we had out that are present again.  Counted two ways, and the
  * larger wins: the chunk's swapped pages fell while its present pages
@@ -95,17 +106,12 @@ static void summarise_chunk(reclaim_guest *g, size_t c, const uint64_t *pm, size
 {
     chunk_obs *o = &g->obs[c];
     const chunk_base *b = &g->base[c];
-    size_t resident = 0, out = 0;
+    size_t resident, out;
+    count_chunk(&g->ram, pm, n, &resident, &out);
     g->chunk_node[c] = -1;
-    for (size_t i = 0; i < n; i++) {
-        if (guest_ram_page_resident(&g->ram, pm[i])) {
-            resident++;
-            if (g->chunk_node[c] < 0 && nodes)
-                g->chunk_node[c] = (int16_t)node_map_node_of(nodes, pm[i] & PM_PFN_MASK);
-        } else if (pm[i] & PM_SWAPPED) {
-            out++;
-        }
-    }
+    for (size_t i = 0; i < n && nodes && g->chunk_node[c] < 0; i++)
+        if (guest_ram_page_resident(&g->ram, pm[i]))
+            g->chunk_node[c] = (int16_t)node_map_node_of(nodes, pm[i] & PM_PFN_MASK);
     size_t back = 0, probes = 0;
     if (g->have_prev) {
         size_t left = b->out_pages > out ? b->out_pages - out : 0;
@@ -210,12 +216,9 @@ int reclaim_guest_settle_step(cold_source *src, reclaim_guest *g, size_t max_chu
         if (read_batch(g, g->cursor, k, buf) < 0)
             goto gone;
         for (size_t j = 0; j < k; j++) {
-            size_t c = g->cursor + j, first, n, out = 0, resident = 0;
+            size_t c = g->cursor + j, first, n, out, resident;
             chunk_pages(g, c, &first, &n);
-            for (size_t i = 0; i < n; i++) {
-                resident += guest_ram_page_resident(&g->ram, buf[j * per + i]);
-                out += (buf[j * per + i] & PM_SWAPPED) != 0;
-            }
+            count_chunk(&g->ram, buf + j * per, n, &resident, &out);
             chunk_base *b = &g->base[c];
             b->out_pages = (uint16_t)out;
             b->resident_pages = (uint16_t)resident;

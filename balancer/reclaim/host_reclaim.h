@@ -59,6 +59,11 @@ typedef struct {
 /* Open pid's guest RAM (ram_bytes) for reclaim.  0, or -1 with the reason. */
 int reclaim_guest_open(reclaim_guest *g, pid_t pid, uint64_t ram_bytes, const cold_tunables *t, GError **error);
 void reclaim_guest_close(reclaim_guest *g);
+/* Its working set as the last scan measured it: resident and not cold. */
+static inline uint64_t reclaim_guest_ws_bytes(const reclaim_guest *g)
+{
+    return g->resident_bytes > g->cold_bytes ? g->resident_bytes - g->cold_bytes : 0;
+}
 /* Bytes this guest's scan state takes between and during scans. */
 size_t reclaim_guest_state_bytes(const reclaim_guest *g);
 

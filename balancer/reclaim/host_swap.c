@@ -385,7 +385,7 @@ static void protect_working_sets(const host_swap *hs, round_guest **open, size_t
         hswap_guest *h = open[i]->h;
         if (!h->cg_own)
             continue;
-        uint64_t hot = h->rg.resident_bytes > h->rg.cold_bytes ? h->rg.resident_bytes - h->rg.cold_bytes : 0;
+        uint64_t hot = reclaim_guest_ws_bytes(&h->rg);
         uint64_t diff = hot > h->protected_bytes ? hot - h->protected_bytes : h->protected_bytes - hot;
         if (diff < PROTECT_SLACK)
             continue;
@@ -432,7 +432,7 @@ static void judge_slo(hswap_guest *h, const round_guest *t, bool host_short, int
     h->majflt = majflt;
     h->majflt_known = known;
     h->last_round_ms = now_ms;
-    uint64_t ws = g->resident_bytes > g->cold_bytes ? g->resident_bytes - g->cold_bytes : 0;
+    uint64_t ws = reclaim_guest_ws_bytes(g);
     reclaim_slo_input in = { ws, h->promoted_bps, t->budget_percent, known ? h->foreign_bps : -1,
                              t->view.agent_fresh, t->view.agent_psi_some, host_short };
     reclaim_slo slo = reclaim_slo_judge(&in, h->slo);
@@ -491,7 +491,7 @@ static void publish_guest(hswap_guest *h)
         p.resident_bytes = g->resident_bytes;
         p.swapped_bytes = g->swapped_bytes;
         p.cold_bytes = g->cold_bytes;
-        p.ws_bytes = g->resident_bytes > g->cold_bytes ? g->resident_bytes - g->cold_bytes : 0;
+        p.ws_bytes = reclaim_guest_ws_bytes(g);
         /* until chunks could age for the cold age, everything resident
          * counts as used: not yet a measurement */
         p.ws_known = g->lru.scan > g->lru.cold_age;
