@@ -7,7 +7,10 @@
 #     tests/check_run.h) is a skip, not a pass;
 #   - exit status 77 means the whole program was skipped; its reason is
 #     the line "*** SKIPPED: <reason> ***" it printed;
-#   - a program without a check line passed if it exited 0.
+#   - a program without a check line passed if it exited 0;
+#   - each failing check (check's "file:line:F:tcase:test:i: message" or
+#     ":E:" line) is also written as "fail PROG: that line", so the last
+#     lines of make check (all CI keeps) name the failed tests.
 # Usage: run-suite.sh RESULTS CMD [ARGS...]; exits with CMD's status.
 results=$1
 shift
@@ -26,6 +29,7 @@ awk -v rc="$rc" -v prog="$prog" '
         }
         seen = 1
     }
+    /^[^ :]+:[0-9]+:[FE]:/ { nfl++; failline[nfl] = substr($0, 1, 300) }
     /^SKIPPED: / { s++; reason[s] = substr($0, 10) }
     /\*\*\* SKIPPED: / { all = $0; sub(/.*\*\*\* SKIPPED: /, "", all); sub(/ *\*\*\*.*$/, "", all) }
     END {
@@ -42,6 +46,7 @@ awk -v rc="$rc" -v prog="$prog" '
         else if (rc == 0) print 1, 0, 0
         else print 0, 1, 0
         for (i = 1; i <= s; i++) print "skip " prog ": " reason[i]
+        for (i = 1; i <= nfl; i++) print "fail " prog ": " failline[i]
         if (!seen && rc != 0) print "fail " prog ": exit status " rc
     }' "$out" >> "$results"
 rm -f "$out"

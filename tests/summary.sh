@@ -1,7 +1,8 @@
 #!/bin/sh
 # Print the totals of every test program run by run-suite.sh (and of the
 # make targets tests/check-all.sh ran), then each skip with its reason and
-# each failure that has no check line of its own.  Exits 1 on any failure.
+# each failure (a failing check, or a program that failed outside its
+# checks).  Exits 1 on any failure.
 awk '
     $1 == "skip" { sub(/^skip /, ""); skips[++ns] = $0; next }
     $1 == "fail" { sub(/^fail /, ""); fails[++nf] = $0; next }
