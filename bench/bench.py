@@ -2,8 +2,8 @@
 """membal benchmark: every scenario x configuration with real TCG guests.
 
 Usage: bench/bench.py [--scenario NAMES] [--configs NAMES] [--runs N]
-                      [--overcommit RATIOS] [--smoke] [--out DIR] [--list]
-                      [--no-gates]
+                      [--overcommit RATIOS] [--pin] [--smoke] [--out DIR]
+                      [--list] [--no-gates]
 
 Each scenario (bench/scenarios.py) boots its guests under QEMU inside a
 memory cgroup that stands for the host (plus a swapfile when the machine has
@@ -24,6 +24,11 @@ its guests' memory to the host's (the cgroup limit is the guests' total
 divided by the ratio), as scenarios named SCENARIO@RATIOx, and adds
 overcommit.png: the primary guest's % of solo against the ratio, a line per
 configuration, and the highest ratio at which each keeps >= 95% of solo.
+
+--pin runs the i-th guest of a scenario on the i-th CPU (modulo the CPUs
+there are): with as many CPUs as guests, no guest's emulation takes CPU from
+another, so under TCG a guest's rate shows what memory costs it rather than
+what CPU its neighbours' emulation leaves it.  balancerd is not pinned.
 
 Names are comma- or space-separated; --list prints scenarios and configs.
 Needs root (cgroups, swapon).  MEMBAL_ACCEL=tcg|kvm as for
@@ -55,7 +60,7 @@ PAGE = 4096
 FIELDS = ["scenario", "config", "run", "order", "accel", "guest", "metric", "value", "done",
           "oom_kills", "guest_swapin_bytes", "host_swapin_bytes", "host_swapped_bytes",
           "balloon_moves", "balloon_flips", "balloon_final_mib", "daemon_ok", "daemon_cpu_s",
-          "daemon_cpu_pct", "daemon_rss_bytes", "host_swapout_bytes", "wall_s"]
+          "daemon_cpu_pct", "daemon_rss_bytes", "host_swapout_bytes", "host_rss_bytes", "wall_s"]
 
 
 def log(msg):
@@ -268,7 +273,7 @@ class Run:
         # must begin inside the measure window (checked in measure_guest)
         subst = {"burst_at": warmup + 4, "grow_at": warmup + measure // 3}
         procs = []
-        for g in self.guests():
+        for i, g in enumerate(self.guests()):
             run = g["run"].format(**subst)
             append = "membal.report=1 membal.run=" + run
             cmd = [BOOT, "--run-dir", os.path.join(self.dir, g["name"]), "--mem", str(g["mem"]),
@@ -281,6 +286,8 @@ class Run:
             if self.conf.get("balloon_opts"):
                 cmd += ["--balloon-opts", self.conf["balloon_opts"]]
             cmd += ["--append", append]
+            if self.args.pin:  # QEMU inherits the CPU from boot-guest.sh
+                cmd = ["taskset", "-c", str(self.args.cpus[i % len(self.args.cpus)])] + cmd
             procs.append((g, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                               text=True)))
             self.boot_procs.append(procs[-1][1])
@@ -403,7 +410,7 @@ step_percent = 20
                     lines = console_lines(self.serial(g))
                     start[g["name"]] = (len(lines), last_pswpin(lines), proc_majflt(self.qemu[g["name"]]))
                 swout0 = vmstat("pswpout")
-                time.sleep(measure)
+                rss = self.sample_rss(measure)
                 swout = (vmstat("pswpout") - swout0) * PAGE
                 d = dict(daemon_ok="", daemon_cpu_s="", daemon_cpu_pct="", daemon_rss_bytes="")
                 if self.daemon:
@@ -422,7 +429,8 @@ step_percent = 20
                             if self.daemon.poll() is not None else "ran", managed, len(self.guests()),
                             self.daemon_log))
                 for g in self.guests():
-                    rows.append(self.measure_guest(g, start[g["name"]], swout, d))
+                    rows.append(self.measure_guest(g, start[g["name"]], swout, d,
+                                                   rss_bytes=int(rss[g["name"]])))
         finally:
             self.stop()
         wall = time.time() - t0
@@ -441,6 +449,24 @@ step_percent = 20
             rows = [self.row(g, value="", done=0) for g in self.guests()]
         return rows
 
+    def sample_rss(self, seconds):
+        """Sleep through the measure window, reading each QEMU's resident
+        memory once a second; returns the mean per guest: what the guest
+        holds of the host's memory, the footprint a balancer can shrink
+        (the guests' disks are cache=none: no host page cache in it)."""
+        total = dict.fromkeys(self.qemu, 0)
+        n = 0
+        end = time.time() + seconds
+        while True:
+            for name, pid in self.qemu.items():
+                total[name] += proc_status_kb(pid, "VmRSS") * 1024
+            n += 1
+            left = end - time.time()
+            if left <= 0:
+                break
+            time.sleep(min(1.0, left))
+        return {name: t / n for name, t in total.items()}
+
     def row(self, g, **kw):
         r = dict.fromkeys(FIELDS, "")
         r.update(scenario=self.sname, config=self.cname, run=self.n, order=self.order, accel=self.accel,
@@ -448,7 +474,7 @@ step_percent = 20
         r.update(kw)
         return r
 
-    def measure_guest(self, g, start, swout, d):
+    def measure_guest(self, g, start, swout, d, rss_bytes):
         lines = console_lines(self.serial(g))
         nlines, pswpin0, maj0 = start
         pid = self.qemu[g["name"]]
@@ -485,7 +511,7 @@ step_percent = 20
             host_swapped_bytes=proc_status_kb(pid, "VmSwap") * 1024,
             balloon_moves=moves, balloon_flips=flips,
             balloon_final_mib="%.0f" % (final / (1 << 20)) if final else g["mem"],
-            host_swapout_bytes=swout, **d)
+            host_swapout_bytes=swout, host_rss_bytes=rss_bytes, **d)
 
 
 # ---- summary ----
@@ -515,6 +541,48 @@ def metric_values(rows, scen, conf, guest, better, measured_only=False):
     return out
 
 
+def guests_rss(rows, scen, conf):
+    """The median over runs of the guests' summed mean RSS (NaN if none)."""
+    per_run = {}
+    for r in rows:
+        if r["scenario"] == scen and r["config"] == conf and r.get("host_rss_bytes"):
+            per_run[r["run"]] = per_run.get(r["run"], 0) + int(r["host_rss_bytes"])
+    return med(list(per_run.values()))
+
+
+def savings(rows, summary, scenarios):
+    """Issue 17's measure: memory a configuration saves against `none` (the
+    guests' mean RSS over the window), as a share of the guests' RAM, and
+    what it costs the gated guests (their median against none's, + slower)."""
+    out = []
+    for s in scenarios:
+        scen = SCENARIOS[s]
+        ref = {r["config"]: r for r in summary if r["scenario"] == s}
+        if "none" not in ref:
+            continue
+        gated = [g for g in scen["guests"] if g.get("gated") and g.get("metric")]
+        guest_mem = sum(g["mem"] for g in scen["guests"])
+        for c, r in ref.items():
+            v = r.get("saved_pct_guest_ram", float("nan"))
+            if c in ("none", "solo") or v != v:  # no RSS measured (results.csv of an older bench)
+                continue
+            cost = []
+            for g in gated:
+                a, b = r["%s_median" % g["name"]], ref["none"]["%s_median" % g["name"]]
+                sp = max(x for x in (r["%s_spread" % g["name"]], ref["none"]["%s_spread" % g["name"]], 0)
+                         if x == x)
+                if not b or b != b or a != a or math.isinf(a) or math.isinf(b):
+                    cost.append("%s -" % g["name"])
+                    continue
+                slower = (b - a) / b if g["better"] == "higher" else (a - b) / b
+                cost.append("%s %.1f%% %s than none (spread %.0f%% of none)" % (
+                    g["name"], 100 * abs(slower), "slower" if slower > 0 else "faster", 100 * sp / abs(b)))
+            out.append("%s: %s saves %d%% of the guests' %d MiB (%d MiB of RSS); %s" % (
+                s, c, round(r["saved_pct_guest_ram"]), guest_mem,
+                round(r["saved_pct_guest_ram"] * guest_mem / 100), "; ".join(cost)))
+    return out
+
+
 def fmt(v):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
@@ -535,13 +603,15 @@ def summarize(rows, scenarios, configs, runs, out):
         present = [c for c in configs if any(r["scenario"] == s and r["config"] == c for r in rows)]
         if not present:
             continue
+        guest_mem = sum(g["mem"] for g in scen["guests"]) * 2**20
         print("\n== %s: %s; %d MiB host; %d run(s)" % (s, scen["title"].format(
             grow_at=scen["warmup"] + scen["measure"] // 3), scen["limit_mb"], runs))
         head = ["config"]
         for g in guests:
             head.append("%s %s" % (g["name"], g["metric"][2]))
             head.append("(spread)")
-        head += ["%solo", "OOM", "gst sw-in", "host sw-in", "moves", "flips", "dmn CPU", "dmn RSS"]
+        head += ["%solo", "OOM", "gst sw-in", "host sw-in", "moves", "flips", "guests' RSS", "saved",
+                 "dmn CPU", "dmn RSS"]
         table = [head]
         solo_v = med(metric_values(rows, s, "solo", prim["name"], prim["better"]))
         for c in present:
@@ -561,23 +631,32 @@ def summarize(rows, scenarios, configs, runs, out):
             per_run = {}
             for r in rr:
                 k = r["run"]
-                p = per_run.setdefault(k, dict(oom=0, gin=0, hin=0, moves=0, flips=0, cpu=0.0, rss=0))
+                p = per_run.setdefault(k, dict(oom=0, gin=0, hin=0, moves=0, flips=0, cpu=0.0, rss=0,
+                                               grss=0))
                 p["oom"] += int(r["oom_kills"] or 0)
                 p["gin"] += int(r["guest_swapin_bytes"] or 0)
                 p["hin"] += int(r["host_swapin_bytes"] or 0)
                 p["moves"] += int(r["balloon_moves"] or 0)
                 p["flips"] += int(r["balloon_flips"] or 0)
+                p["grss"] += int(r.get("host_rss_bytes") or 0)
                 p["cpu"] = float(r["daemon_cpu_pct"] or 0)
                 p["rss"] = int(r["daemon_rss_bytes"] or 0)
             pr = list(per_run.values())
             oom_total = sum(p["oom"] for p in pr)
             cpu_pct = med([p["cpu"] for p in pr])
+            grss = med([p["grss"] for p in pr])
+            # solo runs fewer guests: nothing to compare
+            saved = guests_rss(rows, s, "none") - grss if c != "solo" else float("nan")
             line += [fmt(pct) + "%" if pct == pct else "-", str(oom_total),
                      "%.1f MiB" % (med([p["gin"] for p in pr]) / 2**20),
                      "%.1f MiB" % (med([p["hin"] for p in pr]) / 2**20),
                      fmt(med([p["moves"] for p in pr])), fmt(med([p["flips"] for p in pr])),
+                     "%.0f MiB" % (grss / 2**20) if grss else "-",
+                     "%d%%" % round(100 * saved / guest_mem) if grss and saved == saved else "-",
                      "%.2f%%" % cpu_pct, "%.1f MiB" % (med([p["rss"] for p in pr]) / 2**20)]
-            srow.update(pct_solo=pct, oom_kills=oom_total, moves=med([p["moves"] for p in pr]),
+            srow.update(pct_solo=pct, oom_kills=oom_total, guests_rss_bytes=grss,
+                        saved_pct_guest_ram=100 * saved / guest_mem if grss else float("nan"),
+                        moves=med([p["moves"] for p in pr]),
                         flips=med([p["flips"] for p in pr]), daemon_cpu_pct=cpu_pct)
             summary.append(srow)
             table.append(line)
@@ -755,6 +834,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--overcommit", default="",
                     help="ratios of guest memory to host memory to sweep each scenario over, e.g. \"1.2 1.6 2.0\"")
+    ap.add_argument("--pin", action="store_true", help="each guest of a scenario on a CPU of its own")
     ap.add_argument("--smoke", action="store_true",
                     help="one short round of %s x %s, gates reported only" % (
                         "+".join(SMOKE_SCENARIOS), "+".join(SMOKE_CONFIGS)))
@@ -777,6 +857,7 @@ def main():
         args.no_gates = True
     if args.runs < 1:
         sys.exit("bench: --runs must be at least 1")
+    args.cpus = sorted(os.sched_getaffinity(0))
     if args.overcommit:
         try:
             ratios = [float(x) for x in args.overcommit.replace(",", " ").split()]
@@ -835,8 +916,9 @@ def main():
     # re-read as strings, as a later reader of results.csv would
     with open(results) as f:
         rows = list(csv.DictReader(f))
-    print("\nmembal bench: %s; accel %s; %d round(s); %.0f min" % (
-        os.path.basename(results), ",".join(sorted({r["accel"] for r in rows})), args.runs, elapsed / 60))
+    print("\nmembal bench: %s; accel %s; %d round(s); %.0f min%s" % (
+        os.path.basename(results), ",".join(sorted({r["accel"] for r in rows})), args.runs, elapsed / 60,
+        "; guest i on CPU i of %s" % ",".join(map(str, args.cpus)) if args.pin else ""))
     summary, gates = summarize(rows, scenarios, configs, args.runs, args.out)
     with open(os.path.join(args.out, "summary.csv"), "w", newline="") as f:
         keys = sorted({k for r in summary for k in r}, key=lambda k: (k not in ("scenario", "config"), k))
@@ -849,6 +931,11 @@ def main():
         tag = "met:   " if met else ("n/a:   " if met is None else "MISSED:")
         missed += met is False
         print("  %s %s: %s" % (tag, s, text))
+    lines = savings(rows, summary, scenarios)
+    if lines:
+        print("\nmemory saved against none (the guests' mean RSS in the window), and the gated guests' cost:")
+        for line in lines:
+            print("  " + line)
     plot(summary, scenarios, configs, args.runs, args.out)
     for line in plot_overcommit(summary, scenarios, configs, args.runs, args.out):
         print(line)

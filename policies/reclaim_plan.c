@@ -73,6 +73,18 @@ size_t reclaim_plan_givers(const reclaim_candidate *c, size_t n, size_t *order)
     return k;
 }
 
+uint64_t reclaim_proactive_room(const guest_view *v, uint64_t ws_bytes, uint64_t cold_bytes,
+                                uint64_t swapped_bytes)
+{
+    if (!v->stats_valid)
+        return cold_bytes;
+    uint64_t cheap = v->free_bytes + v->cache_bytes;
+    uint64_t used = v->actual_bytes > cheap ? v->actual_bytes - cheap : 0;
+    uint64_t cold_used = used > ws_bytes ? used - ws_bytes : 0;
+    uint64_t room = cold_used > swapped_bytes ? cold_used - swapped_bytes : 0;
+    return room < cold_bytes ? room : cold_bytes;
+}
+
 reclaim_slo reclaim_slo_judge(const reclaim_slo_input *in, reclaim_slo prev)
 {
     /* hysteresis: a guest outside comes back inside only below three

@@ -69,6 +69,24 @@ typedef struct {
  * (room for n).  Returns the count. */
 size_t reclaim_plan_givers(const reclaim_candidate *c, size_t n, size_t *order);
 
+/* How much of a guest may be in host swap through proactive pageouts:
+ * the cold memory its balloon cannot take for nothing.  Free memory and
+ * page cache the balloon takes at no cost (a dropped clean page is never
+ * written), while host swap of them costs a write and, when the guest
+ * reuses the frame (a burst allocating over its cache), a read of dead
+ * content back from the host's swap: measured, a 300 MiB burst over an
+ * idle guest's cache took 5.3-5.7 s instead of 1.9 s after its cache went
+ * to host swap.  So proactive pageouts keep to the guest's used memory
+ * (balloon size - free - cache, from its stats) beyond its host-measured
+ * working set; swapped_bytes (its RAM in host swap now) counts against
+ * that.  Without fresh stats (no balloon driver, stats off) the guest
+ * cannot give anything through the balloon: all its cold memory.  A
+ * guest that reports more free or cache than it has only keeps its own
+ * memory out of proactive reclaim; what the host needs when it is short
+ * is not capped by this. */
+uint64_t reclaim_proactive_room(const guest_view *v, uint64_t ws_bytes, uint64_t cold_bytes,
+                                uint64_t swapped_bytes);
+
 /* One guest's SLO inputs, host-measured except the agent's PSI. */
 typedef struct {
     uint64_t ws_bytes;          /* resident minus cold */

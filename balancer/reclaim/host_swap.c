@@ -351,6 +351,11 @@ static uint64_t page_out(host_swap *hs, round_guest **givers, size_t n, uint64_t
         uint64_t got = 0;
         while (*go) {
             uint64_t left = h->rg.lru.budget_bytes > h->round_paged ? h->rg.lru.budget_bytes - h->round_paged : 0;
+            if (min_idle) { /* proactive: only what its balloon cannot take for nothing */
+                uint64_t room = reclaim_proactive_room(&givers[i]->view, reclaim_guest_ws_bytes(&h->rg),
+                                                       h->rg.cold_bytes, h->rg.swapped_bytes + h->round_paged);
+                left = left < room ? left : room;
+            }
             uint64_t ask = want - done - got;
             ask = ask < left ? ask : left;
             ask = ask < PAGEOUT_SLICE ? ask : PAGEOUT_SLICE;

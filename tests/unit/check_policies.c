@@ -1023,6 +1023,42 @@ START_TEST(reclaim_wants_per_node_classzone)
 }
 END_TEST
 
+/* Proactive pageouts keep to cold used memory: what the balloon cannot
+ * take for nothing (free memory, page cache). */
+START_TEST(proactive_room_is_cold_used_memory)
+{
+    guest_view v = { .stats_valid = true, .actual_bytes = 512 * MIB };
+    /* a database: 200 MiB written, 160 MiB of it hot (plus 30 MiB of
+     * kernel), 270 MiB free (never touched), 10 MiB of cache: 42 MiB of
+     * its used memory is cold */
+    v.free_bytes = 270 * MIB;
+    v.cache_bytes = 10 * MIB;
+    ck_assert_uint_eq(reclaim_proactive_room(&v, 190 * MIB, 60 * MIB, 0), 42 * MIB);
+    /* what is in host swap already counts against it */
+    ck_assert_uint_eq(reclaim_proactive_room(&v, 190 * MIB, 60 * MIB, 40 * MIB), 2 * MIB);
+    ck_assert_uint_eq(reclaim_proactive_room(&v, 190 * MIB, 60 * MIB, 50 * MIB), 0);
+    /* never more than is cold */
+    ck_assert_uint_eq(reclaim_proactive_room(&v, 190 * MIB, 20 * MIB, 0), 20 * MIB);
+    /* an idle guest whose cold memory is its page cache (300 MiB read
+     * once) and free memory: the balloon's, hardly any of it host swap's */
+    v.free_bytes = 150 * MIB;
+    v.cache_bytes = 300 * MIB;
+    ck_assert_uint_eq(reclaim_proactive_room(&v, 20 * MIB, 400 * MIB, 0), 42 * MIB);
+    /* a guest claiming more free and cache than its balloon holds: nothing */
+    v.free_bytes = 400 * MIB;
+    v.cache_bytes = 300 * MIB;
+    ck_assert_uint_eq(reclaim_proactive_room(&v, 0, 400 * MIB, 0), 0);
+    /* used memory all hot: nothing */
+    v.free_bytes = 100 * MIB;
+    v.cache_bytes = 12 * MIB;
+    ck_assert_uint_eq(reclaim_proactive_room(&v, 450 * MIB, 100 * MIB, 0), 0);
+    /* no stats (no balloon driver): the balloon cannot take anything, so
+     * everything cold may go to host swap */
+    v.stats_valid = false;
+    ck_assert_uint_eq(reclaim_proactive_room(&v, 450 * MIB, 100 * MIB, 0), 100 * MIB);
+}
+END_TEST
+
 /* The host-reclaim SLO: promotions against a budget of the working set,
  * pressure from the agent's PSI or the QEMU's own faults, with hysteresis;
  * and the one-minute average it is judged on. */
@@ -1167,6 +1203,7 @@ int main(void)
     tcase_add_test(tr, reclaim_wants_per_node_classzone);
     tcase_add_test(tr, reclaim_givers_streaming_then_coldest_never_protected);
     tcase_add_test(tr, reclaim_slo_budget_pressure_hysteresis);
+    tcase_add_test(tr, proactive_room_is_cold_used_memory);
     tcase_add_test(tr, host_measured_working_set_is_a_floor);
     suite_add_tcase(s, tr);
     return check_run_suite(s, CK_FORK);
