@@ -6,6 +6,14 @@
  * pagemap at the next scan as a reference (the chunk's swapped count fell
  * and its present count rose, or a remembered probe is present).  Cold chunks keep their probes
  * out at no further cost; hot chunks pay one swap-in per probe per scan.
+ * It never probes a page of a host huge page (THP, hugetlb): paging out
+ * part of one splits it, and the guest would lose the huge page behind
+ * hot memory for good (measured: a guest's THP-backed memory fell from
+ * 314 to 32 MiB after its first scan, and its later 300 MiB allocation
+ * took 5.8 s instead of 1.9-3.3 s, faulting 4 KiB pages where huge pages
+ * had been).  A chunk in a huge page is therefore never observed, counts
+ * as used and is not paged out by this source; DAMON reads accessed bits
+ * without splitting.
  */
 #include "reclaim/cold_source.h"
 
@@ -51,6 +59,13 @@ static uint32_t next_rand(probe_source *p)
     return p->seed >> 8;
 }
 
+/* A page that may be a probe: the guest's own, and not part of a host
+ * huge page. */
+static bool probe_ok(const cold_target *t, uint64_t entry)
+{
+    return guest_ram_page_resident(t->ram, entry) && !guest_ram_page_huge(t->ram, entry);
+}
+
 /* Page i of the chunk was out at the last scan's end and is back: a
  * remembered probe that is present, or any present page of a chunk that
  * was mostly out then (paged out, and this is what came back of it). */
@@ -85,22 +100,27 @@ static size_t probe_arm(cold_source *s, cold_target *t, size_t c, const uint64_t
     uint64_t page = t->ram->page_bytes;
     chunk_base *b = &t->base[c];
     unsigned want = s->max_probes;
-    size_t out = 0, present = 0, nr = 0;
+    size_t out = 0, present = 0, nr = 0, first = n;
     for (size_t i = 0; i < n; i++) {
         out += (pm[i] & PM_SWAPPED) != 0;
         present += guest_ram_page_resident(t->ram, pm[i]);
+        if (first == n && guest_ram_page_resident(t->ram, pm[i]))
+            first = i;
     }
+    /* a chunk mapped by one huge page: no probe (it would split it) */
+    if (first < n && guest_ram_page_huge(t->ram, pm[first]))
+        return 0;
     /* where the chunk was used, it is likely used again: a random probe
      * in a chunk whose use is a few pages would miss them */
     for (size_t i = 0; i < n && nr < want; i++)
-        if (came_back(t, c, pm, n, i)) {
+        if (came_back(t, c, pm, n, i) && probe_ok(t, pm[i])) {
             b->hint = (uint16_t)(i + 1);
             rr[nr++] = (ram_range){ i * page, page };
         }
     /* nothing came back: the remembered page, if it is in (its probe
      * did not go out, or the guest used it again) */
     size_t h = b->hint ? b->hint - 1u : n;
-    if (!nr && h < n && guest_ram_page_resident(t->ram, pm[h]))
+    if (!nr && h < n && probe_ok(t, pm[h]))
         rr[nr++] = (ram_range){ h * page, page };
     present -= nr;
     /* pages still out from earlier probes keep watching */
@@ -108,7 +128,7 @@ static size_t probe_arm(cold_source *s, cold_target *t, size_t c, const uint64_t
         size_t start = next_rand(p) % n;
         for (size_t j = 0; j < n; j++) {
             size_t i = (start + j) % n;
-            if (guest_ram_page_resident(t->ram, pm[i]) && !is_probe(rr, nr, i * page)) {
+            if (probe_ok(t, pm[i]) && !is_probe(rr, nr, i * page)) {
                 rr[nr++] = (ram_range){ i * page, page };
                 present--;
                 break;

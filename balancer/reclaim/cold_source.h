@@ -17,7 +17,8 @@
  *          probes out: pinned, locked, or just faulted-in pages) was not
  *          observed, and counts as used.
  *          Costs one swap-in per probe of a hot chunk per scan (by
- *          default 2 pages of 512) and splits transparent huge pages.
+ *          default 2 pages of 512).  Never probes a page of a host huge
+ *          page (that would split it): such chunks count as used.
  *
  * Both feed the same aging lists (policies/cold_lru.c).  Pages that we
  * paged out and that are present again are a reference for every source

@@ -168,7 +168,7 @@ static uint64_t zero_page_pfn(void)
 int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, GError **error)
 {
     memset(r, 0, sizeof(*r));
-    r->pidfd = r->pagemap_fd = -1;
+    r->pidfd = r->pagemap_fd = r->kpageflags_fd = -1;
     r->pid = pid;
     r->page_bytes = (uint64_t)sysconf(_SC_PAGESIZE);
     /* the pidfd first: if pid is reused after this, the maps we read
@@ -212,6 +212,7 @@ int guest_ram_open(guest_ram *r, pid_t pid, uint64_t ram_bytes, GError **error)
         return -1;
     }
     r->zero_pfn = zero_page_pfn();
+    r->kpageflags_fd = open("/proc/kpageflags", O_RDONLY | O_CLOEXEC);
     return 0;
 }
 
@@ -221,7 +222,23 @@ void guest_ram_close(guest_ram *r)
         close(r->pidfd);
     if (r->pagemap_fd >= 0)
         close(r->pagemap_fd);
-    r->pidfd = r->pagemap_fd = -1;
+    if (r->kpageflags_fd >= 0)
+        close(r->kpageflags_fd);
+    r->pidfd = r->pagemap_fd = r->kpageflags_fd = -1;
+}
+
+/* include/uapi/linux/kernel-page-flags.h */
+#define KPF_HUGE 17
+#define KPF_THP 22
+
+bool guest_ram_page_huge(const guest_ram *r, uint64_t entry)
+{
+    uint64_t pfn = entry & PM_PFN_MASK, flags = 0;
+    if (r->kpageflags_fd < 0 || !(entry & PM_PRESENT) || !pfn)
+        return false;
+    if (pread(r->kpageflags_fd, &flags, sizeof(flags), (off_t)(pfn * sizeof(flags))) != sizeof(flags))
+        return false;
+    return flags & ((1ULL << KPF_THP) | (1ULL << KPF_HUGE));
 }
 
 int guest_ram_pagemap(const guest_ram *r, size_t first, size_t n, uint64_t *entries)

@@ -5,7 +5,8 @@
  * reclaim (host_reclaim.c) scans and pages out.
  *
  * Needs root (CAP_SYS_ADMIN for pagemap frame numbers, CAP_SYS_NICE and
- * ptrace access for process_madvise on another process).
+ * ptrace access for process_madvise on another process; /proc/kpageflags,
+ * readable by root, tells pages of huge pages).
  */
 #ifndef MEMBAL_GUEST_RAM_H
 #define MEMBAL_GUEST_RAM_H
@@ -25,6 +26,7 @@ typedef struct {
     pid_t pid;
     int pidfd;           /* pidfd_open(): process_madvise() and no pid reuse */
     int pagemap_fd;
+    int kpageflags_fd;   /* /proc/kpageflags, -1 if it cannot be read */
     uintptr_t start;     /* the mapping in QEMU's address space */
     uint64_t bytes;
     uint64_t page_bytes;
@@ -39,6 +41,13 @@ static inline bool guest_ram_page_resident(const guest_ram *r, uint64_t entry)
 {
     return (entry & PM_PRESENT) && !(r->zero_pfn && (entry & PM_PFN_MASK) == r->zero_pfn);
 }
+
+/* A present page that is part of a transparent huge page (or any large
+ * folio) or a hugetlb page, by its frame's /proc/kpageflags (KPF_THP,
+ * KPF_HUGE).  Paging out part of one splits it: the guest loses the host
+ * huge page behind that memory for good.  False when it cannot tell (no
+ * frame number or no kpageflags). */
+bool guest_ram_page_huge(const guest_ram *r, uint64_t entry);
 
 /*
  * Find the guest RAM mapping in /proc/PID/maps or /proc/PID/smaps text:

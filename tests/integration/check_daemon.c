@@ -1118,7 +1118,7 @@ static char *rescrape_after_faults(char *m, pid_t pid, unsigned seconds, long *f
 
 /* A host-reclaim test's setup: a work directory named after tag, swap
  * (a swapfile there when the machine has none: *made_swap), a 512 MiB
- * guest that wrote 300 MiB once and keeps its first 20% (60 MiB) hot, and
+ * guest (RAM in 4 KiB pages) that wrote 300 MiB once and keeps its first 20% (60 MiB) hot, and
  * the daemon's config: the common part and then [host_reclaim] with
  * enabled = true, scan_interval = 1 and the keys in reclaim_keys, written
  * to conf (room for 512). */
@@ -1131,7 +1131,9 @@ static void reclaim_guest_up(const char *tag, const char *watermarks, const char
     snprintf(swapfile, len, "%s/host.swap", workdir);
     *made_swap = test_swap_on(swapfile);
     ck_assert_int_ge(*made_swap, 0);
-    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=wss:300:20" };
+    /* 4 KiB pages behind its RAM: the probe scanner (this machine's
+     * kernel DAMON is its own) leaves huge pages alone */
+    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=wss:300:20", .no_thp = true };
     ck_assert(guest_vm_start(vm, &o) == 0);
     ck_assert(guest_vm_wait_console(vm, "WSS ready", 120000));
     snprintf(conf, 512, "%s/balancer.conf", workdir);

@@ -1,7 +1,9 @@
 /*
  * Host-side reclaim against a real process on a host with real swap: a
- * stand-in for a QEMU process holds 256 MiB of "guest RAM" (anonymous,
- * MADV_HUGEPAGE like QEMU's), of which every fourth 2 MiB chunk (64 MiB)
+ * stand-in for a QEMU process holds 256 MiB of "guest RAM" (anonymous;
+ * MADV_HUGEPAGE like QEMU's for DAMON, which never splits a huge page,
+ * MADV_NOHUGEPAGE for the probe scanner, which leaves huge pages alone:
+ * a host without THP behind guest RAM), of which every fourth 2 MiB chunk (64 MiB)
  * is hot (touched continuously) and the rest (192 MiB) was touched once.
  * The detector and the actuator run for a number of 1-second scans with
  * each cold-page source (our probe scanner, then DAMON when the kernel has
@@ -76,12 +78,12 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void __attribute__((noreturn)) run_guest(int wfd, second_set set)
+static void __attribute__((noreturn)) run_guest(int wfd, second_set set, bool thp)
 {
     char *ram = mmap(NULL, RAM, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ram == MAP_FAILED)
         _exit(2);
-    madvise(ram, RAM, MADV_HUGEPAGE);
+    madvise(ram, RAM, thp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     /* non-zero data: the kernel maps all-zero pages of an underused huge
      * page to the shared zero page, and those are nothing to reclaim */
     for (size_t i = 0; i < RAM; i += 4096)
@@ -170,7 +172,18 @@ typedef struct {
     uint32_t cold_age;
     uint64_t refaults;
     uint64_t promoted, probe_back;   /* pages, summed over the scans */
+    uint64_t thp_before, thp_after;  /* the stand-in's AnonHugePages */
 } outcome;
+
+static uint64_t anon_huge_bytes(pid_t pid)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/smaps_rollup", (int)pid);
+    g_autofree char *text = NULL;
+    ck_assert(g_file_get_contents(path, &text, NULL, NULL));
+    const char *k = strstr(text, "AnonHugePages:");
+    ck_assert(k != NULL);
+    return g_ascii_strtoull(k + strlen("AnonHugePages:"), NULL, 10) * 1024;
+}
 
 /* warm_swapped: the second set's pages that are out (for SET_SPARSE only
  * the pages it uses; the rest of those chunks is cold). */
@@ -198,7 +211,7 @@ static void count_swapped(const reclaim_guest *g, second_set set, outcome *o)
 typedef void (*scan_hook)(const reclaim_guest *g);
 static scan_hook before_scan;
 
-static void run_reclaim(cold_source *src, const char *label, second_set set, int scans, outcome *o)
+static void run_reclaim(cold_source *src, const char *label, second_set set, bool thp, int scans, outcome *o)
 {
     int p[2];
     ck_assert_int_eq(pipe(p), 0);
@@ -206,12 +219,13 @@ static void run_reclaim(cold_source *src, const char *label, second_set set, int
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         close(p[0]);
-        run_guest(p[1], set);
+        run_guest(p[1], set, thp);
     }
     cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
     close(p[1]);
     child_report r = { 0, 0 };
     ck_assert_int_eq(read(p[0], &r, sizeof(r)), sizeof(r)); /* all touched */
+    o->thp_before = anon_huge_bytes(pid);
     fcntl(p[0], F_SETFL, O_NONBLOCK);
 
     cold_tunables t;
@@ -258,6 +272,7 @@ static void run_reclaim(cold_source *src, const char *label, second_set set, int
     o->majflt_hot_phase = r.majflt - majflt_mark;
     ck_assert_uint_gt(r.passes, 100); /* the hot loop kept running */
     count_swapped(&g, set, o);
+    o->thp_after = anon_huge_bytes(pid);
     o->probe_bytes = g.probe_bytes;
     o->paged_out = g.paged_out_bytes;
     o->cold_age = g.lru.cold_age;
@@ -306,7 +321,7 @@ START_TEST(probe_scanner_swaps_cold_keeps_hot)
     ensure_swap();
     cold_source *src = cold_source_probe_new(2);
     outcome o;
-    run_reclaim(src, "probe", SET_NONE, SCANS, &o);
+    run_reclaim(src, "probe", SET_NONE, false, SCANS, &o);
     src->ops->destroy(src);
     drop_swap();
     check_outcome(&o);
@@ -317,6 +332,30 @@ START_TEST(probe_scanner_swaps_cold_keeps_hot)
     /* each hot chunk costs at most its 2 probes per scan */
     ck_assert_int_le(o.majflt_hot_phase, (long)(2 * (HOT_BYTES / CHUNK) * 6));
     ck_assert_uint_gt(o.probe_bytes, 0);
+}
+END_TEST
+
+/* The stand-in's RAM in transparent huge pages, as QEMU's usually is:
+ * paging out one 4 KiB page of a huge page splits it, so the probe
+ * scanner leaves such chunks alone -- nothing probed, nothing paged out,
+ * the huge pages still there after as many scans as the cold set needed
+ * to go out above.  (Before, the first scan split them all.) */
+START_TEST(probe_never_splits_huge_pages)
+{
+    ensure_swap();
+    cold_source *src = cold_source_probe_new(2);
+    outcome o;
+    run_reclaim(src, "probe-thp", SET_NONE, true, 8, &o);
+    src->ops->destroy(src);
+    drop_swap();
+    fprintf(stderr, "probe-thp: AnonHugePages %" PRIu64 " MiB before, %" PRIu64 " MiB after\n", o.thp_before / MIB,
+            o.thp_after / MIB);
+    if (o.thp_before < RAM / 2)
+        CHECK_SKIP("the stand-in got %" PRIu64 " MiB of its 256 MiB in transparent huge pages (THP off, or memory "
+                   "too fragmented): nothing to split", o.thp_before / MIB);
+    ck_assert_uint_ge(o.thp_after + 4 * MIB, o.thp_before);
+    ck_assert_uint_eq(o.probe_bytes, 0);
+    ck_assert_uint_eq(o.cold_swapped + o.hot_swapped, 0);
 }
 END_TEST
 
@@ -337,7 +376,7 @@ START_TEST(damon_swaps_cold_keeps_hot)
     cleanup_register("(echo off > %s/kdamonds/0/state; echo 0 > %s/kdamonds/nr_kdamonds) 2>/dev/null", DAMON_ADMIN,
                      DAMON_ADMIN);
     outcome o;
-    run_reclaim(src, "damon", SET_NONE, SCANS, &o);
+    run_reclaim(src, "damon", SET_NONE, true, SCANS, &o);
     src->ops->destroy(src);
     drop_swap();
     check_outcome(&o);
@@ -478,7 +517,7 @@ START_TEST(damon_source_on_a_fake_sysfs)
     ck_assert_uint_eq(read_u64_file("%s/nr_kdamonds", kd), 1);
     before_scan = fake_kdamond;
     outcome o;
-    run_reclaim(src, "fake-damon", SET_NONE, SCANS, &o);
+    run_reclaim(src, "fake-damon", SET_NONE, true, SCANS, &o);
     before_scan = NULL;
     g_autofree char *ops = NULL, *ops_path = g_strdup_printf("%s/operations", c0);
     ck_assert(g_file_get_contents(ops_path, &ops, NULL, NULL));
@@ -511,7 +550,7 @@ START_TEST(refaults_lift_the_cold_age)
     else
         src = cold_source_probe_new(2);
     outcome o;
-    run_reclaim(src, "warm", SET_WARM, 24, &o);
+    run_reclaim(src, "warm", SET_WARM, strcmp(src->ops->name, "damon") == 0, 24, &o);
     src->ops->destroy(src);
     drop_swap();
     size_t warm_chunks = WARM_BYTES / CHUNK;
@@ -540,7 +579,7 @@ START_TEST(probe_keeps_sparse_chunks_after_one_refault)
     ensure_swap();
     cold_source *src = cold_source_probe_new(2);
     outcome o;
-    run_reclaim(src, "sparse", SET_SPARSE, 20, &o);
+    run_reclaim(src, "sparse", SET_SPARSE, false, 20, &o);
     src->ops->destroy(src);
     drop_swap();
     size_t sparse_chunks = N_CHUNKS / HOT_EVERY;
@@ -562,7 +601,7 @@ START_TEST(no_swap_is_harmless)
         CHECK_SKIP("this machine has swap of its own");
     cold_source *src = cold_source_probe_new(2);
     outcome o;
-    run_reclaim(src, "noswap", SET_NONE, SCANS, &o);
+    run_reclaim(src, "noswap", SET_NONE, false, SCANS, &o);
     src->ops->destroy(src);
     ck_assert_uint_eq(o.cold_swapped + o.hot_swapped, 0);
     ck_assert_uint_eq(o.refaults, 0);
@@ -743,6 +782,7 @@ int main(void)
     tcase_add_test(tc, real_memcg_protect);
     tcase_add_test(tc, no_swap_is_harmless);
     tcase_add_test(tc, probe_scanner_swaps_cold_keeps_hot);
+    tcase_add_test(tc, probe_never_splits_huge_pages);
     tcase_add_test(tc, damon_swaps_cold_keeps_hot);
     tcase_add_test(tc, damon_source_on_a_fake_sysfs);
     tcase_add_test(tc, probe_keeps_sparse_chunks_after_one_refault);

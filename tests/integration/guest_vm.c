@@ -2,6 +2,7 @@
 #include "cleanup.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,14 @@ int guest_vm_start(guest_vm *vm, const guest_vm_opts *opts)
              opts->append ? " --append '" : "", opts->append ? opts->append : "",
              opts->append ? "'" : "", opts->disk ? " --disk '" : "",
              opts->disk ? opts->disk : "", opts->disk ? "'" : "", opts->extra ? opts->extra : "");
+    /* inherited by the shell and QEMU it starts, kept across exec */
+    if (opts->no_thp && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) < 0) {
+        perror("guest_vm: PR_SET_THP_DISABLE");
+        return -1;
+    }
     FILE *p = popen(cmd, "r");
+    if (opts->no_thp)
+        prctl(PR_SET_THP_DISABLE, 0, 0, 0, 0);
     if (!p) {
         perror("guest_vm: popen");
         return -1;

@@ -22,6 +22,8 @@ typedef struct {
     const char *disk;   /* raw image for virtio-blk, may be NULL */
     bool agent;         /* add the org.membal.agent.0 port (RUN_DIR/agent.sock) */
     const char *extra;  /* more boot-guest.sh options ("--cgroup DIR --tb-size 32"), may be NULL */
+    bool no_thp;        /* QEMU runs with PR_SET_THP_DISABLE: its guest RAM in 4 KiB pages, as on a host
+                         * without transparent huge pages (the probe scanner leaves huge pages alone) */
 } guest_vm_opts;
 
 typedef struct {
