@@ -551,9 +551,10 @@ def guests_rss(rows, scen, conf):
 
 
 def savings(rows, summary, scenarios):
-    """Issue 17's measure: memory a configuration saves against `none` (the
-    guests' mean RSS over the window), as a share of the guests' RAM, and
-    what it costs the gated guests (their median against none's, + slower)."""
+    """Memory reclaimed at a slowdown: what a configuration keeps out of the
+    host's RAM against `none` (the guests' mean RSS over the window), as a
+    share of the guests' RAM, beside each gated guest's median against
+    none's."""
     out = []
     for s in scenarios:
         scen = SCENARIOS[s]
