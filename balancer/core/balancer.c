@@ -60,6 +60,7 @@ static int set_host_reclaim(balancer *b, GError **error)
         g_propagate_error(error, err);
         return -1;
     }
+    host_swap_hold(b->hswap, b->paused);
     return 0;
 }
 
@@ -280,6 +281,7 @@ const snapshot *balancer_snapshot(balancer *b)
 void balancer_set_paused(balancer *b, bool paused)
 {
     b->paused = paused;
+    host_swap_hold(b->hswap, paused);
     b->snap_stale = true;
 }
 

@@ -85,6 +85,7 @@ struct host_swap {
     GThread *thread;
     round_job *job;              /* handed over, not yet taken */
     bool busy, stop;
+    bool held;                   /* paused: a round in flight writes nothing more (no pageouts, probes, limits) */
     uint64_t scans, scan_errors, paged_out_bytes, proactive_bytes, idle_skips, busy_skips;
     double cpu_seconds, last_round_seconds;
     double source_cpu_seconds;   /* the source's outside this process, sampled by the round thread */
@@ -309,14 +310,33 @@ static bool pace(host_swap *hs, double cpu_before)
 
 typedef int (*step_fn)(host_swap *hs, reclaim_guest *g);
 
+static bool writes_held(host_swap *hs)
+{
+    g_mutex_lock(&hs->lock);
+    bool held = hs->held;
+    g_mutex_unlock(&hs->lock);
+    return held;
+}
+
+void host_swap_hold(host_swap *hs, bool hold)
+{
+    if (!hs)
+        return;
+    g_mutex_lock(&hs->lock);
+    hs->held = hold;
+    g_mutex_unlock(&hs->lock);
+}
+
 static int scan_step(host_swap *hs, reclaim_guest *g)
 {
     return reclaim_guest_scan_step(hs->src, g, &hs->nodes, RECLAIM_BATCH_CHUNKS);
 }
 
+/* The new baseline, and the probes unless writes are held (then only the
+ * baseline: what the round paged out before the hold is accounted). */
 static int settle_step(host_swap *hs, reclaim_guest *g)
 {
-    return reclaim_guest_settle_step(hs->src, g, RECLAIM_BATCH_CHUNKS);
+    return reclaim_guest_settle_step(writes_held(hs) ? NULL : hs->src, g, RECLAIM_BATCH_CHUNKS);
 }
 
 /* A scan or a settle of one guest, a batch at a time.  0, -1 when its
@@ -359,7 +379,7 @@ static uint64_t page_out(host_swap *hs, round_guest **givers, size_t n, uint64_t
             uint64_t ask = want - done - got;
             ask = ask < left ? ask : left;
             ask = ask < PAGEOUT_SLICE ? ask : PAGEOUT_SLICE;
-            if (!ask)
+            if (!ask || writes_held(hs))
                 break;
             double c = cpu_now();
             uint64_t slice = reclaim_guest_pageout(&h->rg, ask, node, min_idle);
@@ -382,9 +402,9 @@ static uint64_t page_out(host_swap *hs, round_guest **givers, size_t n, uint64_t
     return done;
 }
 
-static void protect_working_sets(const host_swap *hs, round_guest **open, size_t n)
+static void protect_working_sets(host_swap *hs, round_guest **open, size_t n)
 {
-    if (!hs->protect)
+    if (!hs->protect || writes_held(hs))
         return;
     for (size_t i = 0; i < n; i++) {
         hswap_guest *h = open[i]->h;

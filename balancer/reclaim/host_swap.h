@@ -94,6 +94,10 @@ host_swap *host_swap_new(const balancer_config *cfg, const char *damon_dir, GErr
 void host_swap_free(host_swap *hs);
 /* scan_interval has passed since the last round started. */
 bool host_swap_due(const host_swap *hs);
+/* Paused (balancerctl pause): a round in flight writes nothing more from
+ * its next slice or batch on (no pageouts, no probes, no cgroup limits);
+ * ticks start no rounds meanwhile (the caller's part). */
+void host_swap_hold(host_swap *hs, bool hold);
 /* Start a round, when it is due and the last one has ended; returns at
  * once. */
 void host_swap_tick(host_swap *hs, host_swap_target *t, size_t n, const host_swap_round *r);
