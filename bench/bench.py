@@ -429,8 +429,9 @@ step_percent = 20
                             if self.daemon.poll() is not None else "ran", managed, len(self.guests()),
                             self.daemon_log))
                 for g in self.guests():
+                    rss_g = rss[g["name"]]
                     rows.append(self.measure_guest(g, start[g["name"]], swout, d,
-                                                   rss_bytes=int(rss[g["name"]])))
+                                                   rss_bytes=int(rss_g) if rss_g is not None else ""))
         finally:
             self.stop()
         wall = time.time() - t0
@@ -454,18 +455,18 @@ step_percent = 20
         memory once a second; returns the mean per guest: what the guest
         holds of the host's memory, the footprint a balancer can shrink
         (the guests' disks are cache=none: no host page cache in it)."""
-        total = dict.fromkeys(self.qemu, 0)
-        n = 0
+        readings = {name: [] for name in self.qemu}
         end = time.time() + seconds
         while True:
             for name, pid in self.qemu.items():
-                total[name] += proc_status_kb(pid, "VmRSS") * 1024
-            n += 1
+                kb = proc_status_kb(pid, "VmRSS")
+                if kb:  # 0: the QEMU is gone (or a kernel thread): no reading
+                    readings[name].append(kb * 1024)
             left = end - time.time()
             if left <= 0:
                 break
             time.sleep(min(1.0, left))
-        return {name: t / n for name, t in total.items()}
+        return {name: statistics.mean(v) if v else None for name, v in readings.items()}
 
     def row(self, g, **kw):
         r = dict.fromkeys(FIELDS, "")
@@ -542,12 +543,13 @@ def metric_values(rows, scen, conf, guest, better, measured_only=False):
 
 
 def guests_rss(rows, scen, conf):
-    """The median over runs of the guests' summed mean RSS (NaN if none)."""
+    """The median over runs of the guests' summed mean RSS: only runs with a
+    reading for every guest (NaN if there is none)."""
     per_run = {}
     for r in rows:
-        if r["scenario"] == scen and r["config"] == conf and r.get("host_rss_bytes"):
-            per_run[r["run"]] = per_run.get(r["run"], 0) + int(r["host_rss_bytes"])
-    return med(list(per_run.values()))
+        if r["scenario"] == scen and r["config"] == conf:
+            per_run.setdefault(r["run"], []).append(r.get("host_rss_bytes") or "")
+    return med([sum(int(v) for v in vals) for vals in per_run.values() if all(vals)])
 
 
 def savings(rows, summary, scenarios):
@@ -632,31 +634,29 @@ def summarize(rows, scenarios, configs, runs, out):
             per_run = {}
             for r in rr:
                 k = r["run"]
-                p = per_run.setdefault(k, dict(oom=0, gin=0, hin=0, moves=0, flips=0, cpu=0.0, rss=0,
-                                               grss=0))
+                p = per_run.setdefault(k, dict(oom=0, gin=0, hin=0, moves=0, flips=0, cpu=0.0, rss=0))
                 p["oom"] += int(r["oom_kills"] or 0)
                 p["gin"] += int(r["guest_swapin_bytes"] or 0)
                 p["hin"] += int(r["host_swapin_bytes"] or 0)
                 p["moves"] += int(r["balloon_moves"] or 0)
                 p["flips"] += int(r["balloon_flips"] or 0)
-                p["grss"] += int(r.get("host_rss_bytes") or 0)
                 p["cpu"] = float(r["daemon_cpu_pct"] or 0)
                 p["rss"] = int(r["daemon_rss_bytes"] or 0)
             pr = list(per_run.values())
             oom_total = sum(p["oom"] for p in pr)
             cpu_pct = med([p["cpu"] for p in pr])
-            grss = med([p["grss"] for p in pr])
+            grss = guests_rss(rows, s, c)
             # solo runs fewer guests: nothing to compare
             saved = guests_rss(rows, s, "none") - grss if c != "solo" else float("nan")
             line += [fmt(pct) + "%" if pct == pct else "-", str(oom_total),
                      "%.1f MiB" % (med([p["gin"] for p in pr]) / 2**20),
                      "%.1f MiB" % (med([p["hin"] for p in pr]) / 2**20),
                      fmt(med([p["moves"] for p in pr])), fmt(med([p["flips"] for p in pr])),
-                     "%.0f MiB" % (grss / 2**20) if grss else "-",
-                     "%d%%" % round(100 * saved / guest_mem) if grss and saved == saved else "-",
+                     "%.0f MiB" % (grss / 2**20) if grss == grss else "-",
+                     "%d%%" % round(100 * saved / guest_mem) if saved == saved else "-",
                      "%.2f%%" % cpu_pct, "%.1f MiB" % (med([p["rss"] for p in pr]) / 2**20)]
             srow.update(pct_solo=pct, oom_kills=oom_total, guests_rss_bytes=grss,
-                        saved_pct_guest_ram=100 * saved / guest_mem if grss else float("nan"),
+                        saved_pct_guest_ram=100 * saved / guest_mem,
                         moves=med([p["moves"] for p in pr]),
                         flips=med([p["flips"] for p in pr]), daemon_cpu_pct=cpu_pct)
             summary.append(srow)

@@ -74,12 +74,15 @@ size_t reclaim_plan_givers(const reclaim_candidate *c, size_t n, size_t *order);
  * page cache the balloon takes at no cost (a dropped clean page is never
  * written), while host swap of them costs a write and, when the guest
  * reuses the frame (a burst allocating over its cache), a read of dead
- * content back from the host's swap: measured, a 300 MiB burst over an
- * idle guest's cache took 5.3-5.7 s instead of 1.9 s after its cache went
- * to host swap.  So proactive pageouts keep to the guest's used memory
- * (balloon size - free - cache, from its stats) beyond its host-measured
- * working set; swapped_bytes (its RAM in host swap now) counts against
- * that.  Without fresh stats (no balloon driver, stats off) the guest
+ * content back from the host's swap.  (In the bench's roomy idle-burst
+ * run an idle guest's cache went out proactively and its 300 MiB burst
+ * over it took 5.3 s instead of 1.9 s; most of that turned out to be huge
+ * pages split by the probe scanner, see cold_probe.c, and no run
+ * separates the two.)  So proactive pageouts are capped at the guest's
+ * used memory (balloon size - free - cache, from its stats) beyond its
+ * host-measured working set; swapped_bytes (its RAM in host swap now)
+ * counts against that.  The cap is an amount: which chunks go is still
+ * the coldest first, whatever they hold.  Without fresh stats (no balloon driver, stats off) the guest
  * cannot give anything through the balloon: all its cold memory.  A
  * guest that reports more free or cache than it has only keeps its own
  * memory out of proactive reclaim; what the host needs when it is short

@@ -1236,7 +1236,17 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     char *pz = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' pause", test_top(), workdir);
     ck_assert_str_eq(pz, "balancing paused\n");
     g_free(pz);
-    sleep(2); /* a scan in flight when we paused */
+    /* a round in flight when we paused writes no more, but publishes what
+     * it did before when it ends: wait for the round count to stand still */
+    double rounds = -1, last = -2;
+    for (int i = 0; i < 15 && rounds != last; i++) {
+        last = rounds;
+        sleep(2);
+        m = try_metrics();
+        rounds = metric_value(m, "\nbalancer_host_reclaim_scans_total ");
+        g_free(m);
+    }
+    ck_assert_msg(rounds == last, "host reclaim rounds still running while paused");
     m = try_metrics();
     double probes0 = metric_value(m, "balancer_guest_host_probe_bytes_total{");
     double paged0 = metric_value(m, "balancer_guest_host_paged_out_bytes_total{");

@@ -80,9 +80,16 @@ static double now_s(void)
 
 static void __attribute__((noreturn)) run_guest(int wfd, second_set set, bool thp)
 {
-    char *ram = mmap(NULL, RAM, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (ram == MAP_FAILED)
+    /* 2 MiB aligned, as QEMU aligns guest RAM: each chunk can be one
+     * huge page (kernels before 6.7 do not align a large mmap by
+     * themselves) */
+    char *map = mmap(NULL, RAM + CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED)
         _exit(2);
+    char *ram = (char *)(((uintptr_t)map + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
+    if (ram > map)
+        munmap(map, (size_t)(ram - map));
+    munmap(ram + RAM, (size_t)(map + CHUNK - ram));
     madvise(ram, RAM, thp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     /* non-zero data: the kernel maps all-zero pages of an underused huge
      * page to the shared zero page, and those are nothing to reclaim */
@@ -350,12 +357,15 @@ START_TEST(probe_never_splits_huge_pages)
     drop_swap();
     fprintf(stderr, "probe-thp: AnonHugePages %" PRIu64 " MiB before, %" PRIu64 " MiB after\n", o.thp_before / MIB,
             o.thp_after / MIB);
-    if (o.thp_before < RAM / 2)
+    /* chunks the kernel could not give a huge page are probed and paged
+     * out as on a host without THP: only a nearly all-huge stand-in
+     * tells */
+    if (o.thp_before < RAM * 15 / 16)
         CHECK_SKIP("the stand-in got %" PRIu64 " MiB of its 256 MiB in transparent huge pages (THP off, or memory "
-                   "too fragmented): nothing to split", o.thp_before / MIB);
+                   "too fragmented): too few to check", o.thp_before / MIB);
     ck_assert_uint_ge(o.thp_after + 4 * MIB, o.thp_before);
-    ck_assert_uint_eq(o.probe_bytes, 0);
-    ck_assert_uint_eq(o.cold_swapped + o.hot_swapped, 0);
+    ck_assert_uint_le(o.probe_bytes, RAM - o.thp_before);
+    ck_assert_uint_le(o.cold_swapped + o.hot_swapped, RAM - o.thp_before);
 }
 END_TEST
 
