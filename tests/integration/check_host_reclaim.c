@@ -323,14 +323,20 @@ static void check_outcome(const outcome *o)
     ck_assert_uint_eq(o->refaults, 0);
 }
 
-START_TEST(probe_scanner_swaps_cold_keeps_hot)
+/* run_reclaim with the probe scanner (2 probes a chunk) on real swap. */
+static void run_probe(const char *label, second_set set, bool thp, int scans, outcome *o)
 {
     ensure_swap();
     cold_source *src = cold_source_probe_new(2);
-    outcome o;
-    run_reclaim(src, "probe", SET_NONE, false, SCANS, &o);
+    run_reclaim(src, label, set, thp, scans, o);
     src->ops->destroy(src);
     drop_swap();
+}
+
+START_TEST(probe_scanner_swaps_cold_keeps_hot)
+{
+    outcome o;
+    run_probe("probe", SET_NONE, false, SCANS, &o);
     check_outcome(&o);
     /* what comes back is probes of the hot chunks, not promotions: the
      * SLO is not charged for the monitoring */
@@ -349,12 +355,8 @@ END_TEST
  * to go out above.  (Before, the first scan split them all.) */
 START_TEST(probe_never_splits_huge_pages)
 {
-    ensure_swap();
-    cold_source *src = cold_source_probe_new(2);
     outcome o;
-    run_reclaim(src, "probe-thp", SET_NONE, true, 8, &o);
-    src->ops->destroy(src);
-    drop_swap();
+    run_probe("probe-thp", SET_NONE, true, 8, &o);
     fprintf(stderr, "probe-thp: AnonHugePages %" PRIu64 " MiB before, %" PRIu64 " MiB after\n", o.thp_before / MIB,
             o.thp_after / MIB);
     /* chunks the kernel could not give a huge page are probed and paged
@@ -586,12 +588,8 @@ END_TEST
  * must not page the same chunks out again and again. */
 START_TEST(probe_keeps_sparse_chunks_after_one_refault)
 {
-    ensure_swap();
-    cold_source *src = cold_source_probe_new(2);
     outcome o;
-    run_reclaim(src, "sparse", SET_SPARSE, false, 20, &o);
-    src->ops->destroy(src);
-    drop_swap();
+    run_probe("sparse", SET_SPARSE, false, 20, &o);
     size_t sparse_chunks = N_CHUNKS / HOT_EVERY;
     ck_assert_msg(o.refaults <= sparse_chunks, "%" PRIu64 " refaults for %zu sparse chunks: paged out again after "
                   "coming back", o.refaults, sparse_chunks);
