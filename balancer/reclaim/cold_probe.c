@@ -102,9 +102,10 @@ static size_t probe_arm(cold_source *s, cold_target *t, size_t c, const uint64_t
     unsigned want = s->max_probes;
     size_t out = 0, present = 0, nr = 0, first = n;
     for (size_t i = 0; i < n; i++) {
+        bool resident = guest_ram_page_resident(t->ram, pm[i]);
         out += (pm[i] & PM_SWAPPED) != 0;
-        present += guest_ram_page_resident(t->ram, pm[i]);
-        if (first == n && guest_ram_page_resident(t->ram, pm[i]))
+        present += resident;
+        if (first == n && resident)
             first = i;
     }
     /* a chunk mapped by one huge page: no probe (it would split it) */

@@ -285,7 +285,7 @@ static bool ensure_open(host_swap *hs, round_guest *t, uint64_t round)
         log_info("guest %s: host reclaim scans %llu MiB of guest RAM in QEMU pid %d%s%s", t->name,
                  (unsigned long long)(h->rg.ram.bytes >> 20), pid, h->cg_own ? ", cgroup " : "",
                  h->cg_own ? h->cg.dir : "");
-        if (h->rg.ram.kpageflags_fd < 0 && !strcmp(hs->src->ops->name, "probe"))
+        if (h->rg.ram.kpageflags_fd < 0 && hs->src->ops->arm) /* a source that pages out probes */
             log_warn("guest %s: /proc/kpageflags cannot be read: the probe scanner cannot tell host huge pages, "
                      "and its probes may split them", t->name);
         return true;
