@@ -27,11 +27,12 @@
  * host down to min, the rest reclaimed from the other guests' cheap tiers
  * (never anon).  Reclaim leaves every guest its
  * decaying peak of used memory plus a reserve, and is an experiment: a
- * guest that shows need, or whose disks read more (its page cache was its
- * working set: the host-side analogue of a file refault, mm/workingset.c),
- * within EXPERIMENT_S of a reclaim gets the memory back and keeps it for
- * KEEP_S.  A balloon still moving counts as where it is going.
+ * guest that shows need, or whose disks read more than before (its page
+ * cache was its working set: the host-side analogue of a file refault,
+ * mm/workingset.c; for a stream, more than its pace: disk_before), within
+ * EXPERIMENT_S of a reclaim gets the memory back and keeps it for KEEP_S.  A balloon still moving counts as where it is going.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@
 #define KEEP_S 300.0        /* what a costly reclaim took is left alone this long */
 #define REFAULT_MIN_BPS (2.0 * 1024 * 1024) /* disk reads that count as a refault ... */
 #define REFAULT_FACTOR 2.0                  /* ... on top of this multiple of before */
+#define PACE_HALF_LIFE_S 300.0 /* a guest's fastest disk reads are remembered, halving this often */
 #define MAX_TRACKED 65536
 #define SETTLE_TICKS 3      /* after filling its cache, a guest gives nothing for this many ticks */
 
@@ -66,6 +68,8 @@ typedef struct {
     int64_t rss_seen;       /* what its QEMU had touched last tick (resident + swapped); < 0 unknown */
     bool known;             /* set up by memory_observe */
     double disk_avg_bps;    /* its disk reads, averaged over ~8 ticks; < 0 unknown */
+    double disk_pace_bps;   /* the fastest it was seen reading (a tick), decaying; filling included */
+    double disk_pace_at_s;  /* when disk_pace_bps was last updated */
     unsigned settled;       /* ticks since it last filled its cache (capped at SETTLE_TICKS) */
 } split_guest;
 
@@ -124,19 +128,25 @@ static void split_state_free(void *p)
 }
 
 /* What the host measures of a guest, remembered across ticks: its disk
- * reads averaged over ~8 ticks (a reclaim's "before"), and how long ago it
- * last filled its cache. */
-static void memory_observe(split_guest *m, const guest_view *g)
+ * reads averaged over ~8 ticks (a reclaim's "before"), its pace (the
+ * fastest it read lately, a streamer's "before"), and how long ago it last
+ * filled its cache. */
+static void memory_observe(split_guest *m, const guest_view *g, double now)
 {
     if (!m->known) { /* a new entry is all zeros */
         m->known = true;
         m->rss_seen = -1;
         m->disk_avg_bps = -1;
+        m->disk_pace_at_s = now;
         /* without a disk-read rate yet (it takes two samples) nothing
          * says whether it is warming up: it gives nothing until it has
          * been watched for SETTLE_TICKS */
         m->settled = g->disk_read_bps < 0 ? 0 : SETTLE_TICKS;
     }
+    m->disk_pace_bps *= exp2(-(now - m->disk_pace_at_s) / PACE_HALF_LIFE_S);
+    m->disk_pace_at_s = now;
+    if (g->disk_read_bps > m->disk_pace_bps)
+        m->disk_pace_bps = g->disk_read_bps;
     if (g->filling) {
         /* reads into free memory are a warm-up, not its usual rate: the
          * average (a reclaim's "before") starts over from its first
@@ -179,6 +189,23 @@ static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t ste
     m->unused = m->unused > touched ? m->unused - touched : 0;
     uint64_t cap = 2 * max_u64(step, touched);
     return cap > m->unused ? cap - m->unused : 0;
+}
+
+static double max_d(double a, double b) { return a > b ? a : b; }
+
+/* The disk reads a reclaim's cost is measured against: what the guest read
+ * before it, and for a guest taken as a stream, its pace.  A stream reads
+ * as fast as its disk and CPU let it whatever its cache, and faster once
+ * the host is relieved, which is what the reclaim itself does: measured
+ * against what it read while the host was short, a stream "reads more
+ * since we took its cache" and would be given it back for nothing.  Only
+ * reading faster than it has been seen to read lately (filling included)
+ * is a refault.  A guest that was not streaming keeps its usual rate as
+ * "before": a buffered-IO database at rest reads little, and filled its
+ * cache at its disk's pace. */
+static double disk_before(const split_guest *m, const guest_view *g, double usual)
+{
+    return g->streaming ? max_d(usual, m->disk_pace_bps) : usual;
 }
 
 /* Did the last reclaim from this guest cost it?  Need or thrashing, or its
@@ -431,7 +458,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         w->reason = "steady";
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m) {
-            memory_observe(m, g);
+            memory_observe(m, g, in->now_s);
             w->settling = m->settled < SETTLE_TICKS;
             w->credit = need_allowance(m, g, w->step);
             const char *why = g->stats_valid ? reclaim_feedback(m, g, w->reserve, in->now_s) : NULL;
@@ -605,13 +632,13 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             /* an experiment whose "before" was unknown takes the first
              * known one: else its disk reads could never prove a cost */
             if (running && m->disk_before_bps < 0 && m->disk_avg_bps >= 0)
-                m->disk_before_bps = m->disk_avg_bps; /* the average, not this tick's (it may already refault) */
+                m->disk_before_bps = disk_before(m, g, m->disk_avg_bps); /* the average, not this tick's (it may already refault) */
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
                 /* the usual rate, not one tick's: a bursty streamer idle
                  * at this moment must not look like a refault later */
                 m->disk_before_bps = g->disk_read_bps < 0 ? -1
-                                     : m->disk_avg_bps > g->disk_read_bps ? m->disk_avg_bps : g->disk_read_bps;
+                                     : disk_before(m, g, max_d(m->disk_avg_bps, g->disk_read_bps));
                 m->free_before = g->free_bytes;
             }
             m->shrunk_at_s = in->now_s;
