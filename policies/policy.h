@@ -41,6 +41,8 @@ typedef struct {
                                 * report does), at most actual_bytes */
     double used_growth_bps;    /* how fast used_bytes rises between reports; < 0 falls */
     double disk_read_bps;      /* the guest's disk reads as the host measures them; < 0 unknown */
+    double host_faults_ps;     /* its QEMU's major faults per second (host swap-ins of its memory),
+                                * as the host measures them; < 0 unknown */
     int64_t host_rss_bytes;    /* what its QEMU has touched (resident + swapped), as the host
                                 * measures it; < 0 unknown */
     int64_t host_ws_bytes;     /* its working set as host reclaim measures it: resident guest RAM

@@ -29,7 +29,8 @@
  * decaying peak of used memory plus a reserve, and is an experiment: a
  * guest that shows need, or whose disks read more than before (its page
  * cache was its working set: the host-side analogue of a file refault,
- * mm/workingset.c; for a stream, more than its pace: disk_before), within
+ * mm/workingset.c; for a stream, more than its pace: disk_before; not for
+ * a reader the host was holding back: refault_evidence), within
  * EXPERIMENT_S of a reclaim gets the memory back and keeps it for KEEP_S.  A balloon still moving counts as where it is going.
  */
 #include <math.h>
@@ -45,6 +46,7 @@
 #define REFAULT_MIN_BPS (2.0 * 1024 * 1024) /* disk reads that count as a refault ... */
 #define REFAULT_FACTOR 2.0                  /* ... on top of this multiple of before */
 #define PACE_HALF_LIFE_S 300.0 /* a guest's fastest disk reads are remembered, halving this often */
+#define HOST_BOUND_FPS 256.0   /* its QEMU's major faults/s (1 MiB/s of host swap-in) that set its pace */
 #define MAX_TRACKED 65536
 #define SETTLE_TICKS 3      /* after filling its cache, a guest gives nothing for this many ticks */
 
@@ -58,6 +60,7 @@ typedef struct {
     double shrunk_at_s;     /* when it was last reclaimed from; 0 never */
     uint64_t shrunk_from;   /* its balloon before that reclaim */
     double disk_before_bps; /* its disk reads before that reclaim (< 0 unknown); set with shrunk_at_s */
+    bool host_bound;        /* ... read while its QEMU waited for host swap: the host's pace, not its own */
     uint64_t free_before;   /* its free memory before that reclaim */
     uint64_t keep_bytes;    /* reclaim leaves it at least this ... */
     double keep_until_s;    /* ... until then */
@@ -208,6 +211,20 @@ static double disk_before(const split_guest *m, const guest_view *g, double usua
     return g->streaming ? max_d(usual, m->disk_pace_bps) : usual;
 }
 
+/* Can its disk reads prove what the reclaim cost it?  Not when "before"
+ * is unknown, nor when it was reading when reclaimed while its QEMU waited
+ * for host swap (its major faults, as the host measures them): its reads
+ * then went at the pace the host let it, and the reclaim, which relieves
+ * the host, speeds it up whatever its cache; a stream the balancer never
+ * saw unhindered (the host already short when it started watching) would
+ * "read more since we took its cache".  A guest at rest then (a
+ * buffered-IO database whose cache serves it) still proves a refault: it
+ * does not start reading its disk because the host got faster. */
+static bool refault_evidence(const split_guest *m)
+{
+    return m->disk_before_bps >= 0 && !(m->host_bound && m->disk_before_bps >= REFAULT_MIN_BPS);
+}
+
 /* Did the last reclaim from this guest cost it?  Need or thrashing, or its
  * disks reading more than before (its cache was hot), within EXPERIMENT_S. */
 static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_t reserve, double now)
@@ -232,7 +249,7 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
     uint64_t keep = m->shrunk_from;
     if (g->in_need || g->thrashing) {
         why = "reclaim cost it: given back";
-    } else if (g->disk_read_bps >= 0 && m->disk_before_bps >= 0 &&
+    } else if (refault_evidence(m) && g->disk_read_bps >= 0 &&
                g->disk_read_bps > REFAULT_FACTOR * m->disk_before_bps + REFAULT_MIN_BPS) {
         /* the cache was hot, its free memory was not */
         why = "its cache was its working set: given back";
@@ -631,9 +648,12 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             /* an experiment whose "before" was unknown takes the first
              * known one: else its disk reads could never prove a cost */
-            if (running && m->disk_before_bps < 0 && m->disk_avg_bps >= 0)
+            if (running && m->disk_before_bps < 0 && m->disk_avg_bps >= 0) {
                 m->disk_before_bps = disk_before(m, g, m->disk_avg_bps); /* the average, not this tick's (it may already refault) */
+                m->host_bound = g->host_faults_ps >= HOST_BOUND_FPS;
+            }
             if (!running) {
+                m->host_bound = g->host_faults_ps >= HOST_BOUND_FPS;
                 m->shrunk_from = g->actual_bytes;
                 /* the usual rate, not one tick's: a bursty streamer idle
                  * at this moment must not look like a refault later */

@@ -10,6 +10,7 @@
 #include "config/metadata_xml.h"
 #include "config/size_parse.h"
 #include "host/host_cgroup.h"
+#include "host/pressure.h"
 #include "host/qemu_touched.h"
 #include "policies/reclaim_plan.h"
 #include "util/error.h"
@@ -454,8 +455,13 @@ static bool tick_round(balancer *b)
             g->view.stats_valid = false;
         } else {
             /* host truth the backend does not have: what its QEMU touched */
-            s.rss_bytes = b->backend->qemu_pid ? qemu_touched_bytes(b->backend->qemu_pid(&b->hv, &g->hv), s.max_bytes)
-                                                : -1;
+            int pid = b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : 0;
+            s.rss_bytes = pid > 0 ? qemu_touched_bytes(pid, s.max_bytes) : -1;
+            /* and how often its QEMU waits for host swap, once the pid is
+             * known to be the QEMU (its RSS was readable) */
+            uint64_t majflt = 0;
+            s.qemu_major_faults = s.rss_bytes >= 0 && proc_major_faults(pid, &majflt) == 0 && majflt <= INT64_MAX
+                                      ? (int64_t)majflt : -1;
             /* and what host reclaim measured of its working set, while that
              * is recent: a guest no longer scanned (in need, paused, no
              * pressure without proactive) has none */

@@ -15,6 +15,8 @@ void guest_init(guest *g, const char *name, const char *uuid)
     vm_policy_default(&g->policy);
     g->disk_prev = -1;
     g->disk_read_bps = -1;
+    g->qflt_prev = -1;
+    g->qemu_faults_ps = -1;
     g->job_ms = -1;
     g->view.name = g->hv.name;
     g->view.uuid = g->hv.uuid;
@@ -72,20 +74,20 @@ static double counter_rate(guest *g, int64_t now_v, int64_t prev_v, double dt, d
     return r;
 }
 
-/* Host-side evidence: what the guest's disks read per second. */
-static void update_disk_rate(guest *g, const guest_sample *s, double mono)
+/* Host-side evidence: the rate of a host-measured counter (what the
+ * guest's disks read, its QEMU's major faults), over the host's clock;
+ * rate stays as it was until there are two samples. */
+static double host_counter_rate(int64_t *prev, double *prev_at, int64_t v, double mono, double rate)
 {
-    if (s->disk_read_bytes < 0) {
-        g->disk_read_bps = -1;
-        g->disk_prev = -1;
-        return;
+    if (v < 0) {
+        *prev = -1;
+        return -1;
     }
-    if (g->disk_prev >= 0 && mono > g->disk_prev_at)
-        g->disk_read_bps = s->disk_read_bytes >= g->disk_prev
-                               ? (double)(s->disk_read_bytes - g->disk_prev) / (mono - g->disk_prev_at)
-                               : 0;
-    g->disk_prev = s->disk_read_bytes;
-    g->disk_prev_at = mono;
+    if (*prev >= 0 && mono > *prev_at)
+        rate = v >= *prev ? (double)(v - *prev) / (mono - *prev_at) : 0;
+    *prev = v;
+    *prev_at = mono;
+    return rate;
 }
 
 /* A swap-in or a major fault is a read from the guest's disk: the guest
@@ -129,7 +131,9 @@ static double used_of(const guest_sample *s, uint64_t cap, bool doo)
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp)
 {
-    update_disk_rate(g, s, mono);
+    g->disk_read_bps = host_counter_rate(&g->disk_prev, &g->disk_prev_at, s->disk_read_bytes, mono, g->disk_read_bps);
+    g->qemu_faults_ps = host_counter_rate(&g->qflt_prev, &g->qflt_prev_at, s->qemu_major_faults, mono,
+                                          g->qemu_faults_ps);
     guest_view *v = &g->view;
     bool fresh_report = !g->have_cur || s->last_update != g->cur.last_update;
     if (g->have_cur && fresh_report && s->last_update > 0) {
@@ -183,6 +187,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->agent_psi_some = v->agent_fresh ? g->agent.cur.psi_some_avg10 : -1;
     v->agent_hint_streaming = v->agent_fresh && g->agent.cur.hint_streaming;
     v->disk_read_bps = g->disk_read_bps; /* host-measured: classify reads it */
+    v->host_faults_ps = g->qemu_faults_ps;
     v->host_rss_bytes = s->rss_bytes;
     v->host_ws_bytes = s->host_ws_bytes;
     /* host reclaim's view: memory resident but idle for the cold age, or

@@ -30,6 +30,9 @@ typedef struct guest {
     int64_t disk_prev;        /* last disk_read_bytes, -1 none */
     double disk_prev_at;      /* host monotonic s of disk_prev */
     double disk_read_bps;     /* host-measured read rate, -1 unknown */
+    int64_t qflt_prev;        /* last qemu_major_faults, -1 none */
+    double qflt_prev_at;      /* host monotonic s of qflt_prev */
+    double qemu_faults_ps;    /* its QEMU's major faults per second, -1 unknown */
     uint64_t clamped_values;  /* guest values outside what the host allows */
     guest_view view;
     classify_state cls;

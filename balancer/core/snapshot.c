@@ -28,6 +28,7 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->unbacked_claims = g->unbacked_claims;
     r->self_deflations = g->self_deflations;
     r->disk_read_bps = g->disk_read_bps;
+    r->qemu_faults_ps = g->qemu_faults_ps;
     r->swap_in_bytes = g->cur.swap_in_bytes;
     r->swap_out_bytes = g->cur.swap_out_bytes;
     r->major_faults = g->cur.major_faults;

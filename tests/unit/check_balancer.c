@@ -477,6 +477,7 @@ static guest_sample sample(int64_t t, int64_t swap_in, int64_t majflt)
         .cache_bytes = (int64_t)(400 * MIB), .total_bytes = (int64_t)(2 * GIB),
         .swap_in_bytes = swap_in, .swap_out_bytes = 0, .major_faults = majflt,
         .minor_faults = 0, .rss_bytes = -1, .host_ws_bytes = -1, .disk_read_bytes = -1,
+        .qemu_major_faults = -1,
     };
     return s;
 }
@@ -750,6 +751,32 @@ START_TEST(untouched_memory_is_free_whatever_the_guest_says)
 }
 END_TEST
 
+/* Its QEMU's major faults (host swap-ins of guest RAM) become a rate over
+ * the host's clock, whatever the guest reports; unknown stays unknown. */
+START_TEST(qemu_major_faults_become_a_host_rate)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    guest g;
+    guest_init(&g, "q", "u9");
+    guest_sample s = sample(1000, 0, 0);
+    guest_ingest(&g, &s, 1000, 10.0, &lim, &cp);
+    ck_assert(g.view.host_faults_ps < 0);
+    s.qemu_major_faults = 100;
+    guest_ingest(&g, &s, 1001, 11.0, &lim, &cp);
+    ck_assert(g.view.host_faults_ps < 0); /* one sample: no rate yet */
+    s.qemu_major_faults = 1100;
+    guest_ingest(&g, &s, 1003, 13.0, &lim, &cp);
+    ck_assert_msg(g.view.host_faults_ps == 500.0, "%.1f faults/s, want 500", g.view.host_faults_ps);
+    s.qemu_major_faults = 50; /* a new QEMU behind the same guest: no evidence */
+    guest_ingest(&g, &s, 1005, 15.0, &lim, &cp);
+    ck_assert(g.view.host_faults_ps == 0);
+    s.qemu_major_faults = -1;
+    guest_ingest(&g, &s, 1007, 17.0, &lim, &cp);
+    ck_assert(g.view.host_faults_ps < 0);
+}
+END_TEST
+
 START_TEST(swap_in_claims_need_disk_reads)
 {
     classify_params cp;
@@ -872,6 +899,7 @@ int main(void)
     tcase_add_test(tc, a_process_not_mapping_the_guest_ram_is_not_its_qemu);
     tcase_add_test(tc, untouched_memory_is_free_whatever_the_guest_says);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
+    tcase_add_test(tc, qemu_major_faults_become_a_host_rate);
     tcase_add_test(tc, bounds_from_policy);
     tcase_add_test(tc, reload_with_bad_host_reclaim_keeps_the_stage);
     suite_add_tcase(s, tc);
