@@ -29,8 +29,8 @@
  * decaying peak of used memory plus a reserve, and is an experiment: a
  * guest that shows need, or whose disks read more than before (its page
  * cache was its working set: the host-side analogue of a file refault,
- * mm/workingset.c; for a stream, more than its pace: disk_before; not for
- * a reader the host was holding back: refault_evidence), within
+ * mm/workingset.c; for a reader, more than its pace, and only a pace of
+ * its own: experiment_before), within
  * EXPERIMENT_S of a reclaim gets the memory back and keeps it for KEEP_S.  A balloon still moving counts as where it is going.
  */
 #include <math.h>
@@ -47,6 +47,7 @@
 #define REFAULT_FACTOR 2.0                  /* ... on top of this multiple of before */
 #define PACE_HALF_LIFE_S 300.0 /* a guest's fastest disk reads are remembered, halving this often */
 #define HOST_BOUND_FPS 256.0   /* its QEMU's major faults/s (1 MiB/s of host swap-in) that set its pace */
+#define PACE_WATCH_S 60.0      /* a reader's pace is known once it has been watched this long */
 #define MAX_TRACKED 65536
 #define SETTLE_TICKS 3      /* after filling its cache, a guest gives nothing for this many ticks */
 
@@ -60,7 +61,7 @@ typedef struct {
     double shrunk_at_s;     /* when it was last reclaimed from; 0 never */
     uint64_t shrunk_from;   /* its balloon before that reclaim */
     double disk_before_bps; /* its disk reads before that reclaim (< 0 unknown); set with shrunk_at_s */
-    bool host_bound;        /* ... read while its QEMU waited for host swap: the host's pace, not its own */
+    bool reads_prove;       /* ... and whether its disk reads can prove what that reclaim cost */
     uint64_t free_before;   /* its free memory before that reclaim */
     uint64_t keep_bytes;    /* reclaim leaves it at least this ... */
     double keep_until_s;    /* ... until then */
@@ -73,6 +74,7 @@ typedef struct {
     double disk_avg_bps;    /* its disk reads, averaged over ~8 ticks; < 0 unknown */
     double disk_pace_bps;   /* the fastest it was seen reading (a tick), decaying; filling included */
     double disk_pace_at_s;  /* when disk_pace_bps was last updated */
+    double watched_since_s; /* when it was first seen */
     unsigned settled;       /* ticks since it last filled its cache (capped at SETTLE_TICKS) */
 } split_guest;
 
@@ -141,6 +143,7 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         m->rss_seen = -1;
         m->disk_avg_bps = -1;
         m->disk_pace_at_s = now;
+        m->watched_since_s = now;
         /* without a disk-read rate yet (it takes two samples) nothing
          * says whether it is warming up: it gives nothing until it has
          * been watched for SETTLE_TICKS */
@@ -196,33 +199,26 @@ static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t ste
 
 static double max_d(double a, double b) { return a > b ? a : b; }
 
-/* The disk reads a reclaim's cost is measured against: what the guest read
- * before it, and for a guest taken as a stream, its pace.  A stream reads
- * as fast as its disk and CPU let it whatever its cache, and faster once
- * the host is relieved, which is what the reclaim itself does: measured
- * against what it read while the host was short, a stream "reads more
- * since we took its cache" and would be given it back for nothing.  Only
- * reading faster than it has been seen to read lately (filling included)
- * is a refault.  A guest that was not streaming keeps its usual rate as
- * "before": a buffered-IO database at rest reads little, and filled its
- * cache at its disk's pace. */
-static double disk_before(const split_guest *m, const guest_view *g, double usual)
+/* The disk reads a reclaim's cost is measured against ("before"), and
+ * whether they can prove one.  A guest at rest when reclaimed (a buffered-IO
+ * database served by its cache) is measured against what it read: it does
+ * not start reading its disk but for its cache.  A reader (a stream, or a
+ * guest reading 2 MiB/s or more) reads as fast as its disk, its CPU and the
+ * host let it, whatever its cache, and faster once the host is relieved,
+ * which is what the reclaim itself does; measured against what it read
+ * while the host was short, a stream "reads more since we took its cache".
+ * So a reader is measured against its pace (the fastest it read lately,
+ * filling included), and its reads prove nothing when that pace is not its
+ * own or not known: its QEMU was waiting for host swap (its major faults,
+ * as the host measures them), or it has been watched less than
+ * PACE_WATCH_S (balancerd started with the host already short).  Need and
+ * thrashing still prove a cost.  (A reading database thus loses the disk
+ * evidence; one at rest keeps it.) */
+static void experiment_before(split_guest *m, const guest_view *g, double usual, double now)
 {
-    return g->streaming ? max_d(usual, m->disk_pace_bps) : usual;
-}
-
-/* Can its disk reads prove what the reclaim cost it?  Not when "before"
- * is unknown, nor when it was reading when reclaimed while its QEMU waited
- * for host swap (its major faults, as the host measures them): its reads
- * then went at the pace the host let it, and the reclaim, which relieves
- * the host, speeds it up whatever its cache; a stream the balancer never
- * saw unhindered (the host already short when it started watching) would
- * "read more since we took its cache".  A guest at rest then (a
- * buffered-IO database whose cache serves it) still proves a refault: it
- * does not start reading its disk because the host got faster. */
-static bool refault_evidence(const split_guest *m)
-{
-    return m->disk_before_bps >= 0 && !(m->host_bound && m->disk_before_bps >= REFAULT_MIN_BPS);
+    bool reader = g->streaming || usual >= REFAULT_MIN_BPS;
+    m->disk_before_bps = reader ? max_d(usual, m->disk_pace_bps) : usual;
+    m->reads_prove = !reader || (g->host_faults_ps < HOST_BOUND_FPS && now - m->watched_since_s >= PACE_WATCH_S);
 }
 
 /* Did the last reclaim from this guest cost it?  Need or thrashing, or its
@@ -249,7 +245,7 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
     uint64_t keep = m->shrunk_from;
     if (g->in_need || g->thrashing) {
         why = "reclaim cost it: given back";
-    } else if (refault_evidence(m) && g->disk_read_bps >= 0 &&
+    } else if (m->reads_prove && m->disk_before_bps >= 0 && g->disk_read_bps >= 0 &&
                g->disk_read_bps > REFAULT_FACTOR * m->disk_before_bps + REFAULT_MIN_BPS) {
         /* the cache was hot, its free memory was not */
         why = "its cache was its working set: given back";
@@ -648,17 +644,16 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             /* an experiment whose "before" was unknown takes the first
              * known one: else its disk reads could never prove a cost */
-            if (running && m->disk_before_bps < 0 && m->disk_avg_bps >= 0) {
-                m->disk_before_bps = disk_before(m, g, m->disk_avg_bps); /* the average, not this tick's (it may already refault) */
-                m->host_bound = g->host_faults_ps >= HOST_BOUND_FPS;
-            }
+            if (running && m->disk_before_bps < 0 && m->disk_avg_bps >= 0)
+                experiment_before(m, g, m->disk_avg_bps, in->now_s); /* the average, not this tick's (it may already refault) */
             if (!running) {
-                m->host_bound = g->host_faults_ps >= HOST_BOUND_FPS;
                 m->shrunk_from = g->actual_bytes;
                 /* the usual rate, not one tick's: a bursty streamer idle
                  * at this moment must not look like a refault later */
-                m->disk_before_bps = g->disk_read_bps < 0 ? -1
-                                     : disk_before(m, g, max_d(m->disk_avg_bps, g->disk_read_bps));
+                if (g->disk_read_bps < 0)
+                    m->disk_before_bps = -1;
+                else
+                    experiment_before(m, g, max_d(m->disk_avg_bps, g->disk_read_bps), in->now_s);
                 m->free_before = g->free_bytes;
             }
             m->shrunk_at_s = in->now_s;
