@@ -30,8 +30,9 @@
  * guest that shows need, or whose disks read more than before (its page
  * cache was its working set: the host-side analogue of a file refault,
  * mm/workingset.c; for a reader, more than its pace, and only a pace of
- * its own: experiment_before), within
- * EXPERIMENT_S of a reclaim gets the memory back and keeps it for KEEP_S.  A balloon still moving counts as where it is going.
+ * its own: experiment_before), within EXPERIMENT_S of a reclaim gets the
+ * memory back and keeps it for KEEP_S.  A balloon still moving counts as
+ * where it is going.
  */
 #include <math.h>
 #include <stdio.h>
@@ -149,8 +150,10 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
          * been watched for SETTLE_TICKS */
         m->settled = g->disk_read_bps < 0 ? 0 : SETTLE_TICKS;
     }
-    m->disk_pace_bps *= exp2(-(now - m->disk_pace_at_s) / PACE_HALF_LIFE_S);
-    m->disk_pace_at_s = now;
+    if (now > m->disk_pace_at_s) {
+        m->disk_pace_bps *= exp2(-(now - m->disk_pace_at_s) / PACE_HALF_LIFE_S);
+        m->disk_pace_at_s = now;
+    }
     if (g->disk_read_bps > m->disk_pace_bps)
         m->disk_pace_bps = g->disk_read_bps;
     if (g->filling) {
@@ -211,12 +214,14 @@ static double max_d(double a, double b) { return a > b ? a : b; }
  * filling included), and its reads prove nothing when that pace is not its
  * own or not known: its QEMU was waiting for host swap (its major faults,
  * as the host measures them), or it has been watched less than
- * PACE_WATCH_S (balancerd started with the host already short).  Need and
- * thrashing still prove a cost.  (A reading database thus loses the disk
- * evidence; one at rest keeps it.) */
+ * PACE_WATCH_S (balancerd started with the host already short).  A fault
+ * rate not known (its first sample, or a QEMU whose RSS cannot be measured)
+ * counts as not waiting.  Need and thrashing still prove a cost.  (A
+ * reading database thus loses the disk evidence; one at rest keeps it.)
+ * A guest whose cache refaulted is not taken as a stream. */
 static void experiment_before(split_guest *m, const guest_view *g, double usual, double now)
 {
-    bool reader = g->streaming || usual >= REFAULT_MIN_BPS;
+    bool reader = (g->streaming && !m->cache_hot) || usual >= REFAULT_MIN_BPS;
     m->disk_before_bps = reader ? max_d(usual, m->disk_pace_bps) : usual;
     m->reads_prove = !reader || (g->host_faults_ps < HOST_BOUND_FPS && now - m->watched_since_s >= PACE_WATCH_S);
 }
@@ -643,16 +648,19 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             /* an experiment whose "before" was unknown takes the first
-             * known one: else its disk reads could never prove a cost */
-            if (running && m->disk_before_bps < 0 && m->disk_avg_bps >= 0)
-                experiment_before(m, g, m->disk_avg_bps, in->now_s); /* the average, not this tick's (it may already refault) */
+             * known one, and one whose reads could not prove a cost asks
+             * again (its pace known by now, or its QEMU no longer waiting):
+             * the average, not this tick's (it may already refault) */
+            if (running && (m->disk_before_bps < 0 || !m->reads_prove) && m->disk_avg_bps >= 0)
+                experiment_before(m, g, m->disk_avg_bps, in->now_s);
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
                 /* the usual rate, not one tick's: a bursty streamer idle
                  * at this moment must not look like a refault later */
-                if (g->disk_read_bps < 0)
+                if (g->disk_read_bps < 0) {
                     m->disk_before_bps = -1;
-                else
+                    m->reads_prove = false;
+                } else
                     experiment_before(m, g, max_d(m->disk_avg_bps, g->disk_read_bps), in->now_s);
                 m->free_before = g->free_bytes;
             }

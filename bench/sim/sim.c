@@ -268,6 +268,7 @@ static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv,
     gv->pending_target_bytes = 0; /* balloons arrive by the next tick */
     gv->host_rss_bytes = (int64_t)(resident + s->cache); /* what the guest has touched */
     gv->host_ws_bytes = -1; /* no host reclaim in the simulation */
+    gv->host_faults_ps = -1; /* nor QEMU processes */
     classify_update(&s->cls, gv, cp);
     gv->thrashing = s->cls.thrashing;
     gv->streaming = s->cls.streaming;

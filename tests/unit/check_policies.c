@@ -47,6 +47,7 @@ static void guest_init(sim *s, size_t i, const char *name, uint64_t actual, uint
     g->stats_valid = true;
     g->host_rss_bytes = -1; /* this model does not measure what a guest touches */
     g->host_ws_bytes = -1;
+    g->host_faults_ps = -1;
     s->anon[i] = anon;
     s->cache_want[i] = cache_want;
 }
