@@ -85,6 +85,8 @@ typedef struct {
     uint64_t reserve_min_bytes;
     double comfort_percent;     /* a guest with less available than this grows */
     uint64_t min_change_bytes;  /* smaller changes are not worth a balloon op */
+    bool trim_streams;          /* split-lru: streaming guests' page cache is taken with the host
+                                 * not short too (proactive reclaim of the cheapest tier) */
 } policy_tunables;
 
 void policy_tunables_default(policy_tunables *t);

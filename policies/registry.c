@@ -47,4 +47,5 @@ void policy_tunables_default(policy_tunables *t)
     t->reserve_min_bytes = 32 * MIB;
     t->comfort_percent = 15.0;
     t->min_change_bytes = 4 * MIB;
+    t->trim_streams = false;
 }

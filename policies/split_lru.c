@@ -21,6 +21,15 @@
  * Every change is bounded per tick; reclaim stops at high and growth only
  * spends what lies above high, so the two never chase each other.
  *
+ * With trim_streams (proactive reclaim of the cheapest tier, as Meta's TMO
+ * reclaims file pages before it needs to), a streaming guest's page cache
+ * is taken with the host not short too, down to the same bound, a step a
+ * tick; such a guest is not grown for comfort (its available memory is
+ * stream cache).  Its experiment is stricter than one taken under
+ * pressure: with the host not short (and not short for PACE_WATCH_S)
+ * nothing relieved speeds a stream up, so its reads are measured against
+ * its usual rate, not its pace.
+ *
  * Need comes first (do no harm): a guest in need (policies/classify.c: its
  * available memory runs out, or it thrashes) is never a donor and is given
  * what it needs in the same tick, whatever the watermarks say: from the
@@ -63,6 +72,7 @@ typedef struct {
     uint64_t shrunk_from;   /* its balloon before that reclaim */
     double disk_before_bps; /* its disk reads before that reclaim (< 0 unknown); set with shrunk_at_s */
     bool reads_prove;       /* ... and whether its disk reads can prove what that reclaim cost */
+    bool proactive;         /* ... and whether that reclaim was proactive (the host not short) */
     uint64_t free_before;   /* its free memory before that reclaim */
     uint64_t keep_bytes;    /* reclaim leaves it at least this ... */
     double keep_until_s;    /* ... until then */
@@ -81,6 +91,7 @@ typedef struct {
 
 typedef struct {
     bool reclaiming;
+    double short_at_s;      /* when the host was last short (reclaiming); 0 never */
     guest_table memory;     /* split_guest */
 } split_state;
 
@@ -112,6 +123,7 @@ typedef struct {
     uint64_t keep_backed; /* the part of keep that host-backed evidence proved:
                         * honoured even in the critical tier */
     bool grew;         /* given memory for need this tick: the move is exact */
+    bool trimmed;      /* its stream cache taken with the host not short (trim_streams) */
     uint64_t credit;   /* what its word or swap-ins may be given now (need_allowance) */
     uint64_t on_word;  /* given on its word or swap-ins this tick */
     const char *reason;
@@ -219,9 +231,17 @@ static double max_d(double a, double b) { return a > b ? a : b; }
  * counts as not waiting.  Need and thrashing still prove a cost.  (A
  * reading database thus loses the disk evidence; one at rest keeps it.)
  * A guest whose cache refaulted is not taken as a stream. */
-static void experiment_before(split_guest *m, const guest_view *g, double usual, double now)
+static void experiment_before(split_guest *m, const guest_view *g, double usual, double now, bool proactive)
 {
-    bool reader = (g->streaming && !m->cache_hot) || usual >= REFAULT_MIN_BPS;
+    m->proactive = proactive;
+    if (usual < 0) {
+        m->disk_before_bps = -1;
+        m->reads_prove = false;
+        return;
+    }
+    /* a proactive reclaim (the host not short) relieves nothing that
+     * could speed a reader up: its usual reads are the measure */
+    bool reader = !proactive && ((g->streaming && !m->cache_hot) || usual >= REFAULT_MIN_BPS);
     m->disk_before_bps = reader ? max_d(usual, m->disk_pace_bps) : usual;
     m->reads_prove = !reader || (g->host_faults_ps < HOST_BOUND_FPS && now - m->watched_since_s >= PACE_WATCH_S);
 }
@@ -455,6 +475,12 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     else if (st->reclaiming && avail + tun->min_change_bytes >= in->wm.high)
         st->reclaiming = false; /* what is left is smaller than a balloon move */
     bool critical = avail < in->wm.min;
+    if (st->reclaiming)
+        st->short_at_s = in->now_s;
+    /* a proactive reclaim's experiment is strict (its usual reads, not its
+     * pace) only once the host has not been short for PACE_WATCH_S: the
+     * average still holds a stream slowed by a shortage just relieved */
+    bool relieved = st->short_at_s && in->now_s - st->short_at_s < PACE_WATCH_S;
 
     work *ws = calloc(in->n_guests ? in->n_guests : 1, sizeof(*ws));
     if (!ws) {
@@ -610,6 +636,27 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         later += unbounded > got ? unbounded - got : 0;
     }
 
+    /* Proactive (trim_streams): with the host not short, a stream's page
+     * cache, which it will not read again, goes anyway, so that the room is
+     * there before anyone needs it; the same bound as under pressure
+     * (floor, used and its decaying peak plus the reserve, what a reclaim
+     * proved it needs), a step a tick.  Only a guest whose disk reads the
+     * host measures: a stream is a guest reading them. */
+    for (size_t i = 0; tun->trim_streams && !st->reclaiming && i < in->n_guests; i++) {
+        const guest_view *g = &in->guests[i];
+        work *w = &ws[i];
+        if (!is_adjustable(g, w) || g->disk_read_bps < 0)
+            continue;
+        w->tier_taken = 0;
+        uint64_t take = tier_supply(g, w, TIER_STREAM_CACHE, true);
+        if (!take)
+            continue;
+        w->target -= take;
+        w->changed += take;
+        w->trimmed = true;
+        w->reason = "proactive: streaming page cache";
+    }
+
     /* Plenty: guests short of available memory grow from the surplus. */
     if (!st->reclaiming && surplus > grown) {
         uint64_t budget = surplus - grown;
@@ -625,6 +672,9 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             if (!is_adjustable(g, w) || w->target >= g->ceiling_bytes)
                 continue;
             if (g->available_bytes >= pct(g->actual_bytes, tun->comfort_percent))
+                continue;
+            /* trimmed or to be: what it has available is stream cache */
+            if (tun->trim_streams && g->streaming && !w->cache_hot)
                 continue;
             uint64_t add = min_u64(min_u64(w->step, g->ceiling_bytes - w->target), budget);
             w->target += add;
@@ -650,18 +700,18 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             /* an experiment whose "before" was unknown takes the first
              * known one, and one whose reads could not prove a cost asks
              * again (its pace known by now, or its QEMU no longer waiting):
-             * the average, not this tick's (it may already refault) */
-            if (running && (m->disk_before_bps < 0 || !m->reads_prove) && m->disk_avg_bps >= 0)
-                experiment_before(m, g, m->disk_avg_bps, in->now_s);
+             * the average, not this tick's (it may already refault); a
+             * proactive one extended with the host short is asked again
+             * as one taken under pressure (the relief may speed it up) */
+            if (running && (m->disk_before_bps < 0 || !m->reads_prove || (m->proactive && (!ws[i].trimmed || relieved))) &&
+                m->disk_avg_bps >= 0)
+                experiment_before(m, g, m->disk_avg_bps, in->now_s, ws[i].trimmed && !relieved);
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
                 /* the usual rate, not one tick's: a bursty streamer idle
                  * at this moment must not look like a refault later */
-                if (g->disk_read_bps < 0) {
-                    m->disk_before_bps = -1;
-                    m->reads_prove = false;
-                } else
-                    experiment_before(m, g, max_d(m->disk_avg_bps, g->disk_read_bps), in->now_s);
+                experiment_before(m, g, g->disk_read_bps < 0 ? -1 : max_d(m->disk_avg_bps, g->disk_read_bps),
+                                  in->now_s, ws[i].trimmed && !relieved);
                 m->free_before = g->free_bytes;
             }
             m->shrunk_at_s = in->now_s;

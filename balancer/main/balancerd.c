@@ -153,8 +153,8 @@ static gboolean reload(daemon_ctx *d)
     if (retick)
         schedule_ticks(d);
     now = balancer_config_get(d->b);
-    log_info("configuration reloaded from %s (policy %s, tick %u s)", d->config_path, now->policy,
-             now->tick_seconds);
+    log_info("configuration reloaded from %s (policy %s, tick %u s%s)", d->config_path, now->policy,
+             now->tick_seconds, now->tun.trim_streams && !strcmp(now->policy, "split-lru") ? ", trim_streams" : "");
     return G_SOURCE_CONTINUE;
 }
 
@@ -236,8 +236,9 @@ int main(int argc, char **argv)
         return 1;
     }
     const balancer_config *c = balancer_config_get(d.b);
-    log_info("starting: policy %s, tick %u s, %s%s", c->policy, c->tick_seconds,
-             qmp ? "QMP sockets" : c->connect_uri, dry_run ? ", dry run" : "");
+    log_info("starting: policy %s, tick %u s, %s%s%s", c->policy, c->tick_seconds,
+             qmp ? "QMP sockets" : c->connect_uri, c->tun.trim_streams && !strcmp(c->policy, "split-lru") ? ", trim_streams" : "",
+             dry_run ? ", dry run" : "");
 
     if (once)
         ticks = 1;

@@ -189,8 +189,10 @@ START_TEST(config_defaults_and_load)
     const char *path = write_conf("ok.conf",
                                   "# comment\n[balancer]\npolicy = mom\ntick = 3\n"
                                   "[watermarks]\nmin = 256MiB\nlow = 1GiB\nhigh = 3%\n"
-                                  "[policy]\nstep_percent = 20\nreserve_min = 16MiB\n");
+                                  "[policy]\nstep_percent = 20\nreserve_min = 16MiB\ntrim_streams = yes\n");
+    ck_assert(!c.tun.trim_streams);
     ck_assert_int_eq(config_load(&c, path, true, &err), 0);
+    ck_assert(c.tun.trim_streams);
     ck_assert_str_eq(c.policy, "mom");
     ck_assert_uint_eq(c.tick_seconds, 3);
     ck_assert_uint_eq(c.stats_period, 2);
@@ -220,6 +222,7 @@ START_TEST(config_errors_name_key_and_line)
         { "[balancer]\ntick = 5\n[policy]\nstep_percnt = 3\n", "bad.conf:4: [policy] step_percnt = \"\": unknown key" },
         { "[balancr]\ntick = 5\n", "bad.conf:1: unknown group [balancr]" },
         { "[policy]\ncomfort_percent = 150\n", "expected a percentage from 0 to 100" },
+        { "[policy]\ntrim_streams = sometimes\n", "bad.conf:2: [policy] trim_streams = \"sometimes\": expected true or false" },
         { "tick = 5\n", "bad.conf" },
         { "[host_reclaim]\nenabled = maybe\n", "bad.conf:2: [host_reclaim] enabled = \"maybe\": expected true or false" },
         { "[host_reclaim]\nsource = guess\n", "bad.conf:2: [host_reclaim] source = \"guess\": expected auto, damon or probe" },
