@@ -61,6 +61,16 @@ bool test_wait_line(const char *path, const char *needle, int seconds)
     return false;
 }
 
+long long test_anon_huge_bytes(pid_t pid)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/smaps_rollup", (int)pid);
+    g_autofree char *text = NULL;
+    if (!g_file_get_contents(path, &text, NULL, NULL))
+        return -1;
+    const char *k = strstr(text, "AnonHugePages:");
+    return k ? (long long)g_ascii_strtoull(k + strlen("AnonHugePages:"), NULL, 10) * 1024 : -1;
+}
+
 bool test_have_swap(void)
 {
     FILE *f = fopen("/proc/swaps", "r");

@@ -23,6 +23,10 @@ double test_longest_tick(const char *log, int from, int *ticks);
 /* Poll path until a line contains needle. */
 bool test_wait_line(const char *path, const char *needle, int seconds);
 
+/* A process's AnonHugePages (/proc/PID/smaps_rollup) in bytes; -1 if
+ * unreadable. */
+long long test_anon_huge_bytes(pid_t pid);
+
 /* The machine has swap on (/proc/swaps lists a device or file). */
 bool test_have_swap(void);
 /* Without swap: create and enable a 1 GiB swapfile at path, undone by
