@@ -255,6 +255,20 @@ static void allocate(trace *s, size_t i, uint64_t anon, uint64_t base)
     }
 }
 
+/* Guest i bursts: +40 MiB of anon a tick (20 MiB/s) from base up to top,
+ * for 20 ticks.  Returns the ticks it ran within 16 MiB of its balloon. */
+static int burst(trace *s, size_t i, uint64_t base, uint64_t top)
+{
+    int late = 0;
+    for (int k = 0; k < 20; k++) {
+        uint64_t want = base + (uint64_t)(k + 1) * 40 * MIB;
+        trace_tick(s);
+        allocate(s, i, want < top ? want : top, base);
+        late += s->t[i].anon + KERNEL + 16 * MIB > s->v[i].actual_bytes;
+    }
+    return late;
+}
+
 /* Issue 15's mix: B idles with 300 MiB of cache, then allocates 300 MiB
  * (no swap), next to a database W and a streamer S in a tight host. */
 START_TEST(idle_then_burst_without_swap_gets_memory_in_time)
@@ -271,15 +285,7 @@ START_TEST(idle_then_burst_without_swap_gets_memory_in_time)
     ck_assert_uint_lt(s.v[0].actual_bytes, 400 * MIB);
     uint64_t b_idle = s.v[0].actual_bytes;
     /* the burst: +40 MiB per tick (20 MiB/s) up to +300 MiB */
-    int late = 0;
-    for (int k = 0; k < 20; k++) {
-        uint64_t want = 40 * MIB + (uint64_t)(k + 1) * 40 * MIB;
-        if (want > 340 * MIB)
-            want = 340 * MIB;
-        trace_tick(&s);
-        allocate(&s, 0, want, 40 * MIB);
-        late += s.t[0].anon + KERNEL + 16 * MIB > s.v[0].actual_bytes;
-    }
+    int late = burst(&s, 0, 40 * MIB, 340 * MIB);
     ck_assert_uint_eq(s.t[0].ooms, 0);
     ck_assert_uint_eq(s.t[0].anon, 340 * MIB);
     ck_assert_uint_gt(s.v[0].actual_bytes, b_idle);
@@ -557,13 +563,7 @@ START_TEST(trim_streams_takes_only_a_stream_cache_without_pressure)
     ck_assert_msg(ups == 0, "S was grown or given back %u times", ups);
     ck_assert_uint_le(s.v[1].actual_bytes, 200 * MIB);
     /* the trimmed streamer bursts: +40 MiB a tick up to +300 MiB */
-    int late = 0;
-    for (int k = 0; k < 20; k++) {
-        uint64_t want = 30 * MIB + (uint64_t)(k + 1) * 40 * MIB;
-        trace_tick(&s);
-        allocate(&s, 1, want < 330 * MIB ? want : 330 * MIB, 30 * MIB);
-        late += s.t[1].anon + KERNEL + 16 * MIB > s.v[1].actual_bytes;
-    }
+    int late = burst(&s, 1, 30 * MIB, 330 * MIB);
     ck_assert_uint_eq(s.t[1].ooms, 0);
     ck_assert_uint_eq(s.t[1].anon, 330 * MIB);
     ck_assert_msg(late <= 2, "S ran within 16 MiB of its balloon in %d ticks", late);
