@@ -65,8 +65,21 @@ def main():
         f.write(str(1365 << 20))
     if args.no_thp:  # PR_SET_THP_DISABLE, inherited by QEMU
         ctypes.CDLL(None, use_errno=True).prctl(41, 1, 0, 0, 0)
-    s = boot("S", "/var/tmp/membal-balloon-stream-S", "stream:/dev/vda:1024")
-    c = boot("C", "/var/tmp/membal-balloon-stream-C", "cachedb:/dev/vda:300") if args.with_c else None
+    s = c = None
+    try:
+        s = boot("S", "/var/tmp/membal-balloon-stream-S", "stream:/dev/vda:1024")
+        c = boot("C", "/var/tmp/membal-balloon-stream-C", "cachedb:/dev/vda:300") if args.with_c else None
+        measure(s, c, args)
+    finally:
+        for g in (s, c):
+            if g:
+                subprocess.run(["kill", g["pid"]])
+        time.sleep(1)
+        subprocess.run(["rmdir", CG], stderr=subprocess.DEVNULL)
+        subprocess.run(["rm", "-rf", "/var/tmp/membal-balloon-stream-S", "/var/tmp/membal-balloon-stream-C"])
+
+
+def measure(s, c, args):
     q = Qmp(s["qmp"])
     pid = int(s["pid"])
     label = "%s%s%s" % ("S+C" if c else "S", ", steps" if args.steps else ", one step",
@@ -89,23 +102,15 @@ def main():
             field("/proc/%d/status" % pid, "VmRSS:"), field("/proc/%d/smaps_rollup" % pid, "AnonHugePages:")),
             flush=True)
 
-    try:
-        time.sleep(15)
-        phase("512 MiB")
-        for mib in (410, 328, 262, 210, 168, 160) if args.steps else (160,):
-            q.balloon(mib)
-            time.sleep(4 if args.steps else 5)
-        phase("160 MiB")
-        q.balloon(512)
-        time.sleep(5)
-        phase("512 again")
-    finally:
-        for g in (s, c):
-            if g:
-                subprocess.run(["kill", g["pid"]])
-        time.sleep(1)
-        subprocess.run(["rmdir", CG], stderr=subprocess.DEVNULL)
-        subprocess.run(["rm", "-rf", "/var/tmp/membal-balloon-stream-S", "/var/tmp/membal-balloon-stream-C"])
+    time.sleep(15)
+    phase("512 MiB")
+    for mib in (410, 328, 262, 210, 168, 160) if args.steps else (160,):
+        q.balloon(mib)
+        time.sleep(4 if args.steps else 5)
+    phase("160 MiB")
+    q.balloon(512)
+    time.sleep(5)
+    phase("512 again")
 
 
 if __name__ == "__main__":

@@ -866,7 +866,7 @@ def main():
     if args.runs < 1:
         sys.exit("bench: --runs must be at least 1")
     if args.warmup < 0 or args.warmup > 3600:
-        sys.exit("bench: --warmup takes 1 to 3600 seconds")
+        sys.exit("bench: --warmup takes 0 (each scenario's own) to 3600 seconds")
     args.cpus = sorted(os.sched_getaffinity(0))
     if args.overcommit:
         try:

@@ -22,13 +22,16 @@
  * spends what lies above high, so the two never chase each other.
  *
  * With trim_streams (proactive reclaim of the cheapest tier, as Meta's TMO
- * reclaims file pages before it needs to), a streaming guest's page cache
- * is taken with the host not short too, down to the same bound, a step a
- * tick; such a guest is not grown for comfort (its available memory is
- * stream cache).  Its experiment is stricter than one taken under
- * pressure: with the host not short (and not short for PACE_WATCH_S)
- * nothing relieved speeds a stream up, so its reads are measured against
- * its usual rate, not its pace.
+ * reclaims file pages before it needs to), a streaming guest watched for
+ * PACE_WATCH_S gives its page cache with the host not short too, down to
+ * the same bound, a step a tick; it is not grown for comfort for KEEP_S
+ * after (that would refill the cache to be trimmed again).  Its
+ * experiment is stricter than one taken under pressure: with the host not
+ * short (and not short for PACE_WATCH_S) nothing relieved speeds a stream
+ * up, so its reads are measured against its usual rate, not its pace; and
+ * a trim is for host room only, so reads that fall by a quarter (the trim
+ * slowed the stream) are a cost too.  A guest a trim cost is not trimmed
+ * again while it streams.
  *
  * Need comes first (do no harm): a guest in need (policies/classify.c: its
  * available memory runs out, or it thrashes) is never a donor and is given
@@ -60,6 +63,8 @@
 #define PACE_WATCH_S 60.0      /* a reader's pace is known once it has been watched this long */
 #define MAX_TRACKED 65536
 #define SETTLE_TICKS 3      /* after filling its cache, a guest gives nothing for this many ticks */
+#define SLOWED_AFTER_S 10.0 /* a trimmed stream's reads are judged this long after the trim began ... */
+#define SLOWED_FRACTION 0.75 /* ... and below this share of what they were, the trim slowed it */
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -73,6 +78,10 @@ typedef struct {
     double disk_before_bps; /* its disk reads before that reclaim (< 0 unknown); set with shrunk_at_s */
     bool reads_prove;       /* ... and whether its disk reads can prove what that reclaim cost */
     bool proactive;         /* ... and whether that reclaim was proactive (the host not short) */
+    double trim_usual_bps;  /* its averaged disk reads when that proactive reclaim began (< 0 unknown) ... */
+    double trim_began_s;    /* ... and when */
+    double trimmed_at_s;    /* when trim_streams last took from it; 0 never */
+    bool trim_cost;         /* a trim cost it: not trimmed again while it streams */
     uint64_t free_before;   /* its free memory before that reclaim */
     uint64_t keep_bytes;    /* reclaim leaves it at least this ... */
     double keep_until_s;    /* ... until then */
@@ -91,7 +100,8 @@ typedef struct {
 
 typedef struct {
     bool reclaiming;
-    double short_at_s;      /* when the host was last short (reclaiming); 0 never */
+    bool was_short;         /* the host has been short (reclaiming) ... */
+    double short_at_s;      /* ... last at this time */
     guest_table memory;     /* split_guest */
 } split_state;
 
@@ -124,6 +134,9 @@ typedef struct {
                         * honoured even in the critical tier */
     bool grew;         /* given memory for need this tick: the move is exact */
     bool trimmed;      /* its stream cache taken with the host not short (trim_streams) */
+    bool trim_cost;    /* a trim cost it and it streams still: not trimmed */
+    bool trimmed_lately; /* trimmed within KEEP_S: not grown for comfort */
+    bool watched;      /* watched PACE_WATCH_S: its usual reads are known */
     uint64_t credit;   /* what its word or swap-ins may be given now (need_allowance) */
     uint64_t on_word;  /* given on its word or swap-ins this tick */
     const char *reason;
@@ -233,6 +246,10 @@ static double max_d(double a, double b) { return a > b ? a : b; }
  * A guest whose cache refaulted is not taken as a stream. */
 static void experiment_before(split_guest *m, const guest_view *g, double usual, double now, bool proactive)
 {
+    if (proactive && !m->proactive) {
+        m->trim_usual_bps = m->disk_avg_bps;
+        m->trim_began_s = now;
+    }
     m->proactive = proactive;
     if (usual < 0) {
         m->disk_before_bps = -1;
@@ -270,6 +287,11 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
     uint64_t keep = m->shrunk_from;
     if (g->in_need || g->thrashing) {
         why = "reclaim cost it: given back";
+    } else if (m->proactive && m->trim_usual_bps > 0 && now - m->trim_began_s >= SLOWED_AFTER_S &&
+               m->disk_avg_bps >= 0 && m->disk_avg_bps < SLOWED_FRACTION * m->trim_usual_bps) {
+        /* a trim is for nothing but host room: a stream it slowed (its
+         * reads, averaged, fell by a quarter) gets its memory back */
+        why = "a trim slowed its reads: given back";
     } else if (m->reads_prove && m->disk_before_bps >= 0 && g->disk_read_bps >= 0 &&
                g->disk_read_bps > REFAULT_FACTOR * m->disk_before_bps + REFAULT_MIN_BPS) {
         /* the cache was hot, its free memory was not */
@@ -278,6 +300,8 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
         keep = m->shrunk_from > m->free_before + reserve ? m->shrunk_from - m->free_before + reserve : reserve;
     }
     if (why) {
+        /* a trim that cost it is not tried again while it streams */
+        m->trim_cost = m->trim_cost || m->proactive;
         if (keep > m->keep_bytes)
             m->keep_bytes = keep;
         /* thrashing and a cache that refaulted are backed by what the
@@ -475,12 +499,14 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     else if (st->reclaiming && avail + tun->min_change_bytes >= in->wm.high)
         st->reclaiming = false; /* what is left is smaller than a balloon move */
     bool critical = avail < in->wm.min;
-    if (st->reclaiming)
+    if (st->reclaiming) {
+        st->was_short = true;
         st->short_at_s = in->now_s;
+    }
     /* a proactive reclaim's experiment is strict (its usual reads, not its
      * pace) only once the host has not been short for PACE_WATCH_S: the
      * average still holds a stream slowed by a shortage just relieved */
-    bool relieved = st->short_at_s && in->now_s - st->short_at_s < PACE_WATCH_S;
+    bool relieved = st->was_short && in->now_s - st->short_at_s < PACE_WATCH_S;
 
     work *ws = calloc(in->n_guests ? in->n_guests : 1, sizeof(*ws));
     if (!ws) {
@@ -509,6 +535,11 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             w->keep = m->keep_bytes;
             w->keep_backed = m->keep_backed;
             w->cache_hot = m->cache_hot;
+            if (!g->streaming)
+                m->trim_cost = false;
+            w->trim_cost = m->trim_cost;
+            w->trimmed_lately = m->trimmed_at_s > 0 && in->now_s - m->trimmed_at_s < KEEP_S;
+            w->watched = in->now_s - m->watched_since_s >= PACE_WATCH_S;
             w->learnt = why;
         }
         if (g->policy.mode == VM_MODE_OFF) {
@@ -645,7 +676,10 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     for (size_t i = 0; tun->trim_streams && !st->reclaiming && i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
-        if (!is_adjustable(g, w) || g->disk_read_bps < 0)
+        /* not one that gave this tick already (the step is shared), nor
+         * one a trim cost while it still streams, nor one not watched
+         * long enough for its usual reads (what a trim is judged by) */
+        if (!is_adjustable(g, w) || g->disk_read_bps < 0 || w->changed || w->trim_cost || !w->watched)
             continue;
         w->tier_taken = 0;
         uint64_t take = tier_supply(g, w, TIER_STREAM_CACHE, true);
@@ -673,8 +707,10 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
                 continue;
             if (g->available_bytes >= pct(g->actual_bytes, tun->comfort_percent))
                 continue;
-            /* trimmed or to be: what it has available is stream cache */
-            if (tun->trim_streams && g->streaming && !w->cache_hot)
+            /* trimmed lately: what it had available was stream cache,
+             * and growing it for comfort would refill it to be trimmed
+             * again (need still grows it) */
+            if (w->trimmed_lately || w->trimmed)
                 continue;
             uint64_t add = min_u64(min_u64(w->step, g->ceiling_bytes - w->target), budget);
             w->target += add;
@@ -695,6 +731,8 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m && out->decisions[i].change)
             m->unused += ws[i].on_word;
+        if (m && out->decisions[i].change && ws[i].trimmed)
+            m->trimmed_at_s = in->now_s;
         if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             /* an experiment whose "before" was unknown takes the first
@@ -708,6 +746,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
                 experiment_before(m, g, m->disk_avg_bps, in->now_s, ws[i].trimmed && !relieved);
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
+                m->proactive = false; /* a new experiment: a trim begins now */
                 /* the usual rate, not one tick's: a bursty streamer idle
                  * at this moment must not look like a refault later */
                 experiment_before(m, g, g->disk_read_bps < 0 ? -1 : max_d(m->disk_avg_bps, g->disk_read_bps),

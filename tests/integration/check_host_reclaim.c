@@ -184,7 +184,7 @@ typedef struct {
 
 static uint64_t anon_huge_bytes(pid_t pid)
 {
-    long long b = test_anon_huge_bytes(pid);
+    long long b = test_anon_huge_bytes(pid, 0);
     ck_assert_int_ge(b, 0);
     return (uint64_t)b;
 }

@@ -61,14 +61,22 @@ bool test_wait_line(const char *path, const char *needle, int seconds)
     return false;
 }
 
-long long test_anon_huge_bytes(pid_t pid)
+long long test_anon_huge_bytes(pid_t pid, unsigned long long mapping_size)
 {
-    g_autofree char *path = g_strdup_printf("/proc/%d/smaps_rollup", (int)pid);
+    g_autofree char *path = g_strdup_printf("/proc/%d/%s", (int)pid, mapping_size ? "smaps" : "smaps_rollup");
     g_autofree char *text = NULL;
     if (!g_file_get_contents(path, &text, NULL, NULL))
         return -1;
-    const char *k = strstr(text, "AnonHugePages:");
-    return k ? (long long)g_ascii_strtoull(k + strlen("AnonHugePages:"), NULL, 10) * 1024 : -1;
+    long long huge = -1;
+    unsigned long long size_kb = 0;
+    g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+    for (char **l = lines; *l; l++) {
+        if (g_str_has_prefix(*l, "Size:"))
+            size_kb = g_ascii_strtoull(*l + strlen("Size:"), NULL, 10);
+        else if (g_str_has_prefix(*l, "AnonHugePages:") && (!mapping_size || size_kb * 1024 == mapping_size))
+            huge = (huge < 0 ? 0 : huge) + (long long)g_ascii_strtoull(*l + strlen("AnonHugePages:"), NULL, 10) * 1024;
+    }
+    return huge;
 }
 
 bool test_have_swap(void)

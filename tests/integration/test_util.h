@@ -23,9 +23,10 @@ double test_longest_tick(const char *log, int from, int *ticks);
 /* Poll path until a line contains needle. */
 bool test_wait_line(const char *path, const char *needle, int seconds);
 
-/* A process's AnonHugePages (/proc/PID/smaps_rollup) in bytes; -1 if
- * unreadable. */
-long long test_anon_huge_bytes(pid_t pid);
+/* A process's AnonHugePages in bytes: all of it (/proc/PID/smaps_rollup)
+ * when mapping_size is 0, else only in mappings of exactly that size (a
+ * guest's RAM, not QEMU's TCG translation cache); -1 if unreadable. */
+long long test_anon_huge_bytes(pid_t pid, unsigned long long mapping_size);
 
 /* The machine has swap on (/proc/swaps lists a device or file). */
 bool test_have_swap(void);
