@@ -102,6 +102,13 @@ static gboolean on_quit(gpointer data)
 
 static gboolean reload(daemon_ctx *d);
 
+/* ", trim_streams" for the start-up and reload lines when it is in effect
+ * (split-lru is the only policy that trims) */
+static const char *trim_note(const balancer_config *c)
+{
+    return c->tun.trim_streams && !strcmp(c->policy, "split-lru") ? ", trim_streams" : "";
+}
+
 /* SIGHUP: re-read the config; on any error keep the running one. */
 static gboolean on_reload(gpointer data)
 {
@@ -154,7 +161,7 @@ static gboolean reload(daemon_ctx *d)
         schedule_ticks(d);
     now = balancer_config_get(d->b);
     log_info("configuration reloaded from %s (policy %s, tick %u s%s)", d->config_path, now->policy,
-             now->tick_seconds, now->tun.trim_streams && !strcmp(now->policy, "split-lru") ? ", trim_streams" : "");
+             now->tick_seconds, trim_note(now));
     return G_SOURCE_CONTINUE;
 }
 
@@ -237,7 +244,7 @@ int main(int argc, char **argv)
     }
     const balancer_config *c = balancer_config_get(d.b);
     log_info("starting: policy %s, tick %u s, %s%s%s", c->policy, c->tick_seconds,
-             qmp ? "QMP sockets" : c->connect_uri, c->tun.trim_streams && !strcmp(c->policy, "split-lru") ? ", trim_streams" : "",
+             qmp ? "QMP sockets" : c->connect_uri, trim_note(c),
              dry_run ? ", dry run" : "");
 
     if (once)
