@@ -114,8 +114,8 @@ SCENARIOS = {
 
 # Configuration -> how it runs.  daemon: balancerd's --policy (None: no
 # daemon); balloon_opts: extra virtio-balloon-pci properties; host_reclaim:
-# [host_reclaim] enabled; trim_streams: [policy] trim_streams; solo: only
-# the scenario's solo guests.
+# [host_reclaim] enabled; trim_streams, drop_idle_cache: the [policy]
+# keys; solo: only the scenario's solo guests.
 CONFIGS = {
     "solo": dict(daemon=None, solo=True),
     "none": dict(daemon=None),
@@ -126,6 +126,8 @@ CONFIGS = {
     "split-lru": dict(daemon="split-lru"),
     "split-lru+host": dict(daemon="split-lru", host_reclaim=True),
     "split-lru+trim": dict(daemon="split-lru", trim_streams=True),
+    "split-lru+drop": dict(daemon="split-lru", drop_idle_cache=True),
+    "split-lru+trim+drop": dict(daemon="split-lru", trim_streams=True, drop_idle_cache=True),
 }
 
 SMOKE_SCENARIOS = ["seed", "idle-burst"]

@@ -43,6 +43,8 @@ typedef struct {
     double disk_read_bps;      /* the guest's disk reads as the host measures them; < 0 unknown */
     double host_faults_ps;     /* its QEMU's major faults per second (host swap-ins of its memory),
                                 * as the host measures them; < 0 unknown */
+    double host_cpu;           /* the CPUs its QEMU keeps busy (CPU seconds per second: its vCPUs
+                                * and I/O), as the host measures it; < 0 unknown */
     int64_t host_rss_bytes;    /* what its QEMU has touched (resident + swapped), as the host
                                 * measures it; < 0 unknown */
     int64_t host_ws_bytes;     /* its working set as host reclaim measures it: resident guest RAM
@@ -87,6 +89,8 @@ typedef struct {
     uint64_t min_change_bytes;  /* smaller changes are not worth a balloon op */
     bool trim_streams;          /* split-lru: streaming guests' page cache is taken with the host
                                  * not short too (proactive reclaim of the cheapest tier) */
+    bool drop_idle_cache;       /* split-lru: an idle guest's page cache is dropped (its balloon
+                                 * down, then back up: it keeps its size) with the host not short */
 } policy_tunables;
 
 void policy_tunables_default(policy_tunables *t);

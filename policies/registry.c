@@ -48,4 +48,5 @@ void policy_tunables_default(policy_tunables *t)
     t->comfort_percent = 15.0;
     t->min_change_bytes = 4 * MIB;
     t->trim_streams = false;
+    t->drop_idle_cache = false;
 }

@@ -33,6 +33,16 @@
  * slowed the stream) are a cost too.  A guest a trim cost is not trimmed
  * again while it streams.
  *
+ * With drop_idle_cache, a guest idle for IDLE_S (its QEMU below IDLE_CPU
+ * of a CPU, its disks not read: nothing in it can be using its cache) has
+ * its page cache dropped: its balloon goes down to the same bound in one
+ * move and, once there (or after DROP_HOLD_S, or at once when it wakes or
+ * needs memory), back up to where it was.  The guest keeps its size; the
+ * host keeps the memory the balloon freed until the guest touches it again
+ * (free page reporting does the same for free pages).  A guest that reads
+ * back a quarter of what was dropped within DROP_WATCH_S, or needed memory
+ * during the drop, is not dropped again for DROP_COST_S.
+ *
  * Need comes first (do no harm): a guest in need (policies/classify.c: its
  * available memory runs out, or it thrashes) is never a donor and is given
  * what it needs in the same tick, whatever the watermarks say: from the
@@ -65,6 +75,14 @@
 #define SETTLE_TICKS 3      /* after filling its cache, a guest gives nothing for this many ticks */
 #define SLOWED_AFTER_S 10.0 /* a trimmed stream's reads are judged this long after the trim began ... */
 #define SLOWED_FRACTION 0.75 /* ... and below this share of what they were, the trim slowed it */
+#define IDLE_CPU 0.05          /* a guest whose QEMU uses less of a CPU than this ... */
+#define IDLE_READ_BPS (64.0 * 1024) /* ... and whose disks read less than this is idle */
+#define IDLE_S 60.0            /* idle this long, its page cache is dropped (drop_idle_cache) ... */
+#define DROP_MIN_BYTES (64 * MIB) /* ... when that takes at least this much */
+#define DROP_HOLD_S 30.0       /* a drop's balloon goes back up once it arrived, or after this long */
+#define DROP_WATCH_S 300.0     /* its disk reads this long after a drop ... */
+#define DROP_COST_FRACTION 0.25 /* ... reaching this share of what it took are the drop's cost ... */
+#define DROP_COST_S 3600.0     /* ... and it is not dropped again for this long */
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -96,6 +114,15 @@ typedef struct {
     double disk_pace_at_s;  /* when disk_pace_bps was last updated */
     double watched_since_s; /* when it was first seen */
     unsigned settled;       /* ticks since it last filled its cache (capped at SETTLE_TICKS) */
+    double seen_s;          /* when it was last observed */
+    double idle_since_s;    /* idle (drop_idle_cache) since then; < 0 not idle */
+    uint64_t drop_from;     /* a drop under way: its balloon before it, to go back to; 0 none */
+    uint64_t drop_to;       /* ... and the drop's target */
+    uint64_t restore_to;    /* a drop's balloon on its way back up to this; 0 none */
+    double drop_at_s;       /* when the last drop began; 0 never */
+    uint64_t dropped;       /* the page cache it had when it began (what a drop may cost it) */
+    double read_after_drop; /* bytes its disks read since, within DROP_WATCH_S */
+    double drop_cost_until_s; /* a drop cost it: not dropped again until then */
 } split_guest;
 
 typedef struct {
@@ -137,6 +164,8 @@ typedef struct {
     bool trim_cost;    /* a trim cost it and it streams still: not trimmed */
     bool trimmed_lately; /* trimmed within KEEP_S: not grown for comfort */
     bool watched;      /* watched PACE_WATCH_S: its usual reads are known */
+    bool dropping;     /* its idle page cache dropped this tick (drop_idle_cache) */
+    bool restoring;    /* a drop's balloon on its way back up */
     uint64_t credit;   /* what its word or swap-ins may be given now (need_allowance) */
     uint64_t on_word;  /* given on its word or swap-ins this tick */
     const char *reason;
@@ -174,6 +203,23 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
          * says whether it is warming up: it gives nothing until it has
          * been watched for SETTLE_TICKS */
         m->settled = g->disk_read_bps < 0 ? 0 : SETTLE_TICKS;
+        m->seen_s = now;
+        m->idle_since_s = -1;
+    }
+    /* idle: its QEMU barely runs and its disks are not read (both as the
+     * host measures them, so a guest cannot fake idleness to be dropped
+     * or busyness to keep its cache beyond what it really does) */
+    bool idle = g->host_cpu >= 0 && g->host_cpu < IDLE_CPU && g->disk_read_bps >= 0 &&
+                g->disk_read_bps < IDLE_READ_BPS && !g->filling;
+    m->idle_since_s = !idle ? -1 : m->idle_since_s < 0 ? now : m->idle_since_s;
+    if (m->drop_at_s && now - m->drop_at_s <= DROP_WATCH_S && g->disk_read_bps > 0 && now > m->seen_s)
+        m->read_after_drop += g->disk_read_bps * (now - m->seen_s);
+    m->seen_s = now;
+    if (m->dropped && m->read_after_drop >= DROP_COST_FRACTION * (double)m->dropped) {
+        /* it read back a good part of what a drop took: its cache was not
+         * cold after all */
+        m->drop_cost_until_s = now + DROP_COST_S;
+        m->dropped = 0;
     }
     if (now > m->disk_pace_at_s) {
         m->disk_pace_bps *= exp2(-(now - m->disk_pace_at_s) / PACE_HALF_LIFE_S);
@@ -334,23 +380,14 @@ static bool is_adjustable(const guest_view *g, const work *w)
     return is_donor(g, w) && !w->moving;
 }
 
-/* How much guest g could give in tier t, before shares; with_step limits
- * it to what is left of this tick's step. */
-static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool with_step)
+/* Lowest target tier t may reach.  We never take more than the guest's
+ * available memory minus a reserve: ballooning costs the guest only free
+ * memory and cache, never its anonymous working set -- below that the
+ * host kernel swaps, as with no balancer, choosing pages by their use,
+ * which a balloon cannot.  Outside the critical tier the decaying peak of
+ * its used memory is kept too. */
+static uint64_t tier_bound(const guest_view *g, const work *w, tier t)
 {
-    /* a guest filling its cache from disk is not settled: a warming database looks like a stream until
-     * then (policies/classify.c).  It gives nothing, even when the host is
-     * critical: the host kernel balances it, as with no balancer (no tier
-     * takes anyone's anonymous memory, so this shelters no working set
-     * from being pushed out by it) */
-    if (g->filling || w->settling)
-        return 0;
-    /* Lowest target this tier may reach.  We never take more than the
-     * guest's available memory minus a reserve: ballooning costs the guest
-     * only free memory and cache, never its anonymous working set -- below
-     * that the host kernel swaps, as with no balancer, choosing pages by
-     * their use, which a balloon cannot.  Outside the critical tier the
-     * decaying peak of its used memory is kept too. */
     uint64_t used = g->actual_bytes > g->available_bytes ? g->actual_bytes - g->available_bytes : 0;
     uint64_t bound = max_u64(g->floor_bytes, used + w->reserve);
     if (t != TIER_ANON)
@@ -368,7 +405,21 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
      * (thrashing, a cache refault: disk reads):
      * the same loss twice (others give by shares, and below that the host
      * swaps, as with no balancer) -- a guest's own word cannot shelter it */
-    bound = max_u64(bound, t != TIER_ANON ? w->keep : w->keep_backed);
+    return max_u64(bound, t != TIER_ANON ? w->keep : w->keep_backed);
+}
+
+/* How much guest g could give in tier t, before shares; with_step limits
+ * it to what is left of this tick's step. */
+static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool with_step)
+{
+    /* a guest filling its cache from disk is not settled: a warming database looks like a stream until
+     * then (policies/classify.c).  It gives nothing, even when the host is
+     * critical: the host kernel balances it, as with no balancer (no tier
+     * takes anyone's anonymous memory, so this shelters no working set
+     * from being pushed out by it) */
+    if (g->filling || w->settling)
+        return 0;
+    uint64_t bound = tier_bound(g, w, t);
     if (w->target <= bound || (with_step && w->changed >= w->step))
         return 0;
     uint64_t room = w->target - bound;
@@ -484,30 +535,6 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
 {
     split_state *st = state;
     const policy_tunables *tun = &in->tun;
-    /* balloons on their way count as arrived */
-    int64_t in_flight = 0;
-    for (size_t i = 0; i < in->n_guests; i++) {
-        const guest_view *g = &in->guests[i];
-        if (g->pending_target_bytes)
-            in_flight += (int64_t)g->actual_bytes - (int64_t)g->pending_target_bytes;
-    }
-    int64_t avail_s = (int64_t)in->host.available_bytes + in_flight;
-    uint64_t avail = avail_s > 0 ? (uint64_t)avail_s : 0;
-
-    if (!st->reclaiming && avail < in->wm.low)
-        st->reclaiming = true;
-    else if (st->reclaiming && avail + tun->min_change_bytes >= in->wm.high)
-        st->reclaiming = false; /* what is left is smaller than a balloon move */
-    bool critical = avail < in->wm.min;
-    if (st->reclaiming) {
-        st->was_short = true;
-        st->short_at_s = in->now_s;
-    }
-    /* a proactive reclaim's experiment is strict (its usual reads, not its
-     * pace) only once the host has not been short for PACE_WATCH_S: the
-     * average still holds a stream slowed by a shortage just relieved */
-    bool relieved = st->was_short && in->now_s - st->short_at_s < PACE_WATCH_S;
-
     work *ws = calloc(in->n_guests ? in->n_guests : 1, sizeof(*ws));
     if (!ws) {
         for (size_t i = 0; i < in->n_guests; i++)
@@ -542,7 +569,32 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             w->watched = in->now_s - m->watched_since_s >= PACE_WATCH_S;
             w->learnt = why;
         }
-        if (g->policy.mode == VM_MODE_OFF) {
+        if (m && m->restore_to && (g->pending_target_bytes != m->restore_to || g->actual_bytes >= m->restore_to))
+            m->restore_to = 0; /* arrived, or another move since */
+        w->restoring = m && m->restore_to;
+        if (m && m->drop_from) {
+            /* a drop under way is held until its balloon arrives (or for
+             * DROP_HOLD_S), then goes back to where it was; at once when
+             * the guest wakes, needs memory, goes stale or is no longer
+             * ours to move (a drop is never left half done) */
+            uint64_t slack = max_u64(tun->min_change_bytes, g->actual_bytes / 200);
+            bool arrived = g->actual_bytes <= m->drop_to + slack;
+            bool needs = g->in_need || g->thrashing;
+            if (needs) /* it needed memory while it was dropped: maybe the drop's doing */
+                m->drop_cost_until_s = in->now_s + DROP_COST_S;
+            w->fixed = true;
+            if (arrived || needs || m->idle_since_s < 0 || !g->stats_valid || g->policy.mode != VM_MODE_AUTO ||
+                in->now_s - m->drop_at_s >= DROP_HOLD_S) {
+                w->target = min_u64(max_u64(m->drop_from, g->floor_bytes), g->ceiling_bytes);
+                w->reason = "idle page cache dropped: its size given back";
+                m->drop_from = 0;
+                m->restore_to = w->target;
+                w->restoring = true;
+            } else {
+                w->target = m->drop_to;
+                w->reason = "proactive: idle page cache dropping";
+            }
+        } else if (g->policy.mode == VM_MODE_OFF) {
             w->fixed = true;
             w->reason = "mode=off: left alone";
         } else if (g->actual_bytes > g->ceiling_bytes) {
@@ -557,6 +609,31 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             w->reason = "no fresh guest stats: holding";
         }
     }
+
+    /* balloons on their way count as arrived; not a drop's way back up
+     * (the pages it hands back cost the host nothing until used) */
+    int64_t in_flight = 0;
+    for (size_t i = 0; i < in->n_guests; i++) {
+        const guest_view *g = &in->guests[i];
+        if (g->pending_target_bytes && !ws[i].restoring)
+            in_flight += (int64_t)g->actual_bytes - (int64_t)g->pending_target_bytes;
+    }
+    int64_t avail_s = (int64_t)in->host.available_bytes + in_flight;
+    uint64_t avail = avail_s > 0 ? (uint64_t)avail_s : 0;
+
+    if (!st->reclaiming && avail < in->wm.low)
+        st->reclaiming = true;
+    else if (st->reclaiming && avail + tun->min_change_bytes >= in->wm.high)
+        st->reclaiming = false; /* what is left is smaller than a balloon move */
+    bool critical = avail < in->wm.min;
+    if (st->reclaiming) {
+        st->was_short = true;
+        st->short_at_s = in->now_s;
+    }
+    /* a proactive reclaim's experiment is strict (its usual reads, not its
+     * pace) only once the host has not been short for PACE_WATCH_S: the
+     * average still holds a stream slowed by a shortage just relieved */
+    bool relieved = st->was_short && in->now_s - st->short_at_s < PACE_WATCH_S;
 
     /* What the others could give without touching a working set: the
      * budget for need that is only the guest's word (available memory
@@ -691,6 +768,33 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         w->reason = "proactive: streaming page cache";
     }
 
+    /* Proactive (drop_idle_cache): an idle guest's page cache is cold (no
+     * one in it runs to read it): its balloon goes down to the bound the
+     * cache tier leaves (floor; used and its decaying peak plus the
+     * reserve; what host reclaim measured in use; what a reclaim proved it
+     * needs) in one move, and back up once there (the hard rules above):
+     * the guest keeps its size, the host the memory the balloon freed,
+     * until the guest touches it again.  Not a guest watched less than
+     * PACE_WATCH_S, a stream (trim_streams' part), one whose cache
+     * refaulted, nor one a drop cost. */
+    for (size_t i = 0; tun->drop_idle_cache && !st->reclaiming && !relieved && i < in->n_guests; i++) {
+        const guest_view *g = &in->guests[i];
+        work *w = &ws[i];
+        split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
+        if (!m || !is_adjustable(g, w) || w->changed || !w->watched || w->settling || w->cache_hot ||
+            g->streaming || g->filling || m->idle_since_s < 0 || in->now_s - m->idle_since_s < IDLE_S ||
+            in->now_s < m->drop_cost_until_s || (m->drop_at_s && in->now_s - m->drop_at_s < DROP_WATCH_S) ||
+            g->cache_bytes < DROP_MIN_BYTES)
+            continue;
+        uint64_t bound = tier_bound(g, w, TIER_CACHE);
+        if (w->target < bound + DROP_MIN_BYTES)
+            continue;
+        w->changed += w->target - bound;
+        w->target = bound;
+        w->dropping = true;
+        w->reason = "proactive: dropping idle page cache";
+    }
+
     /* Plenty: guests short of available memory grow from the surplus. */
     if (!st->reclaiming && surplus > grown) {
         uint64_t budget = surplus - grown;
@@ -710,7 +814,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             /* trimmed lately: what it had available was stream cache,
              * and growing it for comfort would refill it to be trimmed
              * again (need still grows it) */
-            if (w->trimmed_lately || w->trimmed)
+            if (w->trimmed_lately || w->trimmed || w->dropping)
                 continue;
             uint64_t add = min_u64(min_u64(w->step, g->ceiling_bytes - w->target), budget);
             w->target += add;
@@ -733,7 +837,16 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             m->unused += ws[i].on_word;
         if (m && out->decisions[i].change && ws[i].trimmed)
             m->trimmed_at_s = in->now_s;
-        if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
+        if (m && out->decisions[i].change && ws[i].dropping) {
+            /* a drop is not a reclaim experiment: it gives the guest its
+             * size back at once, and its cost is what it reads back */
+            m->drop_from = max_u64(g->actual_bytes, g->pending_target_bytes);
+            m->drop_to = ws[i].target;
+            m->drop_at_s = in->now_s;
+            m->dropped = g->cache_bytes;
+            m->read_after_drop = 0;
+        }
+        if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed && !ws[i].dropping) {
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             /* an experiment whose "before" was unknown takes the first
              * known one, and one whose reads could not prove a cost asks

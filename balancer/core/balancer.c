@@ -457,11 +457,13 @@ static bool tick_round(balancer *b)
             /* host truth the backend does not have: what its QEMU touched */
             int pid = b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : 0;
             s.rss_bytes = pid > 0 ? qemu_touched_bytes(pid, s.max_bytes) : -1;
-            /* and how often its QEMU waits for host swap, once the pid is
-             * known to be the QEMU (its RSS was readable) */
-            uint64_t majflt = 0;
-            s.qemu_major_faults = s.rss_bytes >= 0 && proc_major_faults(pid, &majflt) == 0 && majflt <= INT64_MAX
-                                      ? (int64_t)majflt : -1;
+            /* and how often its QEMU waits for host swap, and the CPU it
+             * uses, once the pid is known to be the QEMU (its RSS was
+             * readable) */
+            proc_stat_counts pc;
+            bool pc_ok = s.rss_bytes >= 0 && proc_stat_counts_read(pid, &pc) == 0;
+            s.qemu_major_faults = pc_ok && pc.major_faults <= INT64_MAX ? (int64_t)pc.major_faults : -1;
+            s.qemu_cpu_ms = pc_ok && pc.cpu_ms <= INT64_MAX ? (int64_t)pc.cpu_ms : -1;
             /* and what host reclaim measured of its working set, while that
              * is recent: a guest no longer scanned (in need, paused, no
              * pressure without proactive) has none */

@@ -17,6 +17,8 @@ void guest_init(guest *g, const char *name, const char *uuid)
     g->disk_read_bps = -1;
     g->qflt_prev = -1;
     g->qemu_faults_ps = -1;
+    g->qcpu_prev = -1;
+    g->qemu_cpu = -1;
     g->job_ms = -1;
     g->view.name = g->hv.name;
     g->view.uuid = g->hv.uuid;
@@ -75,7 +77,7 @@ static double counter_rate(guest *g, int64_t now_v, int64_t prev_v, double dt, d
 }
 
 /* Host-side evidence: the rate of a host-measured counter (what the
- * guest's disks read, its QEMU's major faults), over the host's clock;
+ * guest's disks read, its QEMU's major faults and CPU), over the host's clock;
  * rate stays as it was until there are two samples. */
 static double host_counter_rate(int64_t *prev, double *prev_at, int64_t v, double mono, double rate)
 {
@@ -134,6 +136,9 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     g->disk_read_bps = host_counter_rate(&g->disk_prev, &g->disk_prev_at, s->disk_read_bytes, mono, g->disk_read_bps);
     g->qemu_faults_ps = host_counter_rate(&g->qflt_prev, &g->qflt_prev_at, s->qemu_major_faults, mono,
                                           g->qemu_faults_ps);
+    double cpu_ms_ps = host_counter_rate(&g->qcpu_prev, &g->qcpu_prev_at, s->qemu_cpu_ms, mono,
+                                         g->qemu_cpu < 0 ? -1 : g->qemu_cpu * 1000.0);
+    g->qemu_cpu = cpu_ms_ps < 0 ? -1 : cpu_ms_ps / 1000.0;
     guest_view *v = &g->view;
     bool fresh_report = !g->have_cur || s->last_update != g->cur.last_update;
     if (g->have_cur && fresh_report && s->last_update > 0) {
@@ -188,6 +193,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->agent_hint_streaming = v->agent_fresh && g->agent.cur.hint_streaming;
     v->disk_read_bps = g->disk_read_bps; /* host-measured: classify reads it */
     v->host_faults_ps = g->qemu_faults_ps;
+    v->host_cpu = g->qemu_cpu;
     v->host_rss_bytes = s->rss_bytes;
     v->host_ws_bytes = s->host_ws_bytes;
     /* host reclaim's view: memory resident but idle for the cold age, or

@@ -33,6 +33,9 @@ typedef struct guest {
     int64_t qflt_prev;        /* last qemu_major_faults, -1 none */
     double qflt_prev_at;      /* host monotonic s of qflt_prev */
     double qemu_faults_ps;    /* its QEMU's major faults per second, -1 unknown */
+    int64_t qcpu_prev;        /* last qemu_cpu_ms, -1 none */
+    double qcpu_prev_at;      /* host monotonic s of qcpu_prev */
+    double qemu_cpu;          /* the CPUs its QEMU keeps busy (CPU seconds per second), -1 unknown */
     uint64_t clamped_values;  /* guest values outside what the host allows */
     guest_view view;
     classify_state cls;

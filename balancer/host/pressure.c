@@ -4,6 +4,7 @@
 #include <glib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/small_file.h"
 
@@ -17,17 +18,20 @@ int psi_some_avg10(const char *path, double *out)
     return p && sscanf(p + 11, "%lf", out) == 1 ? 0 : -1;
 }
 
-int proc_major_faults(int pid, uint64_t *out)
+int proc_stat_counts_read(int pid, proc_stat_counts *out)
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/stat", pid);
     g_autofree char *text = small_file_read(path, 4096);
     /* the command name may hold spaces and parentheses: fields count from
-     * the last ')' */
+     * the last ')' (majflt is field 12, utime 14, stime 15) */
     const char *p = text ? strrchr(text, ')') : NULL;
-    unsigned long long majflt;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %llu", &majflt) != 1)
+    unsigned long long majflt, utime, stime;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (!p || hz <= 0 ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %llu %*u %llu %llu", &majflt, &utime, &stime) != 3)
         return -1;
-    *out = majflt;
+    out->major_faults = majflt;
+    out->cpu_ms = (utime + stime) * 1000ULL / (unsigned long long)hz;
     return 0;
 }

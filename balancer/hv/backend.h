@@ -35,6 +35,8 @@ typedef struct {
     int64_t disk_read_bytes;  /* host-measured: bytes the guest's disks read so far, -1 unknown */
     int64_t qemu_major_faults; /* host-measured: its QEMU's major faults so far (/proc/PID/stat;
                                 * host swap-ins of guest RAM): filled in by the core, -1 unknown */
+    int64_t qemu_cpu_ms;      /* host-measured: the CPU its QEMU used so far (user + system, ms):
+                                * filled in by the core, -1 unknown */
     int64_t job_ms;           /* a hypervisor job (migration, save, dump) has run this long, -1 none */
     unsigned balloon_failures; /* balloon changes the hypervisor refused since the last sample */
 } guest_sample;

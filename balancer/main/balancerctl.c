@@ -173,6 +173,8 @@ static void print_explain(json_object *r)
                dbl(g, "disk_read_bytes_per_second"), str(g, "unbacked_claims"));
     if (dbl(g, "qemu_major_faults_per_second") >= 0)
         printf("  its QEMU's major faults (waits for host swap) %.0f/s\n", dbl(g, "qemu_major_faults_per_second"));
+    if (dbl(g, "qemu_cpu_seconds_per_second") >= 0)
+        printf("  its QEMU's CPU %.1f%% of a CPU\n", 100.0 * dbl(g, "qemu_cpu_seconds_per_second"));
     printf("  policy: mode %s, priority %s, shares %s, protect %s, source %s\n", str(p, "mode"),
            str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
     json_object *h;

@@ -447,8 +447,10 @@ static size_t round_wants(const host_swap_round *r, uint64_t balloon_reclaim, re
 static void judge_slo(hswap_guest *h, const round_guest *t, bool host_short, int64_t now_ms)
 {
     reclaim_guest *g = &h->rg;
-    uint64_t page = g->ram.page_bytes, majflt = 0;
-    bool known = proc_major_faults(h->pid, &majflt) == 0;
+    uint64_t page = g->ram.page_bytes;
+    proc_stat_counts pc = { 0 };
+    bool known = proc_stat_counts_read(h->pid, &pc) == 0;
+    uint64_t majflt = pc.major_faults;
     double dt = h->last_round_ms ? (double)(now_ms - h->last_round_ms) / 1000.0 : 0;
     if (dt > 0) {
         h->promoted_bps = reclaim_rate_average(h->promoted_bps, (double)(g->promoted_pages * page), dt);

@@ -46,6 +46,7 @@ typedef struct {
     uint64_t self_deflations;  /* balloon grown by the guest itself (deflate-on-oom) */
     double disk_read_bps;       /* host-measured, -1 unknown */
     double qemu_faults_ps;      /* its QEMU's major faults/s (host swap-ins), host-measured, -1 unknown */
+    double qemu_cpu;            /* the CPUs its QEMU keeps busy, host-measured, -1 unknown */
     int64_t swap_in_bytes, swap_out_bytes, major_faults; /* guest counters, -1 not reported */
     /* the in-guest agent */
     int64_t agent_refaults_anon, agent_refaults_file;     /* -1 unknown */

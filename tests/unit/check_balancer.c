@@ -189,10 +189,11 @@ START_TEST(config_defaults_and_load)
     const char *path = write_conf("ok.conf",
                                   "# comment\n[balancer]\npolicy = mom\ntick = 3\n"
                                   "[watermarks]\nmin = 256MiB\nlow = 1GiB\nhigh = 3%\n"
-                                  "[policy]\nstep_percent = 20\nreserve_min = 16MiB\ntrim_streams = yes\n");
-    ck_assert(!c.tun.trim_streams);
+                                  "[policy]\nstep_percent = 20\nreserve_min = 16MiB\ntrim_streams = yes\n"
+                                  "drop_idle_cache = true\n");
+    ck_assert(!c.tun.trim_streams && !c.tun.drop_idle_cache);
     ck_assert_int_eq(config_load(&c, path, true, &err), 0);
-    ck_assert(c.tun.trim_streams);
+    ck_assert(c.tun.trim_streams && c.tun.drop_idle_cache);
     ck_assert_str_eq(c.policy, "mom");
     ck_assert_uint_eq(c.tick_seconds, 3);
     ck_assert_uint_eq(c.stats_period, 2);
@@ -223,6 +224,7 @@ START_TEST(config_errors_name_key_and_line)
         { "[balancr]\ntick = 5\n", "bad.conf:1: unknown group [balancr]" },
         { "[policy]\ncomfort_percent = 150\n", "expected a percentage from 0 to 100" },
         { "[policy]\ntrim_streams = sometimes\n", "bad.conf:2: [policy] trim_streams = \"sometimes\": expected true or false" },
+        { "[policy]\ndrop_idle_cache = 1x\n", "bad.conf:2: [policy] drop_idle_cache = \"1x\": expected true or false" },
         { "tick = 5\n", "bad.conf" },
         { "[host_reclaim]\nenabled = maybe\n", "bad.conf:2: [host_reclaim] enabled = \"maybe\": expected true or false" },
         { "[host_reclaim]\nsource = guess\n", "bad.conf:2: [host_reclaim] source = \"guess\": expected auto, damon or probe" },
@@ -480,7 +482,7 @@ static guest_sample sample(int64_t t, int64_t swap_in, int64_t majflt)
         .cache_bytes = (int64_t)(400 * MIB), .total_bytes = (int64_t)(2 * GIB),
         .swap_in_bytes = swap_in, .swap_out_bytes = 0, .major_faults = majflt,
         .minor_faults = 0, .rss_bytes = -1, .host_ws_bytes = -1, .disk_read_bytes = -1,
-        .qemu_major_faults = -1,
+        .qemu_major_faults = -1, .qemu_cpu_ms = -1,
     };
     return s;
 }
@@ -754,8 +756,9 @@ START_TEST(untouched_memory_is_free_whatever_the_guest_says)
 }
 END_TEST
 
-/* Its QEMU's major faults (host swap-ins of guest RAM) become a rate over
- * the host's clock, whatever the guest reports; unknown stays unknown. */
+/* Its QEMU's major faults (host swap-ins of guest RAM) and its CPU time
+ * become rates over the host's clock, whatever the guest reports; unknown
+ * stays unknown. */
 START_TEST(qemu_major_faults_become_a_host_rate)
 {
     classify_params cp;
@@ -777,6 +780,17 @@ START_TEST(qemu_major_faults_become_a_host_rate)
     s.qemu_major_faults = -1;
     guest_ingest(&g, &s, 1007, 17.0, &lim, &cp);
     ck_assert(g.view.host_faults_ps < 0);
+    /* CPU: 500 ms in 2 s is a quarter of a CPU */
+    ck_assert(g.view.host_cpu < 0);
+    s.qemu_cpu_ms = 10000;
+    guest_ingest(&g, &s, 1009, 19.0, &lim, &cp);
+    ck_assert(g.view.host_cpu < 0); /* one sample: no rate yet */
+    s.qemu_cpu_ms = 10500;
+    guest_ingest(&g, &s, 1011, 21.0, &lim, &cp);
+    ck_assert_msg(g.view.host_cpu == 0.25, "%.3f CPUs, want 0.25", g.view.host_cpu);
+    s.qemu_cpu_ms = -1;
+    guest_ingest(&g, &s, 1013, 23.0, &lim, &cp);
+    ck_assert(g.view.host_cpu < 0);
 }
 END_TEST
 

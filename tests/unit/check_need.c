@@ -30,7 +30,9 @@
 #define KERNEL (24 * MIB)         /* what the guest kernel itself keeps */
 #define STREAM_BPS (80.0 * MIB)
 
-typedef enum { ANON, STREAMER, CACHEDB } role;
+/* IDLE: a guest at rest with page cache it does not read (its cache comes
+ * back only when read, as a CACHEDB) */
+typedef enum { ANON, STREAMER, CACHEDB, IDLE } role;
 
 typedef struct {
     role r;
@@ -44,10 +46,14 @@ typedef struct {
     bool host_faults;    /* ... and its QEMU waits for host swap then (2048 major faults/s) */
     bool slowed;         /* a streamer reads at a quarter of its pace anyway (its CPU taken) */
     uint64_t slow_below; /* a streamer reads at 60% of its pace with less cache than this */
+    double cpu;          /* the CPUs its QEMU keeps busy (1 unless IDLE) */
+    bool lazy;           /* its balloon's deflations cost the host nothing until the pages are
+                          * used, as they do (off: growth costs the host at once) */
+    uint64_t unbacked;   /* of its free memory, what the host does not back */
     unsigned ooms;
     classify_state cls;
     /* cumulative counters, for the samples the core ingests */
-    double swapin_total, majflt_total, minflt_total, disk_total, qflt_total;
+    double swapin_total, majflt_total, minflt_total, disk_total, qflt_total, cpu_total;
 } tguest;
 
 typedef struct trace_ {
@@ -97,7 +103,8 @@ static void trace_guest(trace *s, size_t i, const char *name, role r, uint64_t m
     g->floor_bytes = 128 * MIB;
     g->stats_valid = true;
     g->disk_read_bps = 0;
-    s->t[i] = (tguest){ .r = r, .anon = anon, .cache_want = cache_want, .target = max };
+    s->t[i] = (tguest){ .r = r, .anon = anon, .cache_want = cache_want, .target = max,
+                        .cpu = r == IDLE ? 0.02 : 1.0 };
 }
 
 /* What every guest reports, from the model; the classifier runs as the
@@ -115,9 +122,13 @@ static void observe(trace *s)
             t->cache = before + 64 * MIB; /* re-read at the disk's pace */
         if (t->r == STREAMER && t->cache > before + 160 * MIB)
             t->cache = before + 160 * MIB;
+        if (t->r == IDLE) /* what it lost it does not read back */
+            t->cache_want = t->cache;
         uint64_t anon_res = t->anon + KERNEL < g->actual_bytes ? t->anon : g->actual_bytes - KERNEL;
         g->cache_bytes = t->cache;
         g->free_bytes = g->actual_bytes - KERNEL - anon_res - t->cache;
+        if (t->unbacked > g->free_bytes) /* used memory is backed */
+            t->unbacked = g->free_bytes;
         g->available_bytes = g->free_bytes + t->cache;
         uint64_t used = g->actual_bytes - g->available_bytes;
         g->used_bytes = used;
@@ -136,6 +147,7 @@ static void observe(trace *s)
         g->pending_target_bytes = t->target != g->actual_bytes ? t->target : 0;
         g->host_rss_bytes = (int64_t)(KERNEL + anon_res + t->cache); /* what it has touched */
         g->host_ws_bytes = -1; /* host reclaim off */
+        g->host_cpu = t->cpu;
         classify_update(&t->cls, g, &s->cp);
         g->thrashing = t->cls.thrashing;
         g->streaming = t->cls.streaming;
@@ -143,7 +155,7 @@ static void observe(trace *s)
         g->in_need = t->cls.need;
         g->need_bytes = t->cls.need_bytes;
         g->peak_used_bytes = (uint64_t)t->cls.peak_used;
-        used_total += g->actual_bytes;
+        used_total += g->actual_bytes - t->unbacked;
     }
     uint64_t avail = s->host > used_total ? s->host - used_total : 0;
     s->in.host.total_bytes = s->host;
@@ -169,6 +181,7 @@ static void observe_core(trace *s)
         t->minflt_total += 1000.0 * TICK_S;
         t->disk_total += (v->disk_read_bps > 0 ? v->disk_read_bps : 0) * TICK_S;
         t->qflt_total += v->host_faults_ps * TICK_S;
+        t->cpu_total += t->cpu * TICK_S * 1000.0;
         guest_sample smp = {
             .actual_bytes = (int64_t)v->actual_bytes, .max_bytes = (int64_t)v->max_bytes, .last_update = wall,
             .free_bytes = (int64_t)v->free_bytes, .available_bytes = (int64_t)v->available_bytes,
@@ -176,7 +189,8 @@ static void observe_core(trace *s)
             .swap_in_bytes = (int64_t)t->swapin_total, .swap_out_bytes = (int64_t)t->swapin_total,
             .major_faults = (int64_t)t->majflt_total, .minor_faults = (int64_t)t->minflt_total,
             .rss_bytes = v->host_rss_bytes, .host_ws_bytes = v->host_ws_bytes,
-            .disk_read_bytes = (int64_t)t->disk_total, .qemu_major_faults = (int64_t)t->qflt_total, .job_ms = -1,
+            .disk_read_bytes = (int64_t)t->disk_total, .qemu_major_faults = (int64_t)t->qflt_total,
+            .qemu_cpu_ms = (int64_t)t->cpu_total, .job_ms = -1,
         };
         agent_report rep;
         memset(&rep, 0, sizeof(rep));
@@ -232,10 +246,17 @@ static void trace_tick(trace *s)
             t->target = s->d[i].target_bytes;
             s->moves++;
         }
+        uint64_t was = g->actual_bytes;
         if (t->target > g->actual_bytes)
             g->actual_bytes += t->target - g->actual_bytes < s->balloon_rate ? t->target - g->actual_bytes : s->balloon_rate;
         else if (t->target < g->actual_bytes)
             g->actual_bytes -= g->actual_bytes - t->target < s->balloon_rate ? g->actual_bytes - t->target : s->balloon_rate;
+        /* a deflating balloon hands the guest pages the host does not back;
+         * an inflating one takes free pages, unbacked ones first */
+        if (t->lazy && g->actual_bytes > was)
+            t->unbacked += g->actual_bytes - was;
+        else if (g->actual_bytes < was)
+            t->unbacked -= t->unbacked < was - g->actual_bytes ? t->unbacked : was - g->actual_bytes;
     }
     s->in.now_s += TICK_S;
 }
@@ -1142,6 +1163,197 @@ START_TEST(every_input_every_lie_hurts_no_honest_guest)
 }
 END_TEST
 
+/* A drop's decisions for guest i this tick: 1 a drop began, 2 its size
+ * given back, 0 neither. */
+static int drop_step(const trace *s, size_t i)
+{
+    if (!s->d[i].change)
+        return 0;
+    return !strcmp(s->d[i].reason, "proactive: dropping idle page cache") ? 1
+           : !strcmp(s->d[i].reason, "idle page cache dropped: its size given back") ? 2 : 0;
+}
+
+static void drop_trace_print(const trace *s, int k)
+{
+    if (!getenv("TRACE"))
+        return;
+    printf("%d", k);
+    for (size_t i = 0; i < s->n; i++)
+        printf(" | %s %llu -> %llu (%s) cache %llu unbacked %llu cpu %.2f", s->v[i].name,
+               (unsigned long long)(s->v[i].actual_bytes / MIB), (unsigned long long)(s->t[i].target / MIB),
+               s->d[i].reason, (unsigned long long)(s->t[i].cache / MIB), (unsigned long long)(s->t[i].unbacked / MIB),
+               s->t[i].cpu);
+    printf(" | host avail %llu%s\n", (unsigned long long)(s->in.host.available_bytes / MIB),
+           s->out.reclaiming ? " reclaiming" : "");
+}
+
+/* drop_idle_cache: B, idle (its QEMU at 2% of a CPU, no disk reads) with
+ * 300 MiB of cache, has it dropped once it has idled IDLE_S: its balloon
+ * goes down and comes back up, it keeps its size, the host keeps what the
+ * balloon freed.  The busy W is never moved.  Then B bursts 300 MiB
+ * without swap: no OOM kill, its balloon never below it. */
+START_TEST(drop_idle_cache_drops_an_idle_guest_cache_and_keeps_its_size)
+{
+    trace s;
+    trace_init(&s, 2, 3 * GIB);
+    s.in.tun.drop_idle_cache = true;
+    trace_guest(&s, 0, "W", ANON, 512 * MIB, 200 * MIB, 20 * MIB);
+    trace_guest(&s, 1, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
+    s.t[1].lazy = true;
+    int drops = 0, backs = 0;
+    uint64_t host_b = 0;
+    for (int k = 0; k < 100; k++) {
+        trace_tick(&s);
+        drops += drop_step(&s, 1) == 1;
+        backs += drop_step(&s, 1) == 2;
+        ck_assert_msg(!s.d[0].change, "tick %d: W moved (%s)", k, s.d[0].reason);
+        drop_trace_print(&s, k);
+    }
+    ck_assert_int_eq(drops, 1);
+    ck_assert_int_eq(backs, 1);
+    ck_assert_uint_eq(s.v[1].actual_bytes, 512 * MIB);
+    host_b = s.v[1].actual_bytes - s.t[1].unbacked;
+    ck_assert_msg(host_b <= 512 * MIB - 250 * MIB, "the host still backs %llu MiB of B",
+                  (unsigned long long)(host_b / MIB));
+    ck_assert_uint_le(s.t[1].cache, 64 * MIB); /* its floor, 128 MiB, less the 64 MiB it uses */
+    s.t[1].r = ANON;
+    s.t[1].cpu = 1.0;
+    int late = burst(&s, 1, 40 * MIB, 340 * MIB);
+    ck_assert_uint_eq(s.t[1].ooms, 0);
+    ck_assert_uint_eq(s.t[1].anon, 340 * MIB);
+    ck_assert_msg(late == 0, "B ran within 16 MiB of its balloon in %d ticks", late);
+    trace_free(&s);
+}
+END_TEST
+
+/* Idle is what the host measures: C, a buffered-IO database served from
+ * its cache (no disk reads, its QEMU busy), and U, at rest but with its
+ * QEMU's CPU not known, are never dropped. */
+START_TEST(drop_idle_cache_leaves_busy_and_unmeasured_guests_alone)
+{
+    trace s;
+    trace_init(&s, 2, 3 * GIB);
+    s.in.tun.drop_idle_cache = true;
+    trace_guest(&s, 0, "C", CACHEDB, 512 * MIB, 40 * MIB, 300 * MIB);
+    s.t[0].cache = 300 * MIB;
+    trace_guest(&s, 1, "U", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
+    s.t[1].cpu = -1;
+    for (int k = 0; k < 300; k++) {
+        trace_tick(&s);
+        drop_trace_print(&s, k);
+        ck_assert_msg(!s.d[0].change && !s.d[1].change, "tick %d: C or U moved (%s, %s)", k, s.d[0].reason,
+                      s.d[1].reason);
+    }
+    ck_assert_uint_eq(s.t[0].cache, 300 * MIB);
+    trace_free(&s);
+}
+END_TEST
+
+/* A guest that reads back what a drop took (it wakes and re-reads its 300
+ * MiB, then rests again) is not dropped again for DROP_COST_S. */
+START_TEST(drop_idle_cache_a_guest_that_reads_back_is_not_dropped_again)
+{
+    trace s;
+    trace_init(&s, 1, 3 * GIB);
+    s.in.tun.drop_idle_cache = true;
+    trace_guest(&s, 0, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
+    s.t[0].lazy = true;
+    int drops = 0;
+    for (int k = 0; k < 800; k++) {
+        if (k == 60) { /* awake: it reads its cache back */
+            s.t[0].r = CACHEDB;
+            s.t[0].cache_want = 300 * MIB;
+            s.t[0].cpu = 1.0;
+        } else if (k == 90) { /* at rest again */
+            s.t[0].r = IDLE;
+            s.t[0].cpu = 0.02;
+        }
+        trace_tick(&s);
+        drops += drop_step(&s, 0) == 1;
+        drop_trace_print(&s, k);
+    }
+    ck_assert_uint_eq(s.t[0].cache, 300 * MIB);
+    ck_assert_msg(drops == 1, "B was dropped %d times", drops);
+    ck_assert_uint_eq(s.v[0].actual_bytes, 512 * MIB);
+    trace_free(&s);
+}
+END_TEST
+
+/* A drop is given back the tick its guest wakes, without waiting for its
+ * balloon (16 MiB a tick here) to arrive; and its way back up costs the
+ * host nothing: D allocates 100 MiB and grows into the room the drop made,
+ * and the host, back between low and high, starts no reclaim of D when
+ * B's balloon goes back up (counted as growth in flight, it would look
+ * short by what B's balloon has still to go). */
+START_TEST(drop_idle_cache_gives_back_at_once_and_costs_no_reclaim)
+{
+    trace s;
+    trace_init(&s, 2, 1400 * MIB);
+    s.balloon_rate = 16 * MIB;
+    s.in.tun.drop_idle_cache = true;
+    trace_guest(&s, 0, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
+    s.t[0].lazy = true;
+    trace_guest(&s, 1, "D", ANON, 900 * MIB, 580 * MIB, 0);
+    s.v[1].actual_bytes = s.t[1].target = 700 * MIB;
+    s.t[1].used_prev = KERNEL + 580 * MIB; /* not a first tick's "growth" from 0: need */
+    int began = -1, back = -1;
+    for (int k = 0; k < 60; k++) {
+        if (began >= 0 && k == began + 1) /* D allocates into the room */
+            allocate(&s, 1, 680 * MIB, 580 * MIB);
+        if (began >= 0 && k == began + 6) /* B wakes mid-drop */
+            s.t[0].cpu = 1.0;
+        uint64_t d_was = s.v[1].actual_bytes;
+        trace_tick(&s);
+        drop_trace_print(&s, k);
+        if (drop_step(&s, 0) == 1)
+            began = k;
+        if (drop_step(&s, 0) == 2 && back < 0)
+            back = k;
+        ck_assert_msg(!s.out.reclaiming, "tick %d: reclaiming", k);
+        ck_assert_msg(!s.d[1].change || s.d[1].target_bytes > d_was, "tick %d: D reclaimed from (%s)",
+                      k, s.d[1].reason);
+    }
+    ck_assert_msg(began >= 0, "B was never dropped");
+    ck_assert_msg(back == began + 6, "B's drop began at tick %d and was given back at tick %d", began, back);
+    ck_assert_uint_eq(s.v[0].actual_bytes, 512 * MIB);
+    trace_free(&s);
+}
+END_TEST
+
+/* A guest that needs memory while its drop is under way (its balloon
+ * moving 16 MiB a tick, it allocates 40 MiB a tick without swap) is given
+ * its size back that tick, is not OOM-killed, and is not dropped again
+ * for DROP_COST_S, idle or not. */
+START_TEST(drop_idle_cache_need_during_a_drop_ends_the_drops)
+{
+    trace s;
+    trace_init(&s, 1, 3 * GIB);
+    s.balloon_rate = 16 * MIB;
+    s.in.tun.drop_idle_cache = true;
+    trace_guest(&s, 0, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
+    s.t[0].lazy = true;
+    int drops = 0, began = -1, back = -1;
+    for (int k = 0; k < 500; k++) {
+        if (began >= 0 && k > began && k <= began + 8) /* allocates: its CPU, as measured, stays low */
+            allocate(&s, 0, 40 * MIB + (uint64_t)(k - began) * 40 * MIB, 40 * MIB);
+        if (k == began + 30) /* and frees it again, at rest */
+            s.t[0].anon = 40 * MIB;
+        trace_tick(&s);
+        drop_trace_print(&s, k);
+        if (drop_step(&s, 0) == 1 && began < 0)
+            began = k;
+        drops += drop_step(&s, 0) == 1;
+        if (drop_step(&s, 0) == 2 && back < 0)
+            back = k;
+    }
+    ck_assert_msg(began >= 0 && back > began, "B's drop began at tick %d, given back at %d", began, back);
+    ck_assert_msg(s.v[0].in_need || back <= began + 8, "given back at tick %d", back);
+    ck_assert_uint_eq(s.t[0].ooms, 0);
+    ck_assert_msg(drops == 1, "B was dropped %d times", drops);
+    trace_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("need");
@@ -1159,6 +1371,11 @@ int main(void)
     tcase_add_test(tc, trim_streams_gives_back_a_cache_read_again);
     tcase_add_test(tc, trim_streams_gives_back_a_stream_it_slowed);
     tcase_add_test(tc, trim_streams_trimmed_stream_is_not_grown_for_comfort);
+    tcase_add_test(tc, drop_idle_cache_drops_an_idle_guest_cache_and_keeps_its_size);
+    tcase_add_test(tc, drop_idle_cache_leaves_busy_and_unmeasured_guests_alone);
+    tcase_add_test(tc, drop_idle_cache_a_guest_that_reads_back_is_not_dropped_again);
+    tcase_add_test(tc, drop_idle_cache_gives_back_at_once_and_costs_no_reclaim);
+    tcase_add_test(tc, drop_idle_cache_need_during_a_drop_ends_the_drops);
     tcase_add_test(tc, memory_given_back_is_not_retaken);
     tcase_add_test(tc, self_deflation_is_not_fought);
     tcase_add_test(tc, critical_host_no_ping_pong);
