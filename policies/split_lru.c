@@ -575,15 +575,17 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         if (m && m->drop_from) {
             /* a drop under way is held until its balloon arrives (or for
              * DROP_HOLD_S), then goes back to where it was; at once when
-             * the guest wakes, needs memory, goes stale or is no longer
-             * ours to move (a drop is never left half done) */
+             * the guest needs memory, reads its disks (it woke: its CPU
+             * does not tell, the balloon keeps it busy), goes stale or is
+             * no longer ours to move (a drop is never left half done) */
             uint64_t slack = max_u64(tun->min_change_bytes, g->actual_bytes / 200);
             bool arrived = g->actual_bytes <= m->drop_to + slack;
             bool needs = g->in_need || g->thrashing;
+            bool reads = !(g->disk_read_bps >= 0 && g->disk_read_bps < IDLE_READ_BPS);
             if (needs) /* it needed memory while it was dropped: maybe the drop's doing */
                 m->drop_cost_until_s = in->now_s + DROP_COST_S;
             w->fixed = true;
-            if (arrived || needs || m->idle_since_s < 0 || !g->stats_valid || g->policy.mode != VM_MODE_AUTO ||
+            if (arrived || needs || reads || !g->stats_valid || g->policy.mode != VM_MODE_AUTO ||
                 in->now_s - m->drop_at_s >= DROP_HOLD_S) {
                 w->target = min_u64(max_u64(m->drop_from, g->floor_bytes), g->ceiling_bytes);
                 w->reason = "idle page cache dropped: its size given back";
