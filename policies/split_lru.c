@@ -569,8 +569,14 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             w->watched = in->now_s - m->watched_since_s >= PACE_WATCH_S;
             w->learnt = why;
         }
-        if (m && m->restore_to && (g->pending_target_bytes != m->restore_to || g->actual_bytes >= m->restore_to))
-            m->restore_to = 0; /* arrived, or another move since */
+        uint64_t slack = max_u64(tun->min_change_bytes, g->actual_bytes / 200);
+        /* a drop's way back up stands until a fresh report shows it
+         * arrived: a restore decided on a stale report (its balloon seen
+         * where it was before the drop) changes nothing, and the guest
+         * would stay dropped */
+        if (m && m->restore_to &&
+            ((g->stats_valid && g->actual_bytes + slack >= m->restore_to) || g->policy.mode != VM_MODE_AUTO))
+            m->restore_to = 0; /* back where it was, or no longer ours to move */
         w->restoring = m && m->restore_to;
         if (m && m->drop_from) {
             /* a drop under way is held until its balloon arrives (or for
@@ -578,7 +584,6 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
              * the guest needs memory, reads its disks (it woke: its CPU
              * does not tell, the balloon keeps it busy), goes stale or is
              * no longer ours to move (a drop is never left half done) */
-            uint64_t slack = max_u64(tun->min_change_bytes, g->actual_bytes / 200);
             bool arrived = g->actual_bytes <= m->drop_to + slack;
             bool needs = g->in_need || g->thrashing;
             bool reads = !(g->disk_read_bps >= 0 && g->disk_read_bps < IDLE_READ_BPS);
@@ -596,6 +601,10 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
                 w->target = m->drop_to;
                 w->reason = "proactive: idle page cache dropping";
             }
+        } else if (w->restoring) {
+            w->fixed = true;
+            w->target = min_u64(m->restore_to, g->ceiling_bytes);
+            w->reason = "idle page cache dropped: its size given back";
         } else if (g->policy.mode == VM_MODE_OFF) {
             w->fixed = true;
             w->reason = "mode=off: left alone";
@@ -778,12 +787,13 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
      * the guest keeps its size, the host the memory the balloon freed,
      * until the guest touches it again.  Not a guest watched less than
      * PACE_WATCH_S, a stream (trim_streams' part), one whose cache
-     * refaulted, nor one a drop cost. */
+     * refaulted, one a drop cost, nor one with protect="yes" (host
+     * reclaim leaves it alone too). */
     for (size_t i = 0; tun->drop_idle_cache && !st->reclaiming && !relieved && i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
-        if (!m || !is_adjustable(g, w) || w->changed || !w->watched || w->settling || w->cache_hot ||
+        if (!m || !is_adjustable(g, w) || g->policy.protect || w->changed || !w->watched || w->settling || w->cache_hot ||
             g->streaming || g->filling || m->idle_since_s < 0 || in->now_s - m->idle_since_s < IDLE_S ||
             in->now_s < m->drop_cost_until_s || (m->drop_at_s && in->now_s - m->drop_at_s < DROP_WATCH_S) ||
             g->cache_bytes < DROP_MIN_BYTES)
