@@ -107,6 +107,8 @@ typedef struct {
 typedef struct {
     uint64_t target_bytes;     /* what the guest's balloon should be set to */
     bool change;               /* target differs enough from actual to act */
+    bool undo;                 /* it finishes the policy's own move (a drop's way back up):
+                                * made even under mode=off */
     char reason[96];
 } guest_decision;
 

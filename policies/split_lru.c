@@ -118,7 +118,8 @@ typedef struct {
     double idle_since_s;    /* idle (drop_idle_cache) since then; < 0 not idle */
     uint64_t drop_from;     /* a drop under way: its balloon before it, to go back to; 0 none */
     uint64_t drop_to;       /* ... and the drop's target */
-    uint64_t restore_to;    /* a drop's balloon on its way back up to this; 0 none */
+    uint64_t restore_to;    /* a drop's balloon on its way back up to this; 0 none ... */
+    double restore_at_s;    /* ... since then */
     double drop_at_s;       /* when the last drop began; 0 never */
     uint64_t dropped;       /* the page cache it had when it began (what a drop may cost it) */
     double read_after_drop; /* bytes its disks read since, within DROP_WATCH_S */
@@ -368,6 +369,48 @@ static uint64_t pct(uint64_t v, double percent)
 }
 
 
+/* drop_idle_cache's hard rule, before any other: a drop under way is held
+ * until its balloon arrives (within slack; or for DROP_HOLD_S), then goes
+ * back to where it was; at once when the guest needs memory (or deflated
+ * its balloon on OOM), reads its disks (it woke: its CPU does not tell,
+ * the balloon keeps it busy), goes stale or is switched to mode=off (the
+ * way back up is made then too: a drop is never left half done).  The way
+ * back up stands until a fresh report shows it arrived (one decided on a
+ * stale report, the balloon seen where it was before the drop, changes
+ * nothing, and the guest would stay dropped), for DROP_HOLD_S at most (a
+ * balloon that does not come back is not held "fixed" for ever).  Returns
+ * whether it decided the guest's target. */
+static bool drop_rule(split_guest *m, const guest_view *g, work *w, uint64_t slack, double now)
+{
+    uint64_t back_to = min_u64(m->restore_to, g->ceiling_bytes);
+    if (m->restore_to && ((g->stats_valid && g->actual_bytes + slack >= back_to) || now - m->restore_at_s >= DROP_HOLD_S))
+        m->restore_to = 0; /* back where it was, or given up on */
+    if (m->drop_from) {
+        bool arrived = g->actual_bytes <= m->drop_to + slack;
+        bool needs = g->in_need || g->thrashing || g->self_deflated_bytes;
+        bool reads = !(g->disk_read_bps >= 0 && g->disk_read_bps < IDLE_READ_BPS);
+        if (needs) /* it needed memory while it was dropped: maybe the drop's doing */
+            m->drop_cost_until_s = now + DROP_COST_S;
+        if (!arrived && !needs && !reads && g->stats_valid && g->policy.mode == VM_MODE_AUTO &&
+            now - m->drop_at_s < DROP_HOLD_S) {
+            w->fixed = true;
+            w->target = m->drop_to;
+            w->reason = "proactive: idle page cache dropping";
+            return true;
+        }
+        m->restore_to = max_u64(m->drop_from, g->floor_bytes);
+        m->restore_at_s = now;
+        m->drop_from = 0;
+    }
+    if (!m->restore_to)
+        return false;
+    w->fixed = true;
+    w->restoring = true;
+    w->target = min_u64(m->restore_to, g->ceiling_bytes);
+    w->reason = "idle page cache dropped: its size given back";
+    return true;
+}
+
 /* Will this guest be able to give (now, or once its balloon arrived)? */
 static bool is_donor(const guest_view *g, const work *w)
 {
@@ -569,42 +612,8 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             w->watched = in->now_s - m->watched_since_s >= PACE_WATCH_S;
             w->learnt = why;
         }
-        uint64_t slack = max_u64(tun->min_change_bytes, g->actual_bytes / 200);
-        /* a drop's way back up stands until a fresh report shows it
-         * arrived: a restore decided on a stale report (its balloon seen
-         * where it was before the drop) changes nothing, and the guest
-         * would stay dropped */
-        if (m && m->restore_to &&
-            ((g->stats_valid && g->actual_bytes + slack >= m->restore_to) || g->policy.mode != VM_MODE_AUTO))
-            m->restore_to = 0; /* back where it was, or no longer ours to move */
-        w->restoring = m && m->restore_to;
-        if (m && m->drop_from) {
-            /* a drop under way is held until its balloon arrives (or for
-             * DROP_HOLD_S), then goes back to where it was; at once when
-             * the guest needs memory, reads its disks (it woke: its CPU
-             * does not tell, the balloon keeps it busy), goes stale or is
-             * no longer ours to move (a drop is never left half done) */
-            bool arrived = g->actual_bytes <= m->drop_to + slack;
-            bool needs = g->in_need || g->thrashing;
-            bool reads = !(g->disk_read_bps >= 0 && g->disk_read_bps < IDLE_READ_BPS);
-            if (needs) /* it needed memory while it was dropped: maybe the drop's doing */
-                m->drop_cost_until_s = in->now_s + DROP_COST_S;
-            w->fixed = true;
-            if (arrived || needs || reads || !g->stats_valid || g->policy.mode != VM_MODE_AUTO ||
-                in->now_s - m->drop_at_s >= DROP_HOLD_S) {
-                w->target = min_u64(max_u64(m->drop_from, g->floor_bytes), g->ceiling_bytes);
-                w->reason = "idle page cache dropped: its size given back";
-                m->drop_from = 0;
-                m->restore_to = w->target;
-                w->restoring = true;
-            } else {
-                w->target = m->drop_to;
-                w->reason = "proactive: idle page cache dropping";
-            }
-        } else if (w->restoring) {
-            w->fixed = true;
-            w->target = min_u64(m->restore_to, g->ceiling_bytes);
-            w->reason = "idle page cache dropped: its size given back";
+        if (m && drop_rule(m, g, w, max_u64(tun->min_change_bytes, g->actual_bytes / 200), in->now_s)) {
+            /* a drop under way, or on its way back up, decided it */
         } else if (g->policy.mode == VM_MODE_OFF) {
             w->fixed = true;
             w->reason = "mode=off: left alone";
@@ -793,13 +802,19 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
-        if (!m || !is_adjustable(g, w) || g->policy.protect || w->changed || !w->watched || w->settling || w->cache_hot ||
-            g->streaming || g->filling || m->idle_since_s < 0 || in->now_s - m->idle_since_s < IDLE_S ||
-            in->now_s < m->drop_cost_until_s || (m->drop_at_s && in->now_s - m->drop_at_s < DROP_WATCH_S) ||
-            g->cache_bytes < DROP_MIN_BYTES)
+        /* nor one whose balloon frees nothing on the host (its memory
+         * all resident whatever its balloon -- locked, preallocated,
+         * hugepage or VFIO memory -- or not measured) */
+        bool frees = g->host_rss_bytes >= 0 && (!g->max_bytes || (uint64_t)g->host_rss_bytes < g->max_bytes);
+        if (!m || !is_adjustable(g, w) || g->policy.protect || !frees || w->changed ||
+            !w->watched || w->settling || w->cache_hot || g->streaming || g->filling || m->idle_since_s < 0 ||
+            in->now_s - m->idle_since_s < IDLE_S || in->now_s < m->drop_cost_until_s ||
+            (m->drop_at_s && in->now_s - m->drop_at_s < DROP_WATCH_S))
             continue;
+        /* its balloon takes its free memory first: a drop is worth it for
+         * the page cache it takes beyond that */
         uint64_t bound = tier_bound(g, w, TIER_CACHE);
-        if (w->target < bound + DROP_MIN_BYTES)
+        if (w->target < bound + g->free_bytes + DROP_MIN_BYTES || g->cache_bytes < DROP_MIN_BYTES)
             continue;
         w->changed += w->target - bound;
         w->target = bound;
@@ -843,6 +858,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         if (ws[i].fixed || ws[i].grew || ws[i].target == g->ceiling_bytes || ws[i].target == g->floor_bytes)
             min_change = 1;
         decision_set(&out->decisions[i], g->actual_bytes, ws[i].target, min_change, ws[i].reason);
+        out->decisions[i].undo = ws[i].restoring;
         /* a reclaim starts an experiment: its cost is watched for EXPERIMENT_S */
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m && out->decisions[i].change)
@@ -855,7 +871,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             m->drop_from = max_u64(g->actual_bytes, g->pending_target_bytes);
             m->drop_to = ws[i].target;
             m->drop_at_s = in->now_s;
-            m->dropped = g->cache_bytes;
+            m->dropped = min_u64(g->cache_bytes, m->drop_from - m->drop_to - min_u64(g->free_bytes, m->drop_from - m->drop_to));
             m->read_after_drop = 0;
         }
         if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed && !ws[i].dropping) {

@@ -355,8 +355,8 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         snprintf(g->last_reason, sizeof(g->last_reason), "left alone: a libvirt job (migration, save or dump) runs");
         return;
     }
-    if (!d->change || v->policy.mode == VM_MODE_OFF)
-        return;
+    if (!d->change || (v->policy.mode == VM_MODE_OFF && !d->undo))
+        return; /* mode=off: left alone, but for the end of balancerd's own move */
     uint64_t target = d->target_bytes;
     if (target < v->floor_bytes)
         target = v->floor_bytes;

@@ -136,9 +136,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     g->disk_read_bps = host_counter_rate(&g->disk_prev, &g->disk_prev_at, s->disk_read_bytes, mono, g->disk_read_bps);
     g->qemu_faults_ps = host_counter_rate(&g->qflt_prev, &g->qflt_prev_at, s->qemu_major_faults, mono,
                                           g->qemu_faults_ps);
+    /* a QEMU whose CPU time went backwards is a new one: unknown, not idle */
+    bool cpu_reset = s->qemu_cpu_ms >= 0 && g->qcpu_prev >= 0 && s->qemu_cpu_ms < g->qcpu_prev;
     double cpu_ms_ps = host_counter_rate(&g->qcpu_prev, &g->qcpu_prev_at, s->qemu_cpu_ms, mono,
                                          g->qemu_cpu < 0 ? -1 : g->qemu_cpu * 1000.0);
-    g->qemu_cpu = cpu_ms_ps < 0 ? -1 : cpu_ms_ps / 1000.0;
+    g->qemu_cpu = cpu_ms_ps < 0 || cpu_reset ? -1 : cpu_ms_ps / 1000.0;
     guest_view *v = &g->view;
     bool fresh_report = !g->have_cur || s->last_update != g->cur.last_update;
     if (g->have_cur && fresh_report && s->last_update > 0) {

@@ -788,6 +788,9 @@ START_TEST(qemu_major_faults_become_a_host_rate)
     s.qemu_cpu_ms = 10500;
     guest_ingest(&g, &s, 1011, 21.0, &lim, &cp);
     ck_assert_msg(g.view.host_cpu == 0.25, "%.3f CPUs, want 0.25", g.view.host_cpu);
+    s.qemu_cpu_ms = 100; /* a new QEMU: unknown, not idle */
+    guest_ingest(&g, &s, 1012, 22.0, &lim, &cp);
+    ck_assert(g.view.host_cpu < 0);
     s.qemu_cpu_ms = -1;
     guest_ingest(&g, &s, 1013, 23.0, &lim, &cp);
     ck_assert(g.view.host_cpu < 0);

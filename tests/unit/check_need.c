@@ -51,6 +51,8 @@ typedef struct {
     bool lazy;           /* its balloon's deflations cost the host nothing until the pages are
                           * used, as they do (off: growth costs the host at once) */
     uint64_t unbacked;   /* of its free memory, what the host does not back */
+    bool stuck;          /* its balloon does not deflate */
+    bool pinned;         /* its memory all resident whatever its balloon (locked, hugepage) */
     uint64_t stale_at;   /* next tick its report is stale and shows its balloon at this size
                           * (what the host saw last); 0 fresh */
     unsigned ooms;
@@ -150,7 +152,7 @@ static void observe(trace *s)
         else if (t->r == IDLE)
             g->disk_read_bps = t->reads;
         g->pending_target_bytes = t->target != g->actual_bytes ? t->target : 0;
-        g->host_rss_bytes = (int64_t)(KERNEL + anon_res + t->cache); /* what it has touched */
+        g->host_rss_bytes = (int64_t)(t->pinned ? g->max_bytes : KERNEL + anon_res + t->cache); /* what it has touched */
         g->host_ws_bytes = -1; /* host reclaim off */
         g->host_cpu = t->cpu;
         classify_update(&t->cls, g, &s->cp);
@@ -258,12 +260,12 @@ static void trace_tick(trace *s)
         g->actual_bytes = real[i];
         g->stats_valid = true;
         t->stale_at = 0;
-        if (s->d[i].change) {
+        if (s->d[i].change && (g->policy.mode != VM_MODE_OFF || s->d[i].undo)) { /* as the core acts */
             t->target = s->d[i].target_bytes;
             s->moves++;
         }
         uint64_t was = g->actual_bytes;
-        if (t->target > g->actual_bytes)
+        if (t->target > g->actual_bytes && !t->stuck)
             g->actual_bytes += t->target - g->actual_bytes < s->balloon_rate ? t->target - g->actual_bytes : s->balloon_rate;
         else if (t->target < g->actual_bytes)
             g->actual_bytes -= g->actual_bytes - t->target < s->balloon_rate ? g->actual_bytes - t->target : s->balloon_rate;
@@ -1219,7 +1221,7 @@ START_TEST(drop_idle_cache_drops_an_idle_guest_cache_and_keeps_its_size)
     s.t[1].lazy = true;
     int drops = 0, backs = 0;
     uint64_t host_b = 0;
-    for (int k = 0; k < 100; k++) {
+    for (int k = 0; k < 400; k++) { /* past DROP_WATCH_S: not dropped again (its cache is gone) */
         trace_tick(&s);
         s.t[1].cpu = s.t[1].target != s.v[1].actual_bytes ? 0.5 : 0.02;
         drops += drop_step(&s, 1) == 1;
@@ -1246,12 +1248,13 @@ END_TEST
 
 /* Idle is what the host measures: C, a buffered-IO database served from
  * its cache (no disk reads, its QEMU busy), and U, at rest but with its
- * QEMU's CPU not known, are never dropped; nor is P, idle with
- * protect="yes". */
+ * QEMU's CPU not known, are never dropped; nor are P, idle with
+ * protect="yes", and L, idle with its memory locked (a balloon frees
+ * nothing of it on the host). */
 START_TEST(drop_idle_cache_leaves_busy_and_unmeasured_guests_alone)
 {
     trace s;
-    trace_init(&s, 3, 3 * GIB);
+    trace_init(&s, 4, 3 * GIB);
     s.in.tun.drop_idle_cache = true;
     trace_guest(&s, 0, "C", CACHEDB, 512 * MIB, 40 * MIB, 300 * MIB);
     s.t[0].cache = 300 * MIB;
@@ -1259,11 +1262,13 @@ START_TEST(drop_idle_cache_leaves_busy_and_unmeasured_guests_alone)
     s.t[1].cpu = -1;
     trace_guest(&s, 2, "P", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
     s.v[2].policy.protect = true;
+    trace_guest(&s, 3, "L", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
+    s.t[3].pinned = true;
     for (int k = 0; k < 300; k++) {
         trace_tick(&s);
         drop_trace_print(&s, k);
-        ck_assert_msg(!s.d[0].change && !s.d[1].change && !s.d[2].change, "tick %d: C, U or P moved (%s, %s, %s)",
-                      k, s.d[0].reason, s.d[1].reason, s.d[2].reason);
+        for (size_t i = 0; i < 4; i++)
+            ck_assert_msg(!s.d[i].change, "tick %d: %s moved (%s)", k, s.v[i].name, s.d[i].reason);
     }
     ck_assert_uint_eq(s.t[0].cache, 300 * MIB);
     trace_free(&s);
@@ -1357,8 +1362,11 @@ START_TEST(drop_idle_cache_need_during_a_drop_ends_the_drops)
     for (int k = 0; k < 500; k++) {
         if (began >= 0 && k > began && k <= began + 8) /* allocates: its CPU, as measured, stays low */
             allocate(&s, 0, 40 * MIB + (uint64_t)(k - began) * 40 * MIB, 40 * MIB);
-        if (k == began + 30) /* and frees it again, at rest */
+        if (began >= 0 && k == began + 30) { /* frees it again, at rest, its cache back without reads */
             s.t[0].anon = 40 * MIB;
+            s.t[0].r = ANON;
+            s.t[0].cache_want = 300 * MIB;
+        }
         trace_tick(&s);
         drop_trace_print(&s, k);
         if (drop_step(&s, 0) == 1 && began < 0)
@@ -1368,8 +1376,9 @@ START_TEST(drop_idle_cache_need_during_a_drop_ends_the_drops)
             back = k;
     }
     ck_assert_msg(began >= 0 && back > began, "B's drop began at tick %d, given back at %d", began, back);
-    ck_assert_msg(s.v[0].in_need || back <= began + 8, "given back at tick %d", back);
+    ck_assert_msg(back <= began + 8, "given back at tick %d", back);
     ck_assert_uint_eq(s.t[0].ooms, 0);
+    ck_assert_uint_eq(s.t[0].cache, 300 * MIB); /* there was cache to drop again */
     ck_assert_msg(drops == 1, "B was dropped %d times", drops);
     trace_free(&s);
 }
@@ -1401,6 +1410,78 @@ START_TEST(drop_idle_cache_restore_survives_a_stale_report)
 }
 END_TEST
 
+/* guest 0 deflates its balloon on OOM (as the core reports it) */
+static void self_deflates(trace *s)
+{
+    s->v[0].self_deflated_bytes = 64 * MIB;
+}
+
+/* The end of a drop in the cases it cannot wait for: the guest deflated
+ * its balloon on OOM (0: given back that tick, not dropped again), it is
+ * switched to mode=off (1: the way back up is made all the same), its
+ * ceiling is lowered under its old size (2: done once there), its balloon
+ * does not come back up (3: not held "given back" for ever, so it can give
+ * again). */
+START_TEST(drop_idle_cache_ends_whatever_happens)
+{
+    for (int c = 0; c < 4; c++) {
+        trace s;
+        trace_init(&s, 1, 3 * GIB);
+        s.balloon_rate = 64 * MIB;
+        s.in.tun.drop_idle_cache = true;
+        trace_guest(&s, 0, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
+        s.t[0].lazy = true;
+        int drops = 0, began = -1, back = -1;
+        bool held14 = false; /* still held "given back" 14 ticks into the drop (its timeout: 21) */
+        for (int k = 0; k < 400; k++) {
+            if (began >= 0 && k == began + 1) {
+                if (c == 0)
+                    s.lie = self_deflates;
+                else if (c == 1)
+                    s.v[0].policy.mode = VM_MODE_OFF;
+                else if (c == 2)
+                    s.v[0].ceiling_bytes = 400 * MIB;
+                else
+                    s.t[0].stuck = true;
+            }
+            trace_tick(&s);
+            if (c == 0 && s.lie && k > began + 1) {
+                s.lie = NULL;
+                s.t[0].r = ANON; /* its cache back without reads: only the cost rule stops a second drop */
+                s.t[0].cache_want = 300 * MIB;
+            }
+            if (getenv("TRACE"))
+                printf("case %d: ", c);
+            drop_trace_print(&s, k);
+            if (drop_step(&s, 0) == 1 && began < 0)
+                began = k;
+            drops += drop_step(&s, 0) == 1;
+            if (drop_step(&s, 0) == 2 && back < 0)
+                back = k;
+            if (began >= 0 && k == began + 14)
+                held14 = !strcmp(s.d[0].reason, "idle page cache dropped: its size given back");
+        }
+        ck_assert_msg(began >= 0, "case %d: never dropped", c);
+        if (c == 0) {
+            ck_assert_msg(back == began + 1, "case 0: given back at tick %d, the drop began at %d", back, began);
+            ck_assert_msg(drops == 1, "case 0: dropped %d times", drops);
+        } else if (c == 1) {
+            ck_assert_msg(s.v[0].actual_bytes == 512 * MIB, "case 1: left at %llu MiB",
+                          (unsigned long long)(s.v[0].actual_bytes / MIB));
+        } else {
+            ck_assert_msg(back >= 0, "case %d: never given back", c);
+            ck_assert_msg(strcmp(s.d[0].reason, "idle page cache dropped: its size given back") != 0,
+                          "case %d: still held on its way back up at the end", c);
+        }
+        if (c == 2) { /* back at its new ceiling: done, not waiting for its old size */
+            ck_assert_uint_eq(s.v[0].actual_bytes, 400 * MIB);
+            ck_assert_msg(!held14, "case 2: still held on its way back up at its ceiling");
+        }
+        trace_free(&s);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("need");
@@ -1424,6 +1505,7 @@ int main(void)
     tcase_add_test(tc, drop_idle_cache_gives_back_at_once_and_costs_no_reclaim);
     tcase_add_test(tc, drop_idle_cache_need_during_a_drop_ends_the_drops);
     tcase_add_test(tc, drop_idle_cache_restore_survives_a_stale_report);
+    tcase_add_test(tc, drop_idle_cache_ends_whatever_happens);
     tcase_add_test(tc, memory_given_back_is_not_retaken);
     tcase_add_test(tc, self_deflation_is_not_fought);
     tcase_add_test(tc, critical_host_no_ping_pong);
