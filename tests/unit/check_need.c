@@ -1181,14 +1181,34 @@ START_TEST(every_input_every_lie_hurts_no_honest_guest)
 }
 END_TEST
 
-/* A drop's decisions for guest i this tick: 1 a drop began, 2 its size
- * given back, 0 neither. */
-static int drop_step(const trace *s, size_t i)
+/* Guest i, "B": idle (its QEMU at 2% of a CPU, no disk reads), 40 MiB
+ * of anon and 300 MiB of cache in 512 MiB, its deflated balloon pages
+ * unbacked until used; drop_idle_cache on. */
+static void drop_idle_guest(trace *s, size_t i)
+{
+    s->in.tun.drop_idle_cache = true;
+    trace_guest(s, i, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
+    s->t[i].lazy = true;
+}
+
+/* Guest i's drops in a trace: the tick the first began and the tick it
+ * was first given back (-1: not yet), how many began, how many ticks
+ * moved it back up. */
+typedef struct {
+    int began, back, drops, backs;
+} drop_track;
+
+static void drop_track_tick(const trace *s, size_t i, int k, drop_track *d)
 {
     if (!s->d[i].change)
-        return 0;
-    return !strcmp(s->d[i].reason, "proactive: dropping idle page cache") ? 1
-           : !strcmp(s->d[i].reason, "idle page cache dropped: its size given back") ? 2 : 0;
+        return;
+    if (!strcmp(s->d[i].reason, "proactive: dropping idle page cache")) {
+        d->began = d->began < 0 ? k : d->began;
+        d->drops++;
+    } else if (!strcmp(s->d[i].reason, "idle page cache dropped: its size given back")) {
+        d->back = d->back < 0 ? k : d->back;
+        d->backs++;
+    }
 }
 
 static void drop_trace_print(const trace *s, int k)
@@ -1215,22 +1235,19 @@ START_TEST(drop_idle_cache_drops_an_idle_guest_cache_and_keeps_its_size)
 {
     trace s;
     trace_init(&s, 2, 3 * GIB);
-    s.in.tun.drop_idle_cache = true;
     trace_guest(&s, 0, "W", ANON, 512 * MIB, 200 * MIB, 20 * MIB);
-    trace_guest(&s, 1, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-    s.t[1].lazy = true;
-    int drops = 0, backs = 0;
+    drop_idle_guest(&s, 1);
+    drop_track d = { -1, -1, 0, 0 };
     uint64_t host_b = 0;
     for (int k = 0; k < 400; k++) { /* past DROP_WATCH_S: not dropped again (its cache is gone) */
         trace_tick(&s);
         s.t[1].cpu = s.t[1].target != s.v[1].actual_bytes ? 0.5 : 0.02;
-        drops += drop_step(&s, 1) == 1;
-        backs += drop_step(&s, 1) == 2;
+        drop_track_tick(&s, 1, k, &d);
         ck_assert_msg(!s.d[0].change, "tick %d: W moved (%s)", k, s.d[0].reason);
         drop_trace_print(&s, k);
     }
-    ck_assert_int_eq(drops, 1);
-    ck_assert_int_ge(backs, 1);
+    ck_assert_int_eq(d.drops, 1);
+    ck_assert_int_ge(d.backs, 1);
     ck_assert_uint_eq(s.v[1].actual_bytes, 512 * MIB);
     host_b = s.v[1].actual_bytes - s.t[1].unbacked;
     ck_assert_msg(host_b <= 512 * MIB - 250 * MIB, "the host still backs %llu MiB of B",
@@ -1281,10 +1298,8 @@ START_TEST(drop_idle_cache_a_guest_that_reads_back_is_not_dropped_again)
 {
     trace s;
     trace_init(&s, 1, 3 * GIB);
-    s.in.tun.drop_idle_cache = true;
-    trace_guest(&s, 0, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-    s.t[0].lazy = true;
-    int drops = 0;
+    drop_idle_guest(&s, 0);
+    drop_track d = { -1, -1, 0, 0 };
     for (int k = 0; k < 800; k++) {
         if (k == 60) { /* awake: it reads its cache back */
             s.t[0].r = CACHEDB;
@@ -1295,11 +1310,11 @@ START_TEST(drop_idle_cache_a_guest_that_reads_back_is_not_dropped_again)
             s.t[0].cpu = 0.02;
         }
         trace_tick(&s);
-        drops += drop_step(&s, 0) == 1;
+        drop_track_tick(&s, 0, k, &d);
         drop_trace_print(&s, k);
     }
     ck_assert_uint_eq(s.t[0].cache, 300 * MIB);
-    ck_assert_msg(drops == 1, "B was dropped %d times", drops);
+    ck_assert_msg(d.drops == 1, "B was dropped %d times", d.drops);
     ck_assert_uint_eq(s.v[0].actual_bytes, 512 * MIB);
     trace_free(&s);
 }
@@ -1316,31 +1331,26 @@ START_TEST(drop_idle_cache_gives_back_at_once_and_costs_no_reclaim)
     trace s;
     trace_init(&s, 2, 1400 * MIB);
     s.balloon_rate = 16 * MIB;
-    s.in.tun.drop_idle_cache = true;
-    trace_guest(&s, 0, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-    s.t[0].lazy = true;
+    drop_idle_guest(&s, 0);
     trace_guest(&s, 1, "D", ANON, 900 * MIB, 580 * MIB, 0);
     s.v[1].actual_bytes = s.t[1].target = 700 * MIB;
     s.t[1].used_prev = KERNEL + 580 * MIB; /* not a first tick's "growth" from 0: need */
-    int began = -1, back = -1;
+    drop_track d = { -1, -1, 0, 0 };
     for (int k = 0; k < 60; k++) {
-        if (began >= 0 && k == began + 1) /* D allocates into the room */
+        if (d.began >= 0 && k == d.began + 1) /* D allocates into the room */
             allocate(&s, 1, 680 * MIB, 580 * MIB);
-        if (began >= 0 && k == began + 6) /* B wakes mid-drop: it reads */
+        if (d.began >= 0 && k == d.began + 6) /* B wakes mid-drop: it reads */
             s.t[0].reads = 1.0 * MIB;
         uint64_t d_was = s.v[1].actual_bytes;
         trace_tick(&s);
         drop_trace_print(&s, k);
-        if (drop_step(&s, 0) == 1)
-            began = k;
-        if (drop_step(&s, 0) == 2 && back < 0)
-            back = k;
+        drop_track_tick(&s, 0, k, &d);
         ck_assert_msg(!s.out.reclaiming, "tick %d: reclaiming", k);
         ck_assert_msg(!s.d[1].change || s.d[1].target_bytes > d_was, "tick %d: D reclaimed from (%s)",
                       k, s.d[1].reason);
     }
-    ck_assert_msg(began >= 0, "B was never dropped");
-    ck_assert_msg(back == began + 6, "B's drop began at tick %d and was given back at tick %d", began, back);
+    ck_assert_msg(d.began >= 0, "B was never dropped");
+    ck_assert_msg(d.back == d.began + 6, "B's drop began at tick %d and was given back at tick %d", d.began, d.back);
     ck_assert_uint_eq(s.v[0].actual_bytes, 512 * MIB);
     trace_free(&s);
 }
@@ -1355,31 +1365,25 @@ START_TEST(drop_idle_cache_need_during_a_drop_ends_the_drops)
     trace s;
     trace_init(&s, 1, 3 * GIB);
     s.balloon_rate = 16 * MIB;
-    s.in.tun.drop_idle_cache = true;
-    trace_guest(&s, 0, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-    s.t[0].lazy = true;
-    int drops = 0, began = -1, back = -1;
+    drop_idle_guest(&s, 0);
+    drop_track d = { -1, -1, 0, 0 };
     for (int k = 0; k < 500; k++) {
-        if (began >= 0 && k > began && k <= began + 8) /* allocates: its CPU, as measured, stays low */
-            allocate(&s, 0, 40 * MIB + (uint64_t)(k - began) * 40 * MIB, 40 * MIB);
-        if (began >= 0 && k == began + 30) { /* frees it again, at rest, its cache back without reads */
+        if (d.began >= 0 && k > d.began && k <= d.began + 8) /* allocates: its CPU, as measured, stays low */
+            allocate(&s, 0, 40 * MIB + (uint64_t)(k - d.began) * 40 * MIB, 40 * MIB);
+        if (d.began >= 0 && k == d.began + 30) { /* frees it again, at rest, its cache back without reads */
             s.t[0].anon = 40 * MIB;
             s.t[0].r = ANON;
             s.t[0].cache_want = 300 * MIB;
         }
         trace_tick(&s);
         drop_trace_print(&s, k);
-        if (drop_step(&s, 0) == 1 && began < 0)
-            began = k;
-        drops += drop_step(&s, 0) == 1;
-        if (drop_step(&s, 0) == 2 && back < 0)
-            back = k;
+        drop_track_tick(&s, 0, k, &d);
     }
-    ck_assert_msg(began >= 0 && back > began, "B's drop began at tick %d, given back at %d", began, back);
-    ck_assert_msg(back <= began + 8, "given back at tick %d", back);
+    ck_assert_msg(d.began >= 0 && d.back > d.began, "B's drop began at tick %d, given back at %d", d.began, d.back);
+    ck_assert_msg(d.back <= d.began + 8, "given back at tick %d", d.back);
     ck_assert_uint_eq(s.t[0].ooms, 0);
     ck_assert_uint_eq(s.t[0].cache, 300 * MIB); /* there was cache to drop again */
-    ck_assert_msg(drops == 1, "B was dropped %d times", drops);
+    ck_assert_msg(d.drops == 1, "B was dropped %d times", d.drops);
     trace_free(&s);
 }
 END_TEST
@@ -1391,19 +1395,16 @@ START_TEST(drop_idle_cache_restore_survives_a_stale_report)
 {
     trace s;
     trace_init(&s, 1, 3 * GIB);
-    s.in.tun.drop_idle_cache = true;
-    trace_guest(&s, 0, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-    s.t[0].lazy = true;
-    int began = -1;
+    drop_idle_guest(&s, 0);
+    drop_track d = { -1, -1, 0, 0 };
     for (int k = 0; k < 60; k++) {
-        if (began >= 0 && k == began + 1)
+        if (d.began >= 0 && k == d.began + 1)
             s.t[0].stale_at = 512 * MIB;
         trace_tick(&s);
         drop_trace_print(&s, k);
-        if (drop_step(&s, 0) == 1)
-            began = k;
+        drop_track_tick(&s, 0, k, &d);
     }
-    ck_assert_msg(began >= 0, "B was never dropped");
+    ck_assert_msg(d.began >= 0, "B was never dropped");
     ck_assert_msg(s.v[0].actual_bytes == 512 * MIB, "B left at %llu MiB",
                   (unsigned long long)(s.v[0].actual_bytes / MIB));
     trace_free(&s);
@@ -1428,13 +1429,11 @@ START_TEST(drop_idle_cache_ends_whatever_happens)
         trace s;
         trace_init(&s, 1, 3 * GIB);
         s.balloon_rate = 64 * MIB;
-        s.in.tun.drop_idle_cache = true;
-        trace_guest(&s, 0, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-        s.t[0].lazy = true;
-        int drops = 0, began = -1, back = -1;
+        drop_idle_guest(&s, 0);
+        drop_track d = { -1, -1, 0, 0 };
         bool held14 = false; /* still held "given back" 14 ticks into the drop (its timeout: 21) */
         for (int k = 0; k < 400; k++) {
-            if (began >= 0 && k == began + 1) {
+            if (d.began >= 0 && k == d.began + 1) {
                 if (c == 0)
                     s.lie = self_deflates;
                 else if (c == 1)
@@ -1445,7 +1444,7 @@ START_TEST(drop_idle_cache_ends_whatever_happens)
                     s.t[0].stuck = true;
             }
             trace_tick(&s);
-            if (c == 0 && s.lie && k > began + 1) {
+            if (c == 0 && s.lie && k > d.began + 1) {
                 s.lie = NULL;
                 s.t[0].r = ANON; /* its cache back without reads: only the cost rule stops a second drop */
                 s.t[0].cache_want = 300 * MIB;
@@ -1453,23 +1452,19 @@ START_TEST(drop_idle_cache_ends_whatever_happens)
             if (getenv("TRACE"))
                 printf("case %d: ", c);
             drop_trace_print(&s, k);
-            if (drop_step(&s, 0) == 1 && began < 0)
-                began = k;
-            drops += drop_step(&s, 0) == 1;
-            if (drop_step(&s, 0) == 2 && back < 0)
-                back = k;
-            if (began >= 0 && k == began + 14)
+            drop_track_tick(&s, 0, k, &d);
+            if (d.began >= 0 && k == d.began + 14)
                 held14 = !strcmp(s.d[0].reason, "idle page cache dropped: its size given back");
         }
-        ck_assert_msg(began >= 0, "case %d: never dropped", c);
+        ck_assert_msg(d.began >= 0, "case %d: never dropped", c);
         if (c == 0) {
-            ck_assert_msg(back == began + 1, "case 0: given back at tick %d, the drop began at %d", back, began);
-            ck_assert_msg(drops == 1, "case 0: dropped %d times", drops);
+            ck_assert_msg(d.back == d.began + 1, "case 0: given back at tick %d, the drop began at %d", d.back, d.began);
+            ck_assert_msg(d.drops == 1, "case 0: dropped %d times", d.drops);
         } else if (c == 1) {
             ck_assert_msg(s.v[0].actual_bytes == 512 * MIB, "case 1: left at %llu MiB",
                           (unsigned long long)(s.v[0].actual_bytes / MIB));
         } else {
-            ck_assert_msg(back >= 0, "case %d: never given back", c);
+            ck_assert_msg(d.back >= 0, "case %d: never given back", c);
             ck_assert_msg(strcmp(s.d[0].reason, "idle page cache dropped: its size given back") != 0,
                           "case %d: still held on its way back up at the end", c);
         }
