@@ -87,6 +87,13 @@
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
+/* The smallest balloon change worth an operation for g; a balloon this
+ * close to its target counts as arrived. */
+static uint64_t min_change_of(const policy_tunables *tun, const guest_view *g)
+{
+    return max_u64(tun->min_change_bytes, g->actual_bytes / 200);
+}
+
 /* What reclaim learnt about one guest (mm/workingset.c's shadow entries,
  * at guest granularity). */
 typedef struct {
@@ -612,7 +619,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             w->watched = in->now_s - m->watched_since_s >= PACE_WATCH_S;
             w->learnt = why;
         }
-        if (m && drop_rule(m, g, w, max_u64(tun->min_change_bytes, g->actual_bytes / 200), in->now_s)) {
+        if (m && drop_rule(m, g, w, min_change_of(tun, g), in->now_s)) {
             /* a drop under way, or on its way back up, decided it */
         } else if (g->policy.mode == VM_MODE_OFF) {
             w->fixed = true;
@@ -853,7 +860,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
 
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
-        uint64_t min_change = max_u64(tun->min_change_bytes, g->actual_bytes / 200);
+        uint64_t min_change = min_change_of(tun, g);
         /* floors and ceilings are exact: the last small step to them counts */
         if (ws[i].fixed || ws[i].grew || ws[i].target == g->ceiling_bytes || ws[i].target == g->floor_bytes)
             min_change = 1;
