@@ -54,7 +54,7 @@ INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp 
 FAKE_QEMU    := $(BUILD)/tests/fake_qemu
 SIM          := $(BUILD)/bench/membal-sim
 
-.PHONY: all daemon deb deb-check bench-scale bench-scan deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
+.PHONY: all daemon deb deb-check bench-scale bench-scan bench-fault deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
 
 all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS) $(FAKE_QEMU)
 
@@ -241,6 +241,16 @@ bench-scan: $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	bench/scan_cost/run.sh --revs "$(SCAN_REVS)" --runs $(RUNS) --gib $(SCAN_GIB)
 SCAN_REVS ?= 27af2fb work
 SCAN_GIB  ?= 16
+# what a guest's touch costs the host after a balloon pulse, against 2 MiB
+# discards (free page reporting) and resident memory, FAULT_MIB at a time
+FAULT_COST := $(BUILD)/bench/membal-fault-cost
+bench-fault: $(FAULT_COST)
+	$(FAULT_COST) --mib $(FAULT_MIB) --runs $(FAULT_RUNS)
+FAULT_MIB  ?= 300
+FAULT_RUNS ?= 5
+$(FAULT_COST): bench/fault_cost/fault_cost.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $<
 bench-smoke: $(BALANCERD) guest
 	$(RUN) bench/bench.py --smoke --out build/bench-smoke
 

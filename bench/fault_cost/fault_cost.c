@@ -1,0 +1,205 @@
+/*
+ * fault_cost: what the host pays when a guest touches memory again after a
+ * balloon pulse (drop_idle_cache's move), on this host, without QEMU.
+ *
+ * QEMU gives a ballooned page back to the host one 4 KiB page at a time
+ * (hw/virtio/virtio-balloon.c, balloon_inflate_page: a RAM block with 4 KiB
+ * pages has each balloon page discarded with ram_block_discard_range, which
+ * is madvise(MADV_DONTNEED) for anonymous guest RAM).  Guest RAM that was
+ * in transparent huge pages is split by the first discard, and when the
+ * guest touches those pages again the host faults them in 4 KiB at a time.
+ *
+ * For a region of N MiB (the burst's size), each configuration is timed R
+ * times, interleaved:
+ *   resident   write a byte per 4 KiB page of memory already resident in
+ *              huge pages (what a guest that was never ballooned pays)
+ *   fresh-huge first touch of never-used memory with MADV_HUGEPAGE
+ *   fresh-4k   first touch of never-used memory with MADV_NOHUGEPAGE
+ *   pulsed     memory resident in huge pages, discarded a 4 KiB page at a
+ *              time as QEMU does (timed apart: "discard"), then touched
+ *   pulsed-2m  the same memory discarded a 2 MiB range at a time, as QEMU
+ *              does for free page reporting (the guest reports free blocks
+ *              of pageblock order, 2 MiB on x86; timed apart: "discard-2m")
+ *   healed     discarded a 4 KiB page at a time, then again a 2 MiB range
+ *              at a time (what free page reporting does after a balloon
+ *              deflates, once the guest's free pages merge), then touched:
+ *              on kernels that free empty page tables on MADV_DONTNEED
+ *              (6.14+), the touch faults in huge pages again
+ * and the table gives the median and spread in ms, and the huge pages the
+ * region held after its touch.
+ *
+ * Usage: fault_cost [--mib N] [--runs R]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PAGE 4096UL
+#define HUGE (2UL << 20)
+
+/* the configurations, then the discards two of them time apart */
+enum { RESIDENT, FRESH_HUGE, FRESH_4K, PULSED, PULSED_2M, HEALED, N_CONFIGS,
+       DISCARD = N_CONFIGS, DISCARD_2M, N_MEASURES };
+static const char *const measure_names[N_MEASURES] = {
+    "resident", "fresh-huge", "fresh-4k", "pulsed", "pulsed-2m", "healed", "discard", "discard-2m",
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* A region of len bytes aligned to a huge page, with the given advice. */
+static char *region_new(size_t len, int advice)
+{
+    size_t map_len = len + HUGE;
+    char *raw = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) {
+        fprintf(stderr, "fault_cost: mmap %zu bytes: %s\n", map_len, strerror(errno));
+        exit(1);
+    }
+    char *p = (char *)(((unsigned long)raw + HUGE - 1) & ~(HUGE - 1));
+    if (p > raw)
+        munmap(raw, p - raw);
+    munmap(p + len, raw + map_len - (p + len));
+    if (madvise(p, len, advice) != 0) {
+        fprintf(stderr, "fault_cost: madvise: %s\n", strerror(errno));
+        exit(1);
+    }
+    return p;
+}
+
+/* madvise(MADV_DONTNEED) each `step` bytes of [p, p+len); returns ms. */
+static double discard_ms(char *p, size_t len, size_t step)
+{
+    double t0 = now_ms();
+    for (size_t off = 0; off < len; off += step)
+        if (madvise(p + off, step, MADV_DONTNEED) != 0) {
+            fprintf(stderr, "fault_cost: madvise(MADV_DONTNEED): %s\n", strerror(errno));
+            exit(1);
+        }
+    return now_ms() - t0;
+}
+
+static double touch_ms(char *p, size_t len)
+{
+    double t0 = now_ms();
+    for (size_t off = 0; off < len; off += PAGE)
+        ((volatile char *)p)[off] = 1;
+    return now_ms() - t0;
+}
+
+/* The huge pages (MiB) backing [p, p+len), from /proc/self/smaps. */
+static long huge_mib(const char *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[256];
+    int in = 0;
+    long kb = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = (unsigned long)p >= lo && (unsigned long)p < hi;
+        else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+            break;
+    }
+    fclose(f);
+    return kb < 0 ? -1 : kb / 1024;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: fault_cost [--mib N] [--runs R]\n"
+                 "Times touching N MiB (default 300) of memory resident in huge pages, fresh\n"
+                 "(huge and 4 KiB), and after a balloon-like discard of every 4 KiB page,\n"
+                 "R times each (default 5), interleaved; prints medians and spreads.\n");
+}
+
+int main(int argc, char **argv)
+{
+    long mib = 300, runs = 5;
+    static const struct option opts[] = {
+        {"mib", required_argument, NULL, 'm'},
+        {"runs", required_argument, NULL, 'r'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "m:r:h", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'm':
+        case 'r': {
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > (c == 'm' ? 65536 : 100)) {
+                fprintf(stderr, "fault_cost: --%s %s: not a number in range\n", c == 'm' ? "mib" : "runs",
+                        optarg);
+                return 2;
+            }
+            *(c == 'm' ? &mib : &runs) = v;
+            break;
+        }
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    size_t len = (size_t)mib << 20;
+    double *ms[N_MEASURES];
+    long huge[N_MEASURES] = {0};
+    for (int m = 0; m < N_MEASURES; m++)
+        ms[m] = calloc(runs, sizeof(double));
+
+    for (long r = 0; r < runs; r++) {
+        for (int k = 0; k < N_CONFIGS; k++) {
+            int m = (k + r) % N_CONFIGS; /* rotate the order between runs */
+            char *p = region_new(len, m == FRESH_4K ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+            if (m == RESIDENT || m == PULSED || m == PULSED_2M || m == HEALED)
+                touch_ms(p, len);
+            if (m == PULSED)
+                ms[DISCARD][r] = discard_ms(p, len, PAGE);
+            if (m == PULSED_2M)
+                ms[DISCARD_2M][r] = discard_ms(p, len, HUGE);
+            if (m == HEALED) {
+                discard_ms(p, len, PAGE);
+                discard_ms(p, len, HUGE);
+            }
+            ms[m][r] = touch_ms(p, len);
+            huge[m] = huge_mib(p);
+            munmap(p, len);
+        }
+    }
+
+    printf("touching %ld MiB a 4 KiB page at a time, %ld run(s), interleaved\n", mib, runs);
+    printf("%-11s %10s %10s %12s %14s\n", "measure", "median ms", "spread ms", "us per 4 KiB",
+           "huge MiB after");
+    for (int m = 0; m < N_MEASURES; m++) {
+        qsort(ms[m], runs, sizeof(double), cmp_double);
+        double med = runs % 2 ? ms[m][runs / 2] : (ms[m][runs / 2 - 1] + ms[m][runs / 2]) / 2;
+        char hbuf[32] = "-";
+        if (m < N_CONFIGS)
+            snprintf(hbuf, sizeof(hbuf), "%ld", huge[m]);
+        printf("%-11s %10.1f %10.1f %12.2f %14s\n", measure_names[m], med, ms[m][runs - 1] - ms[m][0],
+               1e3 * med / (len / PAGE), hbuf);
+        free(ms[m]);
+    }
+    return 0;
+}
