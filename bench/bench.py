@@ -60,7 +60,8 @@ PAGE = 4096
 FIELDS = ["scenario", "config", "run", "order", "accel", "guest", "metric", "value", "done",
           "oom_kills", "guest_swapin_bytes", "host_swapin_bytes", "host_swapped_bytes",
           "balloon_moves", "balloon_flips", "balloon_final_mib", "daemon_ok", "daemon_cpu_s",
-          "daemon_cpu_pct", "daemon_rss_bytes", "host_swapout_bytes", "host_rss_bytes", "wall_s"]
+          "daemon_cpu_pct", "daemon_rss_bytes", "host_swapout_bytes", "host_rss_bytes", "wall_s",
+          "qemu_minflt", "qemu_user_s", "qemu_sys_s", "qemu_huge_start_bytes"]
 
 
 def log(msg):
@@ -144,12 +145,29 @@ def vmstat(key):
     return 0
 
 
-def proc_majflt(pid):
+def proc_stat(pid):
+    """A QEMU's counters from /proc/PID/stat: minor and major faults, user
+    and system CPU seconds (zeros when it is gone)."""
     try:
         with open("/proc/%d/stat" % pid) as f:
-            return int(f.read().rsplit(")", 1)[1].split()[9])
+            fields = f.read().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        return dict(minflt=int(fields[7]), majflt=int(fields[9]),
+                    user_s=int(fields[11]) / tick, sys_s=int(fields[12]) / tick)
     except (OSError, IndexError, ValueError):
-        return 0
+        return dict(minflt=0, majflt=0, user_s=0.0, sys_s=0.0)
+
+
+def proc_huge_bytes(pid):
+    """The transparent huge pages backing a process (AnonHugePages)."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def proc_status_kb(pid, key):
@@ -161,15 +179,6 @@ def proc_status_kb(pid, key):
     except OSError:
         pass
     return 0
-
-
-def proc_cpu_s(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def console_lines(path):
@@ -413,14 +422,16 @@ step_percent = 20
                 start = {}
                 for g in self.guests():
                     lines = console_lines(self.serial(g))
-                    start[g["name"]] = (len(lines), last_pswpin(lines), proc_majflt(self.qemu[g["name"]]))
+                    pid = self.qemu[g["name"]]
+                    start[g["name"]] = (len(lines), last_pswpin(lines), proc_stat(pid), proc_huge_bytes(pid))
                 swout0 = vmstat("pswpout")
                 rss = self.sample_rss(measure)
                 swout = (vmstat("pswpout") - swout0) * PAGE
                 d = dict(daemon_ok="", daemon_cpu_s="", daemon_cpu_pct="", daemon_rss_bytes="")
                 if self.daemon:
                     pid = self.daemon.pid
-                    cpu = proc_cpu_s(pid)
+                    st = proc_stat(pid)
+                    cpu = st["user_s"] + st["sys_s"]
                     d.update(daemon_cpu_s="%.2f" % cpu,
                              daemon_cpu_pct="%.3f" % (100 * cpu / max(1.0, time.time() - self.daemon_started)),
                              daemon_rss_bytes=proc_status_kb(pid, "VmHWM") * 1024)
@@ -482,8 +493,9 @@ step_percent = 20
 
     def measure_guest(self, g, start, swout, d, rss_bytes):
         lines = console_lines(self.serial(g))
-        nlines, pswpin0, maj0 = start
+        nlines, pswpin0, stat0, huge0 = start
         pid = self.qemu[g["name"]]
+        stat1 = proc_stat(pid)
         value, done = "", ""
         if g.get("metric"):
             tag, key, _ = g["metric"]
@@ -513,7 +525,10 @@ step_percent = 20
         return self.row(
             g, value=value, done=done, oom_kills=oom_kills(lines),
             guest_swapin_bytes=int((last_pswpin(lines) - pswpin0) * PAGE),
-            host_swapin_bytes=(proc_majflt(pid) - maj0) * PAGE,
+            host_swapin_bytes=(stat1["majflt"] - stat0["majflt"]) * PAGE,
+            qemu_minflt=stat1["minflt"] - stat0["minflt"],
+            qemu_user_s="%.2f" % (stat1["user_s"] - stat0["user_s"]),
+            qemu_sys_s="%.2f" % (stat1["sys_s"] - stat0["sys_s"]), qemu_huge_start_bytes=huge0,
             host_swapped_bytes=proc_status_kb(pid, "VmSwap") * 1024,
             balloon_moves=moves, balloon_flips=flips,
             balloon_final_mib="%.0f" % (final / (1 << 20)) if final else g["mem"],
@@ -588,6 +603,29 @@ def savings(rows, summary, scenarios):
             out.append("%s: %s saves %d%% of the guests' %d MiB (%d MiB of RSS); %s" % (
                 s, c, round(r["saved_pct_guest_ram"]), guest_mem,
                 round(r["saved_pct_guest_ram"] * guest_mem / 100), "; ".join(cost)))
+    return out
+
+
+def qemu_costs(rows, scenarios, configs):
+    """What each gated guest's QEMU did in the window, median over the runs:
+    its minor faults (each a 4 KiB page the host faulted in, or a huge page),
+    its user and system CPU, and the huge pages backing it when the window
+    began.  Empty for a results.csv of an older bench."""
+    out = []
+    for s in scenarios:
+        for g in SCENARIOS[s]["guests"]:
+            if not (g.get("gated") and g.get("metric")):
+                continue
+            for c in configs:
+                rr = [r for r in rows if r["scenario"] == s and r["config"] == c and r["guest"] == g["name"]
+                      and (r.get("qemu_minflt") or "") != ""]
+                if not rr:
+                    continue
+                col = lambda k: med([float(r[k]) for r in rr])  # noqa: E731
+                out.append("%s: %-20s %s's QEMU: %7.0f minor faults, user %5.2f s, system %5.2f s, "
+                           "%4.0f MiB in huge pages at the start" % (
+                               s, c, g["name"], col("qemu_minflt"), col("qemu_user_s"), col("qemu_sys_s"),
+                               col("qemu_huge_start_bytes") / 2**20))
     return out
 
 
@@ -945,6 +983,11 @@ def main():
     lines = savings(rows, summary, scenarios)
     if lines:
         print("\nmemory saved against none (the guests' mean RSS in the window), and the gated guests' cost:")
+        for line in lines:
+            print("  " + line)
+    lines = qemu_costs(rows, scenarios, configs)
+    if lines:
+        print("\nthe gated guests' QEMU in the window (median over runs):")
         for line in lines:
             print("  " + line)
     plot(summary, scenarios, configs, args.runs, args.out)

@@ -127,6 +127,7 @@ CONFIGS = {
     "split-lru+host": dict(daemon="split-lru", host_reclaim=True),
     "split-lru+trim": dict(daemon="split-lru", trim_streams=True),
     "split-lru+drop": dict(daemon="split-lru", drop_idle_cache=True),
+    "split-lru+drop+fpr": dict(daemon="split-lru", drop_idle_cache=True, balloon_opts="free-page-reporting=on"),
     "split-lru+trim+drop": dict(daemon="split-lru", trim_streams=True, drop_idle_cache=True),
 }
 
