@@ -3,7 +3,7 @@
 
 Usage: bench/bench.py [--scenario NAMES] [--configs NAMES] [--runs N]
                       [--overcommit RATIOS] [--pin] [--smoke] [--out DIR]
-                      [--list] [--no-gates]
+                      [--list] [--no-gates] [--report] [--perf GUEST]
 
 Each scenario (bench/scenarios.py) boots its guests under QEMU inside a
 memory cgroup that stands for the host (plus a swapfile when the machine has
@@ -29,6 +29,9 @@ configuration, and the highest ratio at which each keeps >= 95% of solo.
 there are): with as many CPUs as guests, no guest's emulation takes CPU from
 another, so under TCG a guest's rate shows what memory costs it rather than
 what CPU its neighbours' emulation leaves it.  balancerd is not pinned.
+
+--report runs nothing: it prints the tables (and redraws the plots) of
+the runs in OUT/results.csv, e.g. of an earlier bench or one cut short.
 
 Names are comma- or space-separated; --list prints scenarios and configs.
 Needs root (cgroups, swapon).  MEMBAL_ACCEL=tcg|kvm as for
@@ -61,7 +64,7 @@ FIELDS = ["scenario", "config", "run", "order", "accel", "guest", "metric", "val
           "oom_kills", "guest_swapin_bytes", "host_swapin_bytes", "host_swapped_bytes",
           "balloon_moves", "balloon_flips", "balloon_final_mib", "daemon_ok", "daemon_cpu_s",
           "daemon_cpu_pct", "daemon_rss_bytes", "host_swapout_bytes", "host_rss_bytes", "wall_s",
-          "qemu_minflt", "qemu_user_s", "qemu_sys_s", "qemu_huge_start_bytes"]
+          "qemu_minflt", "qemu_user_s", "qemu_sys_s", "qemu_wait_s", "qemu_huge_start_bytes"]
 
 
 def log(msg):
@@ -156,6 +159,22 @@ def proc_stat(pid):
                     user_s=int(fields[11]) / tick, sys_s=int(fields[12]) / tick)
     except (OSError, IndexError, ValueError):
         return dict(minflt=0, majflt=0, user_s=0.0, sys_s=0.0)
+
+
+def proc_wait_s(pid):
+    """How long a process's threads waited for a CPU, summed (the run
+    delay of /proc/PID/task/*/schedstat), in s; 0 when it is gone."""
+    total = 0
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                    total += int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                pass  # a thread that ended
+    except OSError:
+        pass
+    return total / 1e9
 
 
 def proc_huge_bytes(pid):
@@ -423,9 +442,12 @@ step_percent = 20
                 for g in self.guests():
                     lines = console_lines(self.serial(g))
                     pid = self.qemu[g["name"]]
-                    start[g["name"]] = (len(lines), last_pswpin(lines), proc_stat(pid), proc_huge_bytes(pid))
+                    start[g["name"]] = (len(lines), last_pswpin(lines), proc_stat(pid), proc_wait_s(pid),
+                                        proc_huge_bytes(pid))
                 swout0 = vmstat("pswpout")
+                profiler = self.start_profile()
                 rss = self.sample_rss(measure)
+                self.end_profile(profiler)
                 swout = (vmstat("pswpout") - swout0) * PAGE
                 d = dict(daemon_ok="", daemon_cpu_s="", daemon_cpu_pct="", daemon_rss_bytes="")
                 if self.daemon:
@@ -466,6 +488,37 @@ step_percent = 20
             rows = [self.row(g, value="", done=0) for g in self.guests()]
         return rows
 
+    def start_profile(self):
+        """--perf GUEST: sample that guest's QEMU over the window (perf
+        record, cpu-clock, call graphs); None when not asked or not there."""
+        name = self.args.perf
+        if not name or name not in self.qemu:
+            return None
+        self.perf_data = os.path.join(self.args.out, "logs", "perf-%s-%s-%d-%s.data" % (
+            self.sname, self.cname, self.n, name))
+        try:
+            return subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "-g",
+                                     "-p", str(self.qemu[name]), "-o", self.perf_data],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError as e:
+            log("perf: %s" % e.strerror)
+            return None
+
+    def end_profile(self, profiler):
+        """Stop the recording; its report, what the QEMU's samples were
+        spent in (self time by symbol), goes beside it as .txt."""
+        if not profiler:
+            return
+        profiler.send_signal(signal.SIGINT)
+        try:
+            profiler.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            profiler.kill()
+            profiler.wait()
+        with open(self.perf_data[:-len(".data")] + ".txt", "w") as f:
+            subprocess.run(["perf", "report", "-i", self.perf_data, "--stdio", "--no-children", "-g", "none",
+                            "--sort", "dso,sym", "--percent-limit", "1"], stdout=f, stderr=subprocess.DEVNULL)
+
     def sample_rss(self, seconds):
         """Sleep through the measure window, reading each QEMU's resident
         memory once a second; returns the mean per guest: what the guest
@@ -493,7 +546,7 @@ step_percent = 20
 
     def measure_guest(self, g, start, swout, d, rss_bytes):
         lines = console_lines(self.serial(g))
-        nlines, pswpin0, stat0, huge0 = start
+        nlines, pswpin0, stat0, wait0, huge0 = start
         pid = self.qemu[g["name"]]
         stat1 = proc_stat(pid)
         value, done = "", ""
@@ -528,7 +581,8 @@ step_percent = 20
             host_swapin_bytes=(stat1["majflt"] - stat0["majflt"]) * PAGE,
             qemu_minflt=stat1["minflt"] - stat0["minflt"],
             qemu_user_s="%.2f" % (stat1["user_s"] - stat0["user_s"]),
-            qemu_sys_s="%.2f" % (stat1["sys_s"] - stat0["sys_s"]), qemu_huge_start_bytes=huge0,
+            qemu_sys_s="%.2f" % (stat1["sys_s"] - stat0["sys_s"]),
+            qemu_wait_s="%.2f" % (proc_wait_s(pid) - wait0), qemu_huge_start_bytes=huge0,
             host_swapped_bytes=proc_status_kb(pid, "VmSwap") * 1024,
             balloon_moves=moves, balloon_flips=flips,
             balloon_final_mib="%.0f" % (final / (1 << 20)) if final else g["mem"],
@@ -607,25 +661,25 @@ def savings(rows, summary, scenarios):
 
 
 def qemu_costs(rows, scenarios, configs):
-    """What each gated guest's QEMU did in the window, median over the runs:
+    """What each guest's QEMU did in the window, median over the runs:
     its minor faults (each a 4 KiB page the host faulted in, or a huge page),
-    its user and system CPU, and the huge pages backing it when the window
-    began.  Empty for a results.csv of an older bench."""
+    its user and system CPU, how long its threads waited for a CPU, and the
+    huge pages backing it when the window began.  Empty for a results.csv
+    of an older bench."""
     out = []
     for s in scenarios:
         for g in SCENARIOS[s]["guests"]:
-            if not (g.get("gated") and g.get("metric")):
-                continue
             for c in configs:
                 rr = [r for r in rows if r["scenario"] == s and r["config"] == c and r["guest"] == g["name"]
                       and (r.get("qemu_minflt") or "") != ""]
                 if not rr:
                     continue
                 col = lambda k: med([float(r[k]) for r in rr])  # noqa: E731
+                wait = [float(r["qemu_wait_s"]) for r in rr if (r.get("qemu_wait_s") or "") != ""]
                 out.append("%s: %-20s %s's QEMU: %7.0f minor faults, user %5.2f s, system %5.2f s, "
-                           "%4.0f MiB in huge pages at the start" % (
+                           "waited for a CPU %s s, %4.0f MiB in huge pages at the start" % (
                                s, c, g["name"], col("qemu_minflt"), col("qemu_user_s"), col("qemu_sys_s"),
-                               col("qemu_huge_start_bytes") / 2**20))
+                               "%5.2f" % med(wait) if wait else "    -", col("qemu_huge_start_bytes") / 2**20))
     return out
 
 
@@ -869,6 +923,69 @@ plot 95 with lines dt 2 lc rgb "#888888" title "95%%", %s
     return lines
 
 
+def report(rows, scenarios, configs, runs, out):
+    """The tables (stdout), summary.csv and the plots of the rows of a
+    bench; returns how many gates were missed."""
+    summary, gates = summarize(rows, scenarios, configs, runs, out)
+    with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
+        keys = sorted({k for r in summary for k in r}, key=lambda k: (k not in ("scenario", "config"), k))
+        w = csv.DictWriter(f, keys)
+        w.writeheader()
+        w.writerows(summary)
+    print("\ngates (split-lru):")
+    missed = 0
+    for s, text, met in gates:
+        tag = "met:   " if met else ("n/a:   " if met is None else "MISSED:")
+        missed += met is False
+        print("  %s %s: %s" % (tag, s, text))
+    lines = savings(rows, summary, scenarios)
+    if lines:
+        print("\nmemory saved against none (the guests' mean RSS in the window), and the gated guests' cost:")
+        for line in lines:
+            print("  " + line)
+    lines = qemu_costs(rows, scenarios, configs)
+    if lines:
+        print("\neach guest's QEMU in the window (median over runs):")
+        for line in lines:
+            print("  " + line)
+    plot(summary, scenarios, configs, runs, out)
+    for line in plot_overcommit(summary, scenarios, configs, runs, out):
+        print(line)
+    return missed
+
+
+def report_again(out):
+    """--report: the tables of OUT/results.csv, scenarios and configurations
+    in the order they ran."""
+    results = os.path.join(out, "results.csv")
+    try:
+        with open(results) as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        log("%s: %s" % (results, e.strerror))
+        return 1
+    if not rows:
+        log("%s: no runs in it" % results)
+        return 1
+    scenarios, configs = [], []
+    for r in rows:
+        name = r["scenario"]
+        if name not in SCENARIOS and "@" in name:
+            base, ratio = name.split("@", 1)
+            if base in SCENARIOS and ratio.endswith("x"):
+                overcommit_scenarios([base], [float(ratio[:-1])])
+        if name not in SCENARIOS or r["config"] not in CONFIGS:
+            log("%s: scenario %s / configuration %s unknown to this bench" % (results, name, r["config"]))
+            return 1
+        scenarios += [name] if name not in scenarios else []
+        configs += [r["config"]] if r["config"] not in configs else []
+    runs = max(int(r["run"]) for r in rows)
+    print("membal bench (report of %s): accel %s; %d round(s)" % (
+        results, ",".join(sorted({r["accel"] for r in rows})), runs))
+    report(rows, scenarios, configs, runs, out)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -879,6 +996,9 @@ def main():
     ap.add_argument("--overcommit", default="",
                     help="ratios of guest memory to host memory to sweep each scenario over, e.g. \"1.2 1.6 2.0\"")
     ap.add_argument("--pin", action="store_true", help="each guest of a scenario on a CPU of its own")
+    ap.add_argument("--perf", metavar="GUEST", default="",
+                    help="profile that guest's QEMU over the measure window (perf record; the report by "
+                         "symbol in OUT/logs/perf-SCENARIO-CONFIG-RUN-GUEST.txt)")
     ap.add_argument("--warmup", type=int, default=0,
                     help="seconds from the guests' boot to the measure window, for every scenario "
                          "(default: each scenario's own; a burst comes 4 s into the window)")
@@ -887,6 +1007,8 @@ def main():
                         "+".join(SMOKE_SCENARIOS), "+".join(SMOKE_CONFIGS)))
     ap.add_argument("--out", default=os.path.join(TOP, "build/bench"))
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--report", action="store_true",
+                    help="run nothing: print the tables and plots again from OUT/results.csv")
     ap.add_argument("--no-gates", action="store_true")
     args = ap.parse_args()
     if args.list:
@@ -895,6 +1017,8 @@ def main():
         for n, c in CONFIGS.items():
             print("config   %-15s %s" % (n, c))
         return 0
+    if args.report:
+        return report_again(os.path.abspath(args.out))
     scenarios = names(args.scenario, SCENARIOS, "scenario") or list(SCENARIOS)
     configs = names(args.configs, CONFIGS, "configuration") or list(CONFIGS)
     if args.smoke:
@@ -968,31 +1092,7 @@ def main():
     print("\nmembal bench: %s; accel %s; %d round(s); %.0f min%s" % (
         os.path.basename(results), ",".join(sorted({r["accel"] for r in rows})), args.runs, elapsed / 60,
         "; guest i on CPU i of %s" % ",".join(map(str, args.cpus)) if args.pin else ""))
-    summary, gates = summarize(rows, scenarios, configs, args.runs, args.out)
-    with open(os.path.join(args.out, "summary.csv"), "w", newline="") as f:
-        keys = sorted({k for r in summary for k in r}, key=lambda k: (k not in ("scenario", "config"), k))
-        w = csv.DictWriter(f, keys)
-        w.writeheader()
-        w.writerows(summary)
-    print("\ngates (split-lru):")
-    missed = 0
-    for s, text, met in gates:
-        tag = "met:   " if met else ("n/a:   " if met is None else "MISSED:")
-        missed += met is False
-        print("  %s %s: %s" % (tag, s, text))
-    lines = savings(rows, summary, scenarios)
-    if lines:
-        print("\nmemory saved against none (the guests' mean RSS in the window), and the gated guests' cost:")
-        for line in lines:
-            print("  " + line)
-    lines = qemu_costs(rows, scenarios, configs)
-    if lines:
-        print("\nthe gated guests' QEMU in the window (median over runs):")
-        for line in lines:
-            print("  " + line)
-    plot(summary, scenarios, configs, args.runs, args.out)
-    for line in plot_overcommit(summary, scenarios, configs, args.runs, args.out):
-        print(line)
+    missed = report(rows, scenarios, configs, args.runs, args.out)
     log("results: %s, %s" % (results, os.path.join(args.out, "summary.csv")))
     broken = [r for r in rows if r["daemon_ok"] == "0"]
     if broken:

@@ -45,6 +45,8 @@ typedef struct {
                                 * as the host measures them; < 0 unknown */
     double host_cpu;           /* the CPUs its QEMU keeps busy (CPU seconds per second: its vCPUs
                                 * and I/O), as the host measures it; < 0 unknown */
+    int free_page_reporting;   /* its balloon hands free memory back in 2 MiB blocks (QEMU
+                                * free-page-reporting=on): 1 yes, 0 no, -1 unknown */
     int64_t host_rss_bytes;    /* what its QEMU has touched (resident + swapped), as the host
                                 * measures it; < 0 unknown */
     int64_t host_ws_bytes;     /* its working set as host reclaim measures it: resident guest RAM
@@ -98,6 +100,9 @@ void policy_tunables_default(policy_tunables *t);
 typedef struct {
     double now_s;              /* a monotonic clock (policies with their own cadence) */
     host_view host;
+    bool huge_refault;         /* the host faults memory given back in 2 MiB blocks (free page
+                                * reporting) in as huge pages again, even after a balloon's 4 KiB
+                                * discards split them (balancer/host/huge_refault.h) */
     watermarks wm;
     policy_tunables tun;
     size_t n_guests;

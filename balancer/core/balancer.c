@@ -10,6 +10,7 @@
 #include "config/metadata_xml.h"
 #include "config/size_parse.h"
 #include "host/host_cgroup.h"
+#include "host/huge_refault.h"
 #include "host/pressure.h"
 #include "host/qemu_touched.h"
 #include "policies/reclaim_plan.h"
@@ -234,6 +235,12 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->damon_dir = HOST_SWAP_DAMON_DIR;
     classify_params_default(&b->cp);
     limits_from_config(b);
+    const char *why = NULL;
+    b->huge_refault = huge_refault_probe(&why);
+    if (b->huge_refault)
+        log_info("host: memory given back in 2 MiB blocks (free page reporting) faults back in huge pages");
+    else
+        log_info("host: %s; drop_idle_cache drops no guest here", why);
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)
         b->hswap = host_swap_new(&b->cfg, b->damon_dir, &hr_err);
@@ -504,8 +511,9 @@ static bool tick_round(balancer *b)
         if (g->job_ms >= 0)
             views[i].stats_valid = false; /* neither gives nor takes while the job runs */
     }
-    policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host, .wm = b->wm,
-                        .tun = b->cfg.tun, .n_guests = n, .guests = views };
+    policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host,
+                        .huge_refault = b->huge_refault, .wm = b->wm, .tun = b->cfg.tun, .n_guests = n,
+                        .guests = views };
     policy_output out = { .decisions = dec };
     b->policy->decide(&in, b->policy_state, &out);
     if (out.reclaiming != b->reclaiming)

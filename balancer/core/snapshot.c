@@ -30,6 +30,7 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->disk_read_bps = g->disk_read_bps;
     r->qemu_faults_ps = g->qemu_faults_ps;
     r->qemu_cpu = g->qemu_cpu;
+    r->free_page_reporting = g->view.free_page_reporting;
     r->swap_in_bytes = g->cur.swap_in_bytes;
     r->swap_out_bytes = g->cur.swap_out_bytes;
     r->major_faults = g->cur.major_faults;

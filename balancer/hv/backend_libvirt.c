@@ -65,8 +65,9 @@ typedef struct {
     char *name;
     virDomainPtr dom;         /* a reference: the main loop takes it or frees it */
     unsigned id;              /* libvirt's domain id: a new one is a restarted domain */
-    bool attach;              /* new on this connection, or restarted: agent_path read */
+    bool attach;              /* new on this connection, or restarted: the domain XML read */
     char *agent_path;         /* NULL: no agent channel */
+    int free_page_reporting;  /* <memballoon freePageReporting='on'>: 1, 0, -1 unknown */
     bool policy_read;         /* policy_xml is the domain's (NULL: it has none) */
     char *policy_xml;
     unsigned policy_seq;      /* the metadata change it answers (0: none asked) */
@@ -135,6 +136,7 @@ typedef struct {
     unsigned gen;             /* the connection dom belongs to */
     unsigned id;              /* libvirt's domain id when attached */
     agent_conn agent;       /* main loop only */
+    int free_page_reporting; /* from the domain XML when attached: 1, 0, -1 unknown */
     unsigned stats_period;  /* to set on the first call */
     bool period_set;        /* worker only */
     bool busy;              /* a call runs for it (locked) */
@@ -253,30 +255,43 @@ static void release(hv_guest *g)
 
 /* ---- the link thread ---- */
 
-/* The unix socket of <channel type='unix'> whose target is our agent
- * port, from the live domain XML; NULL if the guest has none. */
-static char *agent_channel_path(virDomainPtr dom)
+/* The string an XPath expression finds first in doc; NULL if none. */
+static char *xpath_string(xmlXPathContextPtr ctx, const char *expr)
 {
-    char *xml = virDomainGetXMLDesc(dom, 0);
-    if (!xml)
-        return NULL;
-    char *path = NULL;
-    xmlDocPtr doc = xmlReadMemory(xml, (int)strlen(xml), "domain.xml", NULL,
-                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
-    xmlXPathObjectPtr res = ctx ? xmlXPathEvalExpression(
-        (const xmlChar *)"/domain/devices/channel[@type='unix'][target/@name='org.membal.agent.0']/source/@path",
-        ctx) : NULL;
+    char *out = NULL;
+    xmlXPathObjectPtr res = ctx ? xmlXPathEvalExpression((const xmlChar *)expr, ctx) : NULL;
     if (res && res->nodesetval && res->nodesetval->nodeNr > 0) {
         xmlChar *v = xmlNodeGetContent(res->nodesetval->nodeTab[0]);
-        path = v ? g_strdup((const char *)v) : NULL;
+        out = v ? g_strdup((const char *)v) : NULL;
         xmlFree(v);
     }
     xmlXPathFreeObject(res);
+    return out;
+}
+
+/* From the live domain XML: the unix socket of <channel type='unix'>
+ * whose target is our agent port (NULL if the guest has none), and
+ * whether its virtio balloon has free page reporting on (-1 when the
+ * XML cannot be read). */
+static void domain_xml_facts(virDomainPtr dom, char **agent_path, int *free_page_reporting)
+{
+    *agent_path = NULL;
+    *free_page_reporting = -1;
+    char *xml = virDomainGetXMLDesc(dom, 0);
+    if (!xml)
+        return;
+    xmlDocPtr doc = xmlReadMemory(xml, (int)strlen(xml), "domain.xml", NULL,
+                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
+    if (ctx) {
+        *agent_path = xpath_string(
+            ctx, "/domain/devices/channel[@type='unix'][target/@name='org.membal.agent.0']/source/@path");
+        g_autofree char *fpr = xpath_string(ctx, "/domain/devices/memballoon[starts-with(@model, 'virtio')]/@freePageReporting");
+        *free_page_reporting = fpr && strcmp(fpr, "on") == 0;
+    }
     xmlXPathFreeContext(ctx);
     xmlFreeDoc(doc);
     free(xml);
-    return path;
 }
 
 static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
@@ -373,8 +388,9 @@ static void link_list(lv_state *st, const lv_link_req *rq, lv_link_answer *a)
         gpointer seq = NULL;
         f->attach = !as || *as != ((guint64)st->gen << 32 | f->id);
         bool changed = g_hash_table_lookup_extended(rq->reread, f->uuid, NULL, &seq);
+        f->free_page_reporting = -1;
         if (f->attach)
-            f->agent_path = agent_channel_path(f->dom);
+            domain_xml_facts(f->dom, &f->agent_path, &f->free_page_reporting);
         if (f->attach || changed) {
             f->policy_seq = changed ? GPOINTER_TO_UINT(seq) : 0;
             f->policy_xml = virDomainGetMetadata(f->dom, VIR_DOMAIN_METADATA_ELEMENT, VM_POLICY_NS_URI,
@@ -458,6 +474,7 @@ static void attach(hv_ctx *hv, hv_guest *g, lv_found *f, unsigned gen)
     lg->id = f->id;
     lg->stats_period = hv->stats_period; /* set by its first call: it reaches QEMU */
     agent_conn_init(&lg->agent, f->agent_path);
+    lg->free_page_reporting = f->free_page_reporting;
     if (f->agent_path)
         log_info("guest %s: reading its agent at %s", g->name, f->agent_path);
     g->backend_data = lg;
@@ -1087,6 +1104,7 @@ static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     }
     if (lg->have) {
         *out = lg->sample;
+        out->free_page_reporting = lg->free_page_reporting;
         out->balloon_failures = lg->set_failures;
         lg->set_failures = 0;
         lg->have = false;

@@ -75,6 +75,7 @@ typedef struct {
     uint64_t messages_seen; /* what it had sent when they did */
     unsigned set_failures; /* balloon changes QEMU refused since the last sample */
     unsigned stats_period; /* for the balloon's stats polling, set at each connect */
+    int free_page_reporting; /* the balloon's free-page-reporting property: 1, 0, -1 unknown */
 } qmp_target;
 
 typedef struct {
@@ -89,6 +90,7 @@ static qmp_state *state_of(hv_ctx *hv)
         st->targets = g_ptr_array_new();
         for (char **p = hv->qmp_sockets; p && *p; p++) {
             qmp_target *t = g_new0(qmp_target, 1);
+            t->free_page_reporting = -1;
             const char *comma = strstr(*p, ",agent=");
             t->path = comma ? g_strndup(*p, (gsize)(comma - *p)) : g_strdup(*p);
             agent_conn_init(&t->agent, comma ? comma + 7 : NULL);
@@ -170,6 +172,17 @@ static void on_polling(qmp_conn *c, json_object *ret, const qmp_error *err, void
         log_warn("%s: cannot enable balloon stats: %s", t->path, err->msg);
 }
 
+/* The balloon device's free-page-reporting property.  Not part of the
+ * join: a QEMU too old to have it (before 5.1), or a balloon under another
+ * id, leaves it unknown. */
+static void on_free_page_reporting(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    if (!err && json_object_is_type(ret, json_type_boolean))
+        t->free_page_reporting = json_object_get_boolean(ret) ? 1 : 0;
+}
+
 /* The handshake ended: ask who it is (and turn its balloon stats on). */
 static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
 {
@@ -201,6 +214,11 @@ static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *
     qmp_error e;
     if (qmp_set_stats_polling_async(c, BALLOON_QOM_PATH, (int)t->stats_period, left, on_polling, t, &e) < 0)
         on_polling(c, NULL, &e, t);
+    t->free_page_reporting = -1;
+    json_object *args = json_object_new_object();
+    json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH));
+    json_object_object_add(args, "property", json_object_new_string("free-page-reporting"));
+    qmp_execute_async(c, "qom-get", args, REQUEST_MS, on_free_page_reporting, t, &e); /* failed: unknown */
 }
 
 static void target_connect(hv_ctx *hv, qmp_target *t)
@@ -491,6 +509,7 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     out->balloon_failures = t->set_failures;
     t->set_failures = 0;
     out->job_ms = -1; /* a bare QEMU's migrations are its operator's business */
+    out->free_page_reporting = t->free_page_reporting;
     return 0;
 }
 

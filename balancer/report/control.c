@@ -105,6 +105,8 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
         json_object_object_add(o, "disk_read_bytes_per_second", json_object_new_double(g->disk_read_bps));
         json_object_object_add(o, "qemu_major_faults_per_second", json_object_new_double(g->qemu_faults_ps));
         json_object_object_add(o, "qemu_cpu_seconds_per_second", json_object_new_double(g->qemu_cpu));
+        json_object_object_add(o, "free_page_reporting", g->free_page_reporting < 0 ? NULL
+                               : json_object_new_boolean(g->free_page_reporting));
         json_object_object_add(o, "policy", policy_json(g));
         const host_swap_guest_stats hs = g->reclaim;
         if (hs.active) {

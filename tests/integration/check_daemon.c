@@ -181,9 +181,9 @@ static void set_policy(const char *xml)
 
 /* A libvirt domain of the test guest named domname (with copies of its
  * kernel and initramfs in workdir, which libvirt may relabel): 512 MiB,
- * balloon stats every second, the agent's channel, the console in
- * workdir/serial.log. */
-static void libvirt_domain_xml(const char *tag, char *xml, size_t len)
+ * balloon stats every second (and free page reporting with fpr), the
+ * agent's channel, the console in workdir/serial.log. */
+static void libvirt_domain_xml(const char *tag, bool fpr, char *xml, size_t len)
 {
     snprintf(workdir, sizeof(workdir), "/var/lib/libvirt/images/%s-%d", tag, (int)getpid());
     snprintf(domname, sizeof(domname), "%s-%d", tag, (int)getpid());
@@ -208,8 +208,8 @@ static void libvirt_domain_xml(const char *tag, char *xml, size_t len)
              "<on_poweroff>destroy</on_poweroff><on_crash>destroy</on_crash>"
              "<devices><serial type='file'><source path='%s/serial.log'/><target port='0'/></serial>"
              "<channel type='unix'><source mode='bind'/><target type='virtio' name='org.membal.agent.0'/></channel>"
-             "<memballoon model='virtio'><stats period='1'/></memballoon></devices></domain>",
-             dtype, domname, workdir, workdir, workdir);
+             "<memballoon model='virtio'%s><stats period='1'/></memballoon></devices></domain>",
+             dtype, domname, workdir, workdir, workdir, fpr ? " freePageReporting='on'" : "");
     fprintf(stderr, "libvirt domain type %s\n", dtype);
 }
 
@@ -222,11 +222,26 @@ static void wait_guest_ready_in(const char *dir)
 
 static void wait_guest_ready(void) { wait_guest_ready_in(workdir); }
 
+/* balancerctl explain GUEST says needle within `seconds` (what QEMU is
+ * asked once, at connect, can come after the first sample). */
+static void explain_says(const char *guest, const char *needle, int seconds)
+{
+    g_autofree char *ex = NULL;
+    for (int i = 0; i <= seconds * 10; i++) {
+        g_free(ex);
+        ex = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' explain '%s' 2>&1", test_top(), workdir, guest);
+        if (strstr(ex, needle))
+            return;
+        usleep(100 * 1000);
+    }
+    ck_abort_msg("balancerctl explain %s lacks \"%s\": %s", guest, needle, ex);
+}
+
 START_TEST(libvirt_metadata_drives_balloon)
 {
     libvirt_setup();
     char xml[4096];
-    libvirt_domain_xml("membal-test", xml, sizeof(xml));
+    libvirt_domain_xml("membal-test", true, xml, sizeof(xml));
     cleanup_register("virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; rm -rf '%s'", domname, workdir);
     virDomainPtr d = virDomainCreateXML(conn, xml, 0);
     ck_assert_msg(d != NULL, "virDomainCreateXML: %s", virGetLastErrorMessage());
@@ -261,6 +276,8 @@ START_TEST(libvirt_metadata_drives_balloon)
             sleep(1);
     }
     ck_assert_msg(up == 1, "the guest agent never reported through the libvirt channel");
+    /* <memballoon freePageReporting='on'>, read from the domain XML */
+    explain_says(domname, "free page reporting on its balloon: on", 5);
 
     /* raise the floor live: the metadata-change event gives memory back */
     set_policy("<policy min=\"448MiB\"/>");
@@ -343,7 +360,7 @@ START_TEST(libvirt_policy_persists_and_jobs_hold_the_balloon)
 {
     libvirt_setup();
     char xml[4096], cmd[1024], out[2048];
-    libvirt_domain_xml("membal-persist", xml, sizeof(xml));
+    libvirt_domain_xml("membal-persist", false, xml, sizeof(xml));
     cleanup_register("virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; "
                      "virsh -q -c qemu:///system undefine %s >/dev/null 2>&1; kill $(cat '%s/reader.pid') 2>/dev/null; rm -rf '%s'",
                      domname, domname, workdir, workdir);
@@ -465,12 +482,12 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
 {
     libvirt_setup();
     char xml_b[4096], xml[4096], dir_b[sizeof(workdir)], name_b[sizeof(domname)];
-    libvirt_domain_xml("membal-stopb", xml_b, sizeof(xml_b));
+    libvirt_domain_xml("membal-stopb", false, xml_b, sizeof(xml_b));
     snprintf(dir_b, sizeof(dir_b), "%s", workdir);
     snprintf(name_b, sizeof(name_b), "%s", domname);
     cleanup_register("kill -CONT $(cat /run/libvirt/qemu/%s.pid) 2>/dev/null; "
                      "virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; rm -rf '%s'", name_b, name_b, dir_b);
-    libvirt_domain_xml("membal-stopa", xml, sizeof(xml));
+    libvirt_domain_xml("membal-stopa", false, xml, sizeof(xml));
     cleanup_register("virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; rm -rf '%s'", domname, workdir);
     virDomainPtr b = virDomainCreateXML(conn, xml_b, 0), a = virDomainCreateXML(conn, xml, 0);
     ck_assert_msg(a && b, "virDomainCreateXML: %s", virGetLastErrorMessage());
@@ -621,7 +638,8 @@ START_TEST(qmp_stopped_or_held_qemu_delays_nobody)
     snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
     mkdir(workdir, 0700);
     guest_vm a, b;
-    guest_vm_opts oa = { .mem_mib = 512, .append = "membal.report=1", .extra = "--name membal-qa" };
+    guest_vm_opts oa = { .mem_mib = 512, .append = "membal.report=1",
+                         .extra = "--name membal-qa --balloon-opts free-page-reporting=on" };
     guest_vm_opts ob = { .mem_mib = 512, .append = "membal.report=1", .extra = "--name membal-qb" };
     ck_assert(guest_vm_start(&a, &oa) == 0);
     ck_assert(guest_vm_start(&b, &ob) == 0);
@@ -649,6 +667,9 @@ START_TEST(qmp_stopped_or_held_qemu_delays_nobody)
     ck_assert_msg(worst <= 0.35, "a tick took %.3f s with a monitor held by another client", worst);
     qmp_close(holder); /* the next attempt (backoff 5 s) gets the monitor */
     ck_assert_msg(wait_log("guest membal-qb (", 20), "the guest whose monitor was freed never joined");
+    /* each balloon's free-page-reporting property, as QEMU answers it */
+    explain_says("membal-qa", "free page reporting on its balloon: on", 5);
+    explain_says("membal-qb", "free page reporting on its balloon: off", 5);
 
     int b_moves = count_log("membal-qb: balloon");
     stop_and_time_ticks(a.pid, 8, "one bare QEMU");

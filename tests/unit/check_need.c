@@ -53,6 +53,8 @@ typedef struct {
     uint64_t unbacked;   /* of its free memory, what the host does not back */
     bool stuck;          /* its balloon does not deflate */
     bool pinned;         /* its memory all resident whatever its balloon (locked, hugepage) */
+    int fpr;             /* its balloon's free page reporting: 1 on (the model's default), 0 off,
+                          * -1 unknown */
     uint64_t stale_at;   /* next tick its report is stale and shows its balloon at this size
                           * (what the host saw last); 0 fresh */
     unsigned ooms;
@@ -95,6 +97,7 @@ static void trace_init(trace *s, size_t n, uint64_t host)
     s->in.guests = s->v;
     s->in.n_guests = n;
     s->in.now_s = 100.0;
+    s->in.huge_refault = true; /* as on the reference host (balancer/host/huge_refault.h) */
     s->out.decisions = s->d;
 }
 
@@ -109,7 +112,7 @@ static void trace_guest(trace *s, size_t i, const char *name, role r, uint64_t m
     g->stats_valid = true;
     g->disk_read_bps = 0;
     s->t[i] = (tguest){ .r = r, .anon = anon, .cache_want = cache_want, .target = max,
-                        .cpu = r == IDLE ? 0.02 : 1.0 };
+                        .cpu = r == IDLE ? 0.02 : 1.0, .fpr = 1 };
 }
 
 /* What every guest reports, from the model; the classifier runs as the
@@ -155,6 +158,7 @@ static void observe(trace *s)
         g->host_rss_bytes = (int64_t)(t->pinned ? g->max_bytes : KERNEL + anon_res + t->cache); /* what it has touched */
         g->host_ws_bytes = -1; /* host reclaim off */
         g->host_cpu = t->cpu;
+        g->free_page_reporting = t->fpr;
         classify_update(&t->cls, g, &s->cp);
         g->thrashing = t->cls.thrashing;
         g->streaming = t->cls.streaming;
@@ -197,7 +201,7 @@ static void observe_core(trace *s)
             .major_faults = (int64_t)t->majflt_total, .minor_faults = (int64_t)t->minflt_total,
             .rss_bytes = v->host_rss_bytes, .host_ws_bytes = v->host_ws_bytes,
             .disk_read_bytes = (int64_t)t->disk_total, .qemu_major_faults = (int64_t)t->qflt_total,
-            .qemu_cpu_ms = (int64_t)t->cpu_total, .job_ms = -1,
+            .qemu_cpu_ms = (int64_t)t->cpu_total, .job_ms = -1, .free_page_reporting = t->fpr,
         };
         agent_report rep;
         memset(&rep, 0, sizeof(rep));
@@ -1292,6 +1296,42 @@ START_TEST(drop_idle_cache_leaves_busy_and_unmeasured_guests_alone)
 }
 END_TEST
 
+/* A drop is only for a guest whose balloon has free page reporting on a
+ * host that faults what it hands back in huge pages again: without
+ * either, the memory the balloon gave back is touched again 4 KiB at a
+ * time (bench/fault_cost).  N (reporting off) and Q (not known) are
+ * never dropped, nor is R (reporting on) on a host without huge-page
+ * refaults; on one with them, R is. */
+START_TEST(drop_idle_cache_needs_free_page_reporting_and_huge_refaults)
+{
+    for (int host_huge = 0; host_huge <= 1; host_huge++) {
+        trace s;
+        trace_init(&s, 3, 3 * GIB);
+        s.in.huge_refault = host_huge;
+        drop_idle_guest(&s, 0);
+        s.v[0].name = s.v[0].uuid = "N";
+        s.t[0].fpr = 0;
+        drop_idle_guest(&s, 1);
+        s.v[1].name = s.v[1].uuid = "Q";
+        s.t[1].fpr = -1;
+        drop_idle_guest(&s, 2);
+        s.v[2].name = s.v[2].uuid = "R";
+        drop_track d = { -1, -1, 0, 0 };
+        for (int k = 0; k < 200; k++) {
+            trace_tick(&s);
+            drop_trace_print(&s, k);
+            drop_track_tick(&s, 2, k, &d);
+            for (size_t i = 0; i < 2; i++)
+                ck_assert_msg(!s.d[i].change, "tick %d: %s moved (%s)", k, s.v[i].name, s.d[i].reason);
+            ck_assert_msg(host_huge || !s.d[2].change, "tick %d: R moved on a host without huge-page refaults (%s)",
+                          k, s.d[2].reason);
+        }
+        ck_assert_int_eq(d.drops, host_huge ? 1 : 0);
+        trace_free(&s);
+    }
+}
+END_TEST
+
 /* A guest that reads back what a drop took (it wakes and re-reads its 300
  * MiB, then rests again) is not dropped again for DROP_COST_S. */
 START_TEST(drop_idle_cache_a_guest_that_reads_back_is_not_dropped_again)
@@ -1496,6 +1536,7 @@ int main(void)
     tcase_add_test(tc, trim_streams_trimmed_stream_is_not_grown_for_comfort);
     tcase_add_test(tc, drop_idle_cache_drops_an_idle_guest_cache_and_keeps_its_size);
     tcase_add_test(tc, drop_idle_cache_leaves_busy_and_unmeasured_guests_alone);
+    tcase_add_test(tc, drop_idle_cache_needs_free_page_reporting_and_huge_refaults);
     tcase_add_test(tc, drop_idle_cache_a_guest_that_reads_back_is_not_dropped_again);
     tcase_add_test(tc, drop_idle_cache_gives_back_at_once_and_costs_no_reclaim);
     tcase_add_test(tc, drop_idle_cache_need_during_a_drop_ends_the_drops);
