@@ -429,6 +429,7 @@ step_percent = 20
         warmup, measure = self.timing()
         t0 = time.time()
         rows = []
+        profiler, self.perf_data = None, None
         try:
             limit = self.scen["limit_mb"]
             if self.conf.get("solo") and self.scen.get("solo_limit_mb"):
@@ -447,7 +448,9 @@ step_percent = 20
                 swout0 = vmstat("pswpout")
                 profiler = self.start_profile()
                 rss = self.sample_rss(measure)
-                self.end_profile(profiler)
+                end = {g["name"]: (proc_stat(self.qemu[g["name"]]), proc_wait_s(self.qemu[g["name"]]))
+                       for g in self.guests()}
+                self.stop_profile(profiler)
                 swout = (vmstat("pswpout") - swout0) * PAGE
                 d = dict(daemon_ok="", daemon_cpu_s="", daemon_cpu_pct="", daemon_rss_bytes="")
                 if self.daemon:
@@ -468,10 +471,12 @@ step_percent = 20
                             self.daemon_log))
                 for g in self.guests():
                     rss_g = rss[g["name"]]
-                    rows.append(self.measure_guest(g, start[g["name"]], swout, d,
+                    rows.append(self.measure_guest(g, start[g["name"]], end[g["name"]], swout, d,
                                                    rss_bytes=int(rss_g) if rss_g is not None else ""))
         finally:
+            self.stop_profile(profiler)
             self.stop()
+        self.report_profile()
         wall = time.time() - t0
         for r in rows:
             r["wall_s"] = "%.0f" % wall
@@ -490,24 +495,35 @@ step_percent = 20
 
     def start_profile(self):
         """--perf GUEST: sample that guest's QEMU over the window (perf
-        record, cpu-clock, call graphs); None when not asked or not there."""
+        record, cpu-clock, 499 Hz); None when not asked."""
+        self.perf_data = None
         name = self.args.perf
-        if not name or name not in self.qemu:
+        if not name:
+            return None
+        if name not in self.qemu:
+            log("--perf %s: no such guest in %s (guests: %s)" % (name, self.sname, ", ".join(self.qemu)))
             return None
         self.perf_data = os.path.join(self.args.out, "logs", "perf-%s-%s-%d-%s.data" % (
             self.sname, self.cname, self.n, name))
         try:
-            return subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "-g",
-                                     "-p", str(self.qemu[name]), "-o", self.perf_data],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            p = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "499",
+                                  "-p", str(self.qemu[name]), "-o", self.perf_data],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except OSError as e:
             log("perf: %s" % e.strerror)
+            self.perf_data = None
             return None
+        time.sleep(0.2)
+        if p.poll() is not None:  # e.g. perf_event_paranoid
+            log("perf record exited at once: %s" % p.stderr.read().decode(errors="replace").strip())
+            self.perf_data = None
+            return None
+        return p
 
-    def end_profile(self, profiler):
-        """Stop the recording; its report, what the QEMU's samples were
-        spent in (self time by symbol), goes beside it as .txt."""
-        if not profiler:
+    @staticmethod
+    def stop_profile(profiler):
+        """End the recording (it writes its data on SIGINT); again: no-op."""
+        if not profiler or profiler.poll() is not None:
             return
         profiler.send_signal(signal.SIGINT)
         try:
@@ -515,8 +531,15 @@ step_percent = 20
         except subprocess.TimeoutExpired:
             profiler.kill()
             profiler.wait()
+
+    def report_profile(self):
+        """What the recording's samples were spent in (self time by
+        symbol), beside it as .txt; after the guests are gone, so that it
+        takes no CPU from them."""
+        if not self.perf_data or not os.path.exists(self.perf_data):
+            return
         with open(self.perf_data[:-len(".data")] + ".txt", "w") as f:
-            subprocess.run(["perf", "report", "-i", self.perf_data, "--stdio", "--no-children", "-g", "none",
+            subprocess.run(["perf", "report", "-i", self.perf_data, "--stdio", "--no-children",
                             "--sort", "dso,sym", "--percent-limit", "1"], stdout=f, stderr=subprocess.DEVNULL)
 
     def sample_rss(self, seconds):
@@ -544,11 +567,14 @@ step_percent = 20
         r.update(kw)
         return r
 
-    def measure_guest(self, g, start, swout, d, rss_bytes):
+    def measure_guest(self, g, start, end, swout, d, rss_bytes):
         lines = console_lines(self.serial(g))
         nlines, pswpin0, stat0, wait0, huge0 = start
+        stat1, wait1 = end
         pid = self.qemu[g["name"]]
-        stat1 = proc_stat(pid)
+
+        def delta(a, b, fmt):  # "" when the QEMU was gone at the end (its counters read 0)
+            return fmt % (b - a) if b >= a else ""
         value, done = "", ""
         if g.get("metric"):
             tag, key, _ = g["metric"]
@@ -578,11 +604,11 @@ step_percent = 20
         return self.row(
             g, value=value, done=done, oom_kills=oom_kills(lines),
             guest_swapin_bytes=int((last_pswpin(lines) - pswpin0) * PAGE),
-            host_swapin_bytes=(stat1["majflt"] - stat0["majflt"]) * PAGE,
-            qemu_minflt=stat1["minflt"] - stat0["minflt"],
-            qemu_user_s="%.2f" % (stat1["user_s"] - stat0["user_s"]),
-            qemu_sys_s="%.2f" % (stat1["sys_s"] - stat0["sys_s"]),
-            qemu_wait_s="%.2f" % (proc_wait_s(pid) - wait0), qemu_huge_start_bytes=huge0,
+            host_swapin_bytes=delta(stat0["majflt"] * PAGE, stat1["majflt"] * PAGE, "%d"),
+            qemu_minflt=delta(stat0["minflt"], stat1["minflt"], "%d"),
+            qemu_user_s=delta(stat0["user_s"], stat1["user_s"], "%.2f"),
+            qemu_sys_s=delta(stat0["sys_s"], stat1["sys_s"], "%.2f"),
+            qemu_wait_s=delta(wait0, wait1, "%.2f"), qemu_huge_start_bytes=huge0,
             host_swapped_bytes=proc_status_kb(pid, "VmSwap") * 1024,
             balloon_moves=moves, balloon_flips=flips,
             balloon_final_mib="%.0f" % (final / (1 << 20)) if final else g["mem"],
@@ -972,8 +998,11 @@ def report_again(out):
         name = r["scenario"]
         if name not in SCENARIOS and "@" in name:
             base, ratio = name.split("@", 1)
-            if base in SCENARIOS and ratio.endswith("x"):
-                overcommit_scenarios([base], [float(ratio[:-1])])
+            try:
+                if base in SCENARIOS and ratio.endswith("x"):
+                    overcommit_scenarios([base], [float(ratio[:-1])])
+            except ValueError:
+                pass  # not a ratio: reported as unknown below
         if name not in SCENARIOS or r["config"] not in CONFIGS:
             log("%s: scenario %s / configuration %s unknown to this bench" % (results, name, r["config"]))
             return 1
@@ -997,8 +1026,8 @@ def main():
                     help="ratios of guest memory to host memory to sweep each scenario over, e.g. \"1.2 1.6 2.0\"")
     ap.add_argument("--pin", action="store_true", help="each guest of a scenario on a CPU of its own")
     ap.add_argument("--perf", metavar="GUEST", default="",
-                    help="profile that guest's QEMU over the measure window (perf record; the report by "
-                         "symbol in OUT/logs/perf-SCENARIO-CONFIG-RUN-GUEST.txt)")
+                    help="profile that guest's QEMU over the measure window (perf record, 499 Hz; the "
+                         "report by symbol in OUT/logs/perf-SCENARIO-CONFIG-RUN-GUEST.txt)")
     ap.add_argument("--warmup", type=int, default=0,
                     help="seconds from the guests' boot to the measure window, for every scenario "
                          "(default: each scenario's own; a burst comes 4 s into the window)")

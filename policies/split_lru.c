@@ -819,8 +819,9 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         /* nor one without free page reporting: QEMU discards a balloon's
          * pages 4 KiB at a time, splitting the huge pages behind them, and
          * the guest's next touch of that memory is faulted in 4 KiB at a
-         * time (45 times what a huge page costs, bench/fault_cost: 0.75 s
-         * for 300 MiB on the reference host); free page reporting hands
+         * time (about 40 times what huge pages cost per 4 KiB touched,
+         * bench/fault_cost: 0.75 s for 300 MiB on the reference host);
+         * free page reporting hands
          * the memory back again in 2 MiB blocks once the balloon is down,
          * and on a host that frees the emptied page tables (huge_refault)
          * the touch faults in huge pages */

@@ -99,13 +99,42 @@ static bool same_host_reclaim(const balancer_config *a, const balancer_config *c
            a->hr_max_cpu == c->hr_max_cpu && a->hr_max_swap_out == c->hr_max_swap_out;
 }
 
+static bool drop_idle_cache_on(const balancer_config *c)
+{
+    return !strcmp(c->policy, "split-lru") && c->tun.drop_idle_cache;
+}
+
+/* drop_idle_cache drops a guest only on a host that faults memory given
+ * back in 2 MiB blocks in as huge pages again (host/huge_refault.h):
+ * probed when the option comes into effect, and again at each reload
+ * while the answer is no (a probe that found no free huge page may find
+ * one later); what it found is logged when the option comes into effect
+ * or the answer changes. */
+static void probe_huge_refault(balancer *b, bool was_on)
+{
+    if (!drop_idle_cache_on(&b->cfg) || (was_on && b->huge_refault))
+        return;
+    const char *why = NULL;
+    bool before = b->huge_refault;
+    b->huge_refault = huge_refault_probe(&why);
+    if (was_on && b->huge_refault == before)
+        return;
+    if (b->huge_refault)
+        log_info("drop_idle_cache: this host faults memory given back in 2 MiB blocks (free page reporting) "
+                 "in as huge pages again");
+    else
+        log_warn("drop_idle_cache: %s: no guest is dropped", why);
+}
+
 int balancer_replace_config(balancer *b, balancer_config *cfg, GError **error)
 {
     bool same = same_host_reclaim(&b->cfg, cfg);
+    bool drop_was_on = drop_idle_cache_on(&b->cfg);
     balancer_config old = b->cfg;
     b->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
     limits_from_config(b);
+    probe_huge_refault(b, drop_was_on);
     int rc = 0;
     if (!same && set_host_reclaim(b, error) < 0) {
         /* a [host_reclaim] that cannot start leaves the one that ran */
@@ -235,12 +264,7 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->damon_dir = HOST_SWAP_DAMON_DIR;
     classify_params_default(&b->cp);
     limits_from_config(b);
-    const char *why = NULL;
-    b->huge_refault = huge_refault_probe(&why);
-    if (b->huge_refault)
-        log_info("host: memory given back in 2 MiB blocks (free page reporting) faults back in huge pages");
-    else
-        log_info("host: %s; drop_idle_cache drops no guest here", why);
+    probe_huge_refault(b, false);
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)
         b->hswap = host_swap_new(&b->cfg, b->damon_dir, &hr_err);

@@ -63,6 +63,7 @@ typedef struct {
     const char *backend_name;
     uint64_t ticks;
     bool paused, dry_run, reclaiming;
+    bool huge_refault;          /* host/huge_refault.h, as last probed */
     char summary[128];
     host_meminfo host;
     watermarks wm;

@@ -125,9 +125,11 @@ static int cmp_double(const void *a, const void *b)
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: fault_cost [--mib N] [--runs R]\n"
-                 "Times touching N MiB (default 300) of memory resident in huge pages, fresh\n"
-                 "(huge and 4 KiB), and after a balloon-like discard of every 4 KiB page,\n"
-                 "R times each (default 5), interleaved; prints medians and spreads.\n");
+                 "Times touching N MiB (default 300) of memory: resident in huge pages; fresh\n"
+                 "(huge and 4 KiB); after a balloon-like discard of every 4 KiB page (pulsed);\n"
+                 "after a discard in 2 MiB blocks as free page reporting does (pulsed-2m); and\n"
+                 "after both, in that order (healed).  R runs each (default 5), interleaved;\n"
+                 "prints medians, spreads and the fewest huge pages seen after a touch.\n");
 }
 
 int main(int argc, char **argv)
@@ -164,9 +166,15 @@ int main(int argc, char **argv)
     }
     size_t len = (size_t)mib << 20;
     double *ms[N_MEASURES];
-    long huge[N_MEASURES] = {0};
-    for (int m = 0; m < N_MEASURES; m++)
+    long huge[N_MEASURES]; /* the fewest huge pages behind a region after its touch, over the runs */
+    for (int m = 0; m < N_MEASURES; m++) {
+        huge[m] = -1;
         ms[m] = calloc(runs, sizeof(double));
+        if (!ms[m]) {
+            fprintf(stderr, "fault_cost: out of memory\n");
+            return 1;
+        }
+    }
 
     for (long r = 0; r < runs; r++) {
         for (int k = 0; k < N_CONFIGS; k++) {
@@ -183,14 +191,16 @@ int main(int argc, char **argv)
                 discard_ms(p, len, HUGE);
             }
             ms[m][r] = touch_ms(p, len);
-            huge[m] = huge_mib(p);
+            long h = huge_mib(p);
+            if (huge[m] < 0 || h < huge[m])
+                huge[m] = h;
             munmap(p, len);
         }
     }
 
     printf("touching %ld MiB a 4 KiB page at a time, %ld run(s), interleaved\n", mib, runs);
     printf("%-11s %10s %10s %12s %14s\n", "measure", "median ms", "spread ms", "us per 4 KiB",
-           "huge MiB after");
+           "huge MiB (min)");
     for (int m = 0; m < N_MEASURES; m++) {
         qsort(ms[m], runs, sizeof(double), cmp_double);
         double med = runs % 2 ? ms[m][runs / 2] : (ms[m][runs / 2 - 1] + ms[m][runs / 2]) / 2;

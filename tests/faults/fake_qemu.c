@@ -149,7 +149,12 @@ static void handle(fake_guest *g, size_t idx, const char *line)
         json_object_object_add(ret, "plugged-memory", json_object_new_int64(0));
         reply(g, id, ret);
     } else if (!strcmp(c, "qom-get")) {
-        guest_stats(g, &ret);
+        json_object *prop;
+        if (args && json_object_object_get_ex(args, "property", &prop) &&
+            !strcmp(json_object_get_string(prop), "free-page-reporting"))
+            ret = json_object_new_boolean(0); /* as a QEMU whose balloon does not report */
+        else
+            guest_stats(g, &ret);
         reply(g, id, ret);
     } else if (!strcmp(c, "query-balloon")) {
         ret = json_object_new_object();

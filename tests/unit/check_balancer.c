@@ -482,10 +482,33 @@ static guest_sample sample(int64_t t, int64_t swap_in, int64_t majflt)
         .cache_bytes = (int64_t)(400 * MIB), .total_bytes = (int64_t)(2 * GIB),
         .swap_in_bytes = swap_in, .swap_out_bytes = 0, .major_faults = majflt,
         .minor_faults = 0, .rss_bytes = -1, .host_ws_bytes = -1, .disk_read_bytes = -1,
-        .qemu_major_faults = -1, .qemu_cpu_ms = -1,
+        .qemu_major_faults = -1, .qemu_cpu_ms = -1, .free_page_reporting = -1,
     };
     return s;
 }
+
+/* Whether a guest's balloon offers free page reporting is unknown until
+ * its backend says; then it is what the backend says, sample by sample. */
+START_TEST(free_page_reporting_unknown_until_reported)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    guest g;
+    guest_init(&g, "fpr", "u9");
+    ck_assert_int_eq(g.view.free_page_reporting, -1);
+    guest_sample s = sample(1000, 0, 0);
+    guest_ingest(&g, &s, 1001, 0, &lim, &cp);
+    ck_assert_int_eq(g.view.free_page_reporting, -1);
+    s = sample(1002, 0, 0);
+    s.free_page_reporting = 1;
+    guest_ingest(&g, &s, 1003, 0, &lim, &cp);
+    ck_assert_int_eq(g.view.free_page_reporting, 1);
+    s = sample(1004, 0, 0);
+    s.free_page_reporting = 0;
+    guest_ingest(&g, &s, 1005, 0, &lim, &cp);
+    ck_assert_int_eq(g.view.free_page_reporting, 0);
+}
+END_TEST
 
 START_TEST(guest_rates_and_thrash)
 {
@@ -911,6 +934,7 @@ int main(void)
     tcase_add_test(tc, meminfo_and_fake_numa_tree);
     tcase_add_test(tc, cgroup_v1_and_v2_as_host);
     tcase_add_test(tc, qemu_memcg_find_and_write);
+    tcase_add_test(tc, free_page_reporting_unknown_until_reported);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, balloon_moving_ahead_of_the_report_is_not_need);
     tcase_add_test(tc, balloon_actions_are_journal_entries);
