@@ -36,13 +36,16 @@ static long anon_huge_kb(const void *p)
 
 bool huge_refault_probe(const char **why)
 {
-    size_t map_len = 2 * HUGE_BYTES;
+    /* 6 MiB, the 2 MiB block probed strictly inside: its neighbours are
+     * our own memory without MADV_HUGEPAGE, so its mapping cannot merge
+     * with another process mapping's (whose huge pages smaps would count) */
+    size_t map_len = 3 * HUGE_BYTES;
     char *raw = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) {
-        *why = "the probe could not map 4 MiB";
+        *why = "the probe could not map 6 MiB";
         return false;
     }
-    char *p = (char *)(((unsigned long)raw + HUGE_BYTES - 1) & ~(HUGE_BYTES - 1));
+    char *p = (char *)(((unsigned long)raw + HUGE_BYTES) & ~(HUGE_BYTES - 1));
     bool ok = false;
     if (madvise(p, HUGE_BYTES, MADV_HUGEPAGE) != 0) {
         *why = "transparent huge pages are not available (madvise(MADV_HUGEPAGE) failed)";

@@ -21,6 +21,7 @@
 #include "core/guest.h"
 #include "host/host_cgroup.h"
 #include "host/host_meminfo.h"
+#include "host/huge_refault.h"
 #include "host/qemu_touched.h"
 #include "config/metadata_xml.h"
 #include "reclaim/qemu_memcg.h"
@@ -487,6 +488,24 @@ static guest_sample sample(int64_t t, int64_t swap_in, int64_t majflt)
     return s;
 }
 
+/* The huge-page refault probe: a "no" always comes with its reason, and
+ * a host without transparent huge pages (enabled = never) is a "no". */
+START_TEST(huge_refault_probe_says_why_not)
+{
+    const char *why = NULL;
+    bool yes = huge_refault_probe(&why);
+    fprintf(stderr, "huge refault probe: %s\n", yes ? "yes" : why ? why : "(no reason)");
+    ck_assert_msg(yes || why, "a no without a reason");
+    g_autofree char *thp = NULL;
+    if (g_file_get_contents("/sys/kernel/mm/transparent_hugepage/enabled", &thp, NULL, NULL) &&
+        strstr(thp, "[never]"))
+        ck_assert_msg(!yes, "THP is off, yet the probe saw a huge page");
+    /* asked again, the same answer (it leaves nothing behind that changes it) */
+    const char *why2 = NULL;
+    ck_assert_int_eq(huge_refault_probe(&why2), yes);
+}
+END_TEST
+
 /* Whether a guest's balloon offers free page reporting is unknown until
  * its backend says; then it is what the backend says, sample by sample. */
 START_TEST(free_page_reporting_unknown_until_reported)
@@ -934,6 +953,7 @@ int main(void)
     tcase_add_test(tc, meminfo_and_fake_numa_tree);
     tcase_add_test(tc, cgroup_v1_and_v2_as_host);
     tcase_add_test(tc, qemu_memcg_find_and_write);
+    tcase_add_test(tc, huge_refault_probe_says_why_not);
     tcase_add_test(tc, free_page_reporting_unknown_until_reported);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, balloon_moving_ahead_of_the_report_is_not_need);
