@@ -821,10 +821,9 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
          * the guest's next touch of that memory is faulted in 4 KiB at a
          * time (about 40 times what huge pages cost per 4 KiB touched,
          * bench/fault_cost: 0.75 s for 300 MiB on the reference host);
-         * free page reporting hands
-         * the memory back again in 2 MiB blocks once the balloon is down,
-         * and on a host that frees the emptied page tables (huge_refault)
-         * the touch faults in huge pages */
+         * free page reporting hands the memory back again in 2 MiB blocks
+         * once the balloon is down, and on a host that frees the emptied
+         * page tables (huge_refault) the touch faults in huge pages */
         if (g->free_page_reporting != 1 || !in->huge_refault)
             continue;
         if (!m || !is_adjustable(g, w) || g->policy.protect || !frees || w->changed ||

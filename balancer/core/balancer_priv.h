@@ -27,7 +27,7 @@ struct balancer {
     bool paused;
     bool shutting_down;             /* guests are released, not gone */
     host_swap *hswap;               /* host-side reclaim, NULL when disabled */
-    bool huge_refault;              /* host/huge_refault.h: probed once at start */
+    bool huge_refault;              /* host/huge_refault.h: probed when drop_idle_cache comes into effect */
 
     /* last tick */
     host_meminfo host;

@@ -24,8 +24,9 @@ static long anon_huge_kb(const void *p)
             *next++ = '\0';
         unsigned long lo, hi;
         long kb;
-        char dash;
-        if (sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-' && strchr(line, ' ') > strchr(line, '-'))
+        /* a mapping's header line, as reclaim/guest_ram.c tells them from
+         * the field lines ("AnonHugePages: ...") */
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
             in = (unsigned long)p >= lo && (unsigned long)p < hi;
         else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
             return kb;

@@ -38,8 +38,9 @@ typedef struct {
     int64_t qemu_cpu_ms;      /* host-measured: the CPU its QEMU used so far (user + system, ms):
                                 * filled in by the core, -1 unknown */
     int64_t job_ms;           /* a hypervisor job (migration, save, dump) has run this long, -1 none */
-    int free_page_reporting;  /* its balloon device hands the guest's free pages back in 2 MiB
-                               * blocks (QEMU free-page-reporting=on): 1 yes, 0 no, -1 unknown */
+    int free_page_reporting;  /* its balloon device offers free page reporting (the guest's free
+                               * pages handed back in 2 MiB blocks; QEMU free-page-reporting=on):
+                               * 1 yes, 0 no, -1 unknown */
     unsigned balloon_failures; /* balloon changes the hypervisor refused since the last sample */
 } guest_sample;
 
