@@ -519,24 +519,26 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
     uint64_t a_before = actual_bytes(a);
     char nostats_a[400];
     snprintf(nostats_a, sizeof(nostats_a), "guest %s: no stats this tick", domname);
-    int missed_a = count_log(nostats_a);
+    int from = count_log("");
     stop_and_time_ticks(qb, 8, "one libvirt guest's QEMU");
     /* the bulk call enters the stopped QEMU (NOWAIT does not keep it out
      * when the job is free), unless a balloon change of that guest's was
-     * in it first: either way the running guest is asked every tick */
-    missed_a = count_log(nostats_a) - missed_a;
-    fprintf(stderr, "stopped: %.0f one-guest calls, bulk call stuck: %s, %s missed %d tick(s)\n",
+     * in it first: either way the running guest is asked every tick.  Its
+     * own QEMU (TCG, both cores busy) sometimes answers after the 100 ms
+     * gather, right after its balloon was inflated most often, and on the
+     * first tick of the stop (the bulk call is given 3 times its usual
+     * time first); such a late answer serves the next tick.  So it may miss
+     * a tick now and then (by hand: 1, 0, 0, 1, 1 in five runs; 3 in one
+     * CI run; 0 to 4, every other tick, with a busy loop on one core),
+     * never two in a row; frozen with the other it would miss all 8. */
+    int run_a = 0, missed_a = test_missed_ticks(daemon_log, from, nostats_a, &run_a);
+    fprintf(stderr, "stopped: %.0f one-guest calls, bulk call stuck: %s, %s missed %d tick(s), %d in a row\n",
             stats_calls("guest") - one1, log_has("libvirt's statistics call for all guests has not returned") ? "yes" : "no",
-            domname, missed_a);
-    /* two ticks' leeway: the running guest's own QEMU (TCG, both cores
-     * busy) sometimes answers after the 100 ms gather, seen right after
-     * its balloon was inflated (by hand: 1, 0, 0, 1, 1 missed in five
-     * runs; 2 in one make check); a guest frozen with the other would
-     * miss all 8 */
+            domname, missed_a, run_a);
     if (missed_a > 0)
         dump_log();
-    ck_assert_msg(missed_a <= 2, "the running guest went without stats for %d ticks while the other was stopped",
-                  missed_a);
+    ck_assert_msg(run_a <= 1, "the running guest went without stats for %d ticks in a row while the other was stopped",
+                  run_a);
     fprintf(stderr, "meanwhile %s: %llu -> %llu MiB\n", domname, (unsigned long long)(a_before / MIB),
             (unsigned long long)(actual_bytes(a) / MIB));
     ck_assert(log_has("libvirt has been stuck on its QEMU"));

@@ -163,3 +163,30 @@ double test_longest_tick(const char *log, int from, int *ticks)
     g_free(t);
     return worst;
 }
+
+int test_missed_ticks(const char *log, int from, const char *needle, int *longest_run)
+{
+    char *t = NULL;
+    int missed = 0, run = 0;
+    bool seen = false;
+    *longest_run = 0;
+    if (!g_file_get_contents(log, &t, NULL, NULL))
+        return 0;
+    int line = 0;
+    for (char *p = t; p && *p; line++) {
+        char *nl = strchr(p, '\n');
+        if (nl)
+            *nl = '\0';
+        if (line >= from && strstr(p, needle))
+            seen = true;
+        else if (line >= from && strstr(p, "debug: tick ")) {
+            missed += seen;
+            run = seen ? run + 1 : 0;
+            *longest_run = MAX(*longest_run, run);
+            seen = false;
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    g_free(t);
+    return missed;
+}

@@ -20,6 +20,9 @@ int test_count_lines(const char *path, const char *needle);
 /* The longest tick balancerd --verbose logged ("tick N: ... (S s)") from
  * line `from` of log on, in seconds, and how many ticks there were. */
 double test_longest_tick(const char *log, int from, int *ticks);
+/* Ticks of log from line from whose lines name needle (a guest's "no
+ * stats this tick"), and the longest run of such ticks in a row. */
+int test_missed_ticks(const char *log, int from, const char *needle, int *longest_run);
 /* Poll path until a line contains needle. */
 bool test_wait_line(const char *path, const char *needle, int seconds);
 
