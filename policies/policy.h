@@ -113,7 +113,10 @@ typedef struct {
     uint64_t target_bytes;     /* what the guest's balloon should be set to */
     bool change;               /* target differs enough from actual to act */
     bool undo;                 /* it finishes the policy's own move (a drop's way back up):
-                                * made even under mode=off */
+                                * made even under mode=off and while paused */
+    uint64_t exit_bytes;       /* where the balloon goes if balancerd stops or switches policy
+                                * before the next tick: a move the policy makes for a while only
+                                * (a drop) given back; 0: where it is */
     char reason[96];
 } guest_decision;
 

@@ -27,6 +27,7 @@ void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t 
     uint64_t delta = target > actual ? target - actual : actual - target;
     d->change = delta > 0 && delta >= min_change;
     d->undo = false;
+    d->exit_bytes = 0;
     snprintf(d->reason, sizeof(d->reason), "%s", reason);
 }
 

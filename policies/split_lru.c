@@ -421,6 +421,16 @@ static bool drop_rule(split_guest *m, const guest_view *g, work *w, uint64_t sla
     return true;
 }
 
+/* Where the guest's balloon goes if balancerd stops or switches policy
+ * now: a drop under way, or on its way back up, is given back in one move
+ * (its size before the drop, within its bounds) rather than left to a
+ * policy that does not know it; 0: where it is. */
+static uint64_t exit_size(const split_guest *m, const guest_view *g)
+{
+    uint64_t to = m->drop_from ? max_u64(m->drop_from, g->floor_bytes) : m->restore_to;
+    return to ? min_u64(to, g->ceiling_bytes) : 0;
+}
+
 /* Will this guest be able to give (now, or once its balloon arrived)? */
 static bool is_donor(const guest_view *g, const work *w)
 {
@@ -590,9 +600,12 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     const policy_tunables *tun = &in->tun;
     work *ws = calloc(in->n_guests ? in->n_guests : 1, sizeof(*ws));
     if (!ws) {
-        for (size_t i = 0; i < in->n_guests; i++)
-            decision_set(&out->decisions[i], in->guests[i].actual_bytes,
-                         in->guests[i].actual_bytes, 1, "out of memory: no decision");
+        for (size_t i = 0; i < in->n_guests; i++) {
+            const guest_view *g = &in->guests[i];
+            decision_set(&out->decisions[i], g->actual_bytes, g->actual_bytes, 1, "out of memory: no decision");
+            const split_guest *m = guest_table_lookup(&st->memory, i, guest_key_of(g));
+            out->decisions[i].exit_bytes = m ? exit_size(m, g) : 0;
+        }
         return;
     }
 
@@ -877,7 +890,10 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         /* floors and ceilings are exact: the last small step to them counts */
         if (ws[i].fixed || ws[i].grew || ws[i].target == g->ceiling_bytes || ws[i].target == g->floor_bytes)
             min_change = 1;
-        decision_set(&out->decisions[i], g->actual_bytes, ws[i].target, min_change, ws[i].reason);
+        /* a drop's way back up is set against where the balloon is going:
+         * a drop that ends before its balloon moved calls the move off */
+        uint64_t from = ws[i].restoring && g->pending_target_bytes ? g->pending_target_bytes : g->actual_bytes;
+        decision_set(&out->decisions[i], from, ws[i].target, min_change, ws[i].reason);
         out->decisions[i].undo = ws[i].restoring;
         /* a reclaim starts an experiment: its cost is watched for EXPERIMENT_S */
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
@@ -894,6 +910,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             m->dropped = min_u64(g->cache_bytes, m->drop_from - m->drop_to - min_u64(g->free_bytes, m->drop_from - m->drop_to));
             m->read_after_drop = 0;
         }
+        out->decisions[i].exit_bytes = m ? exit_size(m, g) : 0;
         if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed && !ws[i].dropping) {
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             /* an experiment whose "before" was unknown takes the first

@@ -156,6 +156,8 @@ const balancer_config *balancer_config_get(const balancer *b)
     return &b->cfg;
 }
 
+static void give_back(balancer *b, const char *why);
+
 int balancer_set_policy(balancer *b, const char *name, GError **error)
 {
     const policy_ops *p = policy_lookup(name);
@@ -169,6 +171,8 @@ int balancer_set_policy(balancer *b, const char *name, GError **error)
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "policy %s: cannot set up its state", name);
         return -1;
     }
+    if (b->policy)
+        give_back(b, "policy switched: its drop given back");
     if (b->policy && b->policy->state_free)
         b->policy->state_free(b->policy_state);
     b->policy = p;
@@ -282,6 +286,8 @@ void balancer_free(balancer *b)
 {
     if (!b)
         return;
+    if (b->policy)
+        give_back(b, "balancerd stops: its drop given back");
     b->shutting_down = true;
     host_swap_free(b->hswap);
     while (b->guests->len)
@@ -377,6 +383,16 @@ static void note_job(guest *g, int64_t job_ms)
     g->job_ms = job_ms;
 }
 
+/* Where the guest's balloon is going: the target asked for last, while
+ * it may still be on its way (REISSUE_TICKS), else where it is. */
+static uint64_t balloon_heading(const balancer *b, const guest *g)
+{
+    int64_t quiet_ms = (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;
+    return g->last_target && g->last_target != g->view.actual_bytes && mono_ms() - g->last_set_ms < quiet_ms
+               ? g->last_target
+               : g->view.actual_bytes;
+}
+
 static void actuate(balancer *b, guest *g, const guest_decision *d)
 {
     const guest_view *v = &g->view;
@@ -393,16 +409,14 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         target = v->floor_bytes;
     if (target > v->ceiling_bytes)
         target = v->ceiling_bytes;
-    if (target == v->actual_bytes)
-        return;
+    if (target == balloon_heading(b, g))
+        return; /* there, or already asked and on its way; a move on its way elsewhere is
+                 * called off (a drop ended before its balloon moved) */
     int64_t now = mono_ms();
-    int64_t quiet_ms = (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;
-    if (target == g->last_target && now - g->last_set_ms < quiet_ms)
-        return; /* already asked; the balloon is on its way */
     char from[32], to[32];
     size_format(v->actual_bytes, from, sizeof(from));
     size_format(target, to, sizeof(to));
-    if (b->dry_run || b->paused) {
+    if (b->dry_run || (b->paused && !d->undo)) {
         log_info("guest %s: would balloon %s -> %s (%s)%s", g->hv.name, from, to, d->reason,
                  b->paused ? " [paused]" : " [dry run]");
         return;
@@ -425,6 +439,27 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
     g->last_set_ms = now;
     log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, "balloon", d->reason, v->actual_bytes, target,
                      "guest %s: balloon %s -> %s (%s)", g->hv.name, from, to, d->reason);
+}
+
+/* balancerd stops, or switches policy: a move the policy makes for a
+ * while only (a drop of an idle guest's page cache, seconds) is given
+ * back now, in one move, not left to a policy that does not know it (the
+ * new one, or balancerd's next start).  Made as the drop's way back up
+ * is: under mode=off and while paused too, not in a dry run (nothing was
+ * moved).  The backends send it before they close (balloon changes just
+ * sent are waited for a moment). */
+static void give_back(balancer *b, const char *why)
+{
+    for (guint i = 0; i < b->guests->len; i++) {
+        guest *g = g_ptr_array_index(b->guests, i);
+        if (!g->exit_bytes)
+            continue;
+        guest_decision d = { .target_bytes = g->exit_bytes, .change = g->exit_bytes != balloon_heading(b, g),
+                             .undo = true };
+        snprintf(d.reason, sizeof(d.reason), "%s", why);
+        actuate(b, g, &d);
+        g->exit_bytes = 0;
+    }
 }
 
 /* The host-reclaim actuator's round.  A dry run and a pause write
@@ -510,10 +545,8 @@ static bool tick_round(balancer *b)
         }
         /* a balloon still on its way counts as done (no overshoot while it moves) */
         int64_t quiet_ms = (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;
-        g->view.pending_target_bytes = g->last_target && g->last_target != g->view.actual_bytes &&
-                                               mono_ms() - g->last_set_ms < quiet_ms
-                                           ? g->last_target
-                                           : 0;
+        uint64_t heading = balloon_heading(b, g);
+        g->view.pending_target_bytes = heading != g->view.actual_bytes ? heading : 0;
         /* a balloon growing that we never asked to grow: the guest deflated
          * it on OOM (deflate-on-oom / libvirt autodeflate); under mode=off
          * it is the operator's doing */
@@ -547,7 +580,9 @@ static bool tick_round(balancer *b)
     snprintf(b->summary, sizeof(b->summary), "%s", out.summary);
     uint64_t balloon_reclaim = 0;
     for (size_t i = 0; i < n; i++) {
-        actuate(b, g_ptr_array_index(b->guests, i), &dec[i]);
+        guest *g = g_ptr_array_index(b->guests, i);
+        actuate(b, g, &dec[i]);
+        g->exit_bytes = dec[i].exit_bytes;
         if (dec[i].change && views[i].policy.mode != VM_MODE_OFF && dec[i].target_bytes < views[i].actual_bytes)
             balloon_reclaim += views[i].actual_bytes - dec[i].target_bytes;
     }

@@ -239,6 +239,25 @@ static void observe_core(trace *s)
     }
 }
 
+/* Guest i's balloon moves towards its target, at most balloon_rate a
+ * tick. */
+static void balloon_move(trace *s, size_t i)
+{
+    guest_view *g = &s->v[i];
+    tguest *t = &s->t[i];
+    uint64_t was = g->actual_bytes;
+    if (t->target > g->actual_bytes && !t->stuck)
+        g->actual_bytes += t->target - g->actual_bytes < s->balloon_rate ? t->target - g->actual_bytes : s->balloon_rate;
+    else if (t->target < g->actual_bytes)
+        g->actual_bytes -= g->actual_bytes - t->target < s->balloon_rate ? g->actual_bytes - t->target : s->balloon_rate;
+    /* a deflating balloon hands the guest pages the host does not back;
+     * an inflating one takes free pages, unbacked ones first */
+    if (t->lazy && g->actual_bytes > was)
+        t->unbacked += g->actual_bytes - was;
+    else if (g->actual_bytes < was)
+        t->unbacked -= t->unbacked < was - g->actual_bytes ? t->unbacked : was - g->actual_bytes;
+}
+
 /* One tick: observe, decide, move the balloons (at most BALLOON_RATE),
  * then the workloads run: a guest without swap whose anon set does not
  * fit loses the allocation to the OOM killer. */
@@ -268,17 +287,7 @@ static void trace_tick(trace *s)
             t->target = s->d[i].target_bytes;
             s->moves++;
         }
-        uint64_t was = g->actual_bytes;
-        if (t->target > g->actual_bytes && !t->stuck)
-            g->actual_bytes += t->target - g->actual_bytes < s->balloon_rate ? t->target - g->actual_bytes : s->balloon_rate;
-        else if (t->target < g->actual_bytes)
-            g->actual_bytes -= g->actual_bytes - t->target < s->balloon_rate ? g->actual_bytes - t->target : s->balloon_rate;
-        /* a deflating balloon hands the guest pages the host does not back;
-         * an inflating one takes free pages, unbacked ones first */
-        if (t->lazy && g->actual_bytes > was)
-            t->unbacked += g->actual_bytes - was;
-        else if (g->actual_bytes < was)
-            t->unbacked -= t->unbacked < was - g->actual_bytes ? t->unbacked : was - g->actual_bytes;
+        balloon_move(s, i);
     }
     s->in.now_s += TICK_S;
 }
@@ -1517,6 +1526,108 @@ START_TEST(drop_idle_cache_ends_whatever_happens)
 }
 END_TEST
 
+/* B (guest 0, or 1 after the busy W) to be dropped, balloons moving 64
+ * MiB a tick. */
+static void drop_quick_init(trace *s, bool with_w)
+{
+    trace_init(s, with_w ? 2 : 1, 3 * GIB);
+    s->balloon_rate = 64 * MIB;
+    if (with_w)
+        trace_guest(s, 0, "W", ANON, 512 * MIB, 200 * MIB, 20 * MIB);
+    drop_idle_guest(s, with_w ? 1 : 0);
+}
+
+/* A drop that ends before its balloon moved (B reads its disk the tick
+ * after; its balloon, like a busy TCG guest's, had not begun to inflate):
+ * the way back up is set against where the balloon is going, not where it
+ * still is, so the move is called off and B keeps its size.  Set against
+ * where it is, nothing changes that tick: B went down to 448 MiB before
+ * its way back up caught it (and a report still showing it at its size
+ * would have ended the way back up: B left on its way down, for good). */
+START_TEST(drop_idle_cache_ended_before_its_balloon_moved)
+{
+    trace s;
+    drop_quick_init(&s, false);
+    drop_track d = { -1, -1, 0, 0 };
+    for (int k = 0; k < 200 && d.began < 0; k++) {
+        trace_tick(&s);
+        drop_track_tick(&s, 0, k, &d);
+    }
+    trace_free(&s);
+    ck_assert_msg(d.began >= 0, "never dropped");
+
+    drop_quick_init(&s, false);
+    for (int k = 0; k < d.began; k++)
+        trace_tick(&s);
+    s.balloon_rate = 0; /* the drop's tick: its balloon does not move yet */
+    trace_tick(&s);
+    ck_assert_msg(s.t[0].target < 512 * MIB, "no drop at tick %d", d.began);
+    s.balloon_rate = 64 * MIB;
+    s.t[0].reads = 4 * MIB; /* it wakes and reads */
+    uint64_t lowest = s.v[0].actual_bytes;
+    for (int k = d.began + 1; k < d.began + 60; k++) {
+        trace_tick(&s);
+        drop_trace_print(&s, k);
+        s.t[0].reads = 0;
+        lowest = s.v[0].actual_bytes < lowest ? s.v[0].actual_bytes : lowest;
+    }
+    ck_assert_msg(lowest == 512 * MIB && s.v[0].actual_bytes == 512 * MIB, "B went down to %llu MiB, ended at %llu MiB",
+                  (unsigned long long)(lowest / MIB), (unsigned long long)(s.v[0].actual_bytes / MIB));
+    trace_free(&s);
+}
+END_TEST
+
+/* balancerd stops (or switches policy) during a drop: each tick's
+ * decision says where the balloon goes then (exit_bytes).  It is B's size
+ * before the drop from the tick the drop is decided until B is back, and
+ * 0 (where it is) before and after, and for the busy W always.  Stopped at
+ * any tick, with exit_bytes applied as the core applies it (then no
+ * policy), B ends at its size; without, it would be left dropped. */
+START_TEST(drop_idle_cache_stopping_balancerd_gives_the_drop_back)
+{
+    trace s;
+    drop_quick_init(&s, true);
+    drop_track d = { -1, -1, 0, 0 };
+    int done = -1; /* the first tick after the drop whose exit_bytes is 0 again */
+    for (int k = 0; k < 200 && done < 0; k++) {
+        trace_tick(&s);
+        drop_track_tick(&s, 1, k, &d);
+        drop_trace_print(&s, k);
+        ck_assert_msg(s.d[0].exit_bytes == 0, "tick %d: W has a size to go back to", k);
+        if (d.began < 0 || k < d.began)
+            ck_assert_msg(s.d[1].exit_bytes == 0, "tick %d: B has a size to go back to before its drop", k);
+        else if (s.d[1].exit_bytes == 0)
+            done = k;
+        else
+            ck_assert_msg(s.d[1].exit_bytes == 512 * MIB, "tick %d: B would go back to %llu MiB", k,
+                          (unsigned long long)(s.d[1].exit_bytes / MIB));
+    }
+    trace_free(&s);
+    ck_assert_msg(d.began >= 0 && d.back > d.began && done > d.back, "drop at %d, back at %d, done at %d", d.began,
+                  d.back, done);
+    ck_assert_msg(s.v[1].actual_bytes == 512 * MIB, "B back at %llu MiB", (unsigned long long)(s.v[1].actual_bytes / MIB));
+
+    int stopped_dropped = 0;
+    for (int stop = d.began; stop <= done; stop++) {
+        drop_quick_init(&s, true);
+        for (int k = 0; k <= stop; k++)
+            trace_tick(&s);
+        stopped_dropped += s.v[1].actual_bytes < 512 * MIB;
+        for (size_t i = 0; i < s.n; i++) /* the core's give_back */
+            if (s.d[i].exit_bytes)
+                s.t[i].target = s.d[i].exit_bytes;
+        for (int k = 0; k < 20; k++)
+            for (size_t i = 0; i < s.n; i++)
+                balloon_move(&s, i);
+        ck_assert_msg(s.v[1].actual_bytes == 512 * MIB && s.v[0].actual_bytes == 512 * MIB,
+                      "stopped at tick %d: B left at %llu MiB, W at %llu MiB", stop,
+                      (unsigned long long)(s.v[1].actual_bytes / MIB), (unsigned long long)(s.v[0].actual_bytes / MIB));
+        trace_free(&s);
+    }
+    ck_assert_msg(stopped_dropped >= 2, "stopped %d times with B dropped", stopped_dropped);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("need");
@@ -1542,6 +1653,8 @@ int main(void)
     tcase_add_test(tc, drop_idle_cache_need_during_a_drop_ends_the_drops);
     tcase_add_test(tc, drop_idle_cache_restore_survives_a_stale_report);
     tcase_add_test(tc, drop_idle_cache_ends_whatever_happens);
+    tcase_add_test(tc, drop_idle_cache_stopping_balancerd_gives_the_drop_back);
+    tcase_add_test(tc, drop_idle_cache_ended_before_its_balloon_moved);
     tcase_add_test(tc, memory_given_back_is_not_retaken);
     tcase_add_test(tc, self_deflation_is_not_fought);
     tcase_add_test(tc, critical_host_no_ping_pong);
