@@ -47,6 +47,8 @@ typedef struct {
                                 * and I/O), as the host measures it; < 0 unknown */
     int free_page_reporting;   /* its balloon hands free memory back in 2 MiB blocks (QEMU
                                 * free-page-reporting=on): 1 yes, 0 no, -1 unknown */
+    int free_page_reporting_used; /* ... and the guest's balloon driver took it: 1 yes, 0 no,
+                                * -1 unknown */
     int64_t host_rss_bytes;    /* what its QEMU has touched (resident + swapped), as the host
                                 * measures it; < 0 unknown */
     int64_t host_ws_bytes;     /* its working set as host reclaim measures it: resident guest RAM
@@ -103,6 +105,8 @@ typedef struct {
     bool huge_refault;         /* the host faults memory given back in 2 MiB blocks (free page
                                 * reporting) in as huge pages again, even after a balloon's 4 KiB
                                 * discards split them (balancer/host/huge_refault.h) */
+    bool observing;            /* paused or a dry run: the core makes none of the moves, so the
+                                * policy starts none it would have to undo (a drop) */
     watermarks wm;
     policy_tunables tun;
     size_t n_guests;

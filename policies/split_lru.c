@@ -384,7 +384,8 @@ static uint64_t pct(uint64_t v, double percent)
  * back to where it was; at once when the guest needs memory (or deflated
  * its balloon on OOM), reads its disks (it woke: its CPU does not tell,
  * the balloon keeps it busy), goes stale or is switched to mode=off (the
- * way back up is made then too: a drop is never left half done).  The way
+ * way back up is made then too: a drop is never left half done), or when
+ * its balloon is back where it was with no move on its way.  The way
  * back up stands until a fresh report shows it arrived (one decided on a
  * stale report, the balloon seen where it was before the drop, changes
  * nothing, and the guest would stay dropped), for DROP_HOLD_S at most (a
@@ -399,9 +400,13 @@ static bool drop_rule(split_guest *m, const guest_view *g, work *w, uint64_t sla
         bool arrived = g->actual_bytes <= m->drop_to + slack;
         bool needs = g->in_need || g->thrashing || g->self_deflated_bytes;
         bool reads = !(g->disk_read_bps >= 0 && g->disk_read_bps < IDLE_READ_BPS);
+        /* no move on its way and the balloon where it was: the guest came
+         * back under the same id (restarted, or its QEMU replaced), or its
+         * balloon never began to move */
+        bool undone = g->stats_valid && !g->pending_target_bytes && g->actual_bytes + slack >= m->drop_from;
         if (needs) /* it needed memory while it was dropped: maybe the drop's doing */
             m->drop_cost_until_s = now + DROP_COST_S;
-        if (!arrived && !needs && !reads && g->stats_valid && g->policy.mode == VM_MODE_AUTO &&
+        if (!arrived && !needs && !reads && !undone && g->stats_valid && g->policy.mode == VM_MODE_AUTO &&
             now - m->drop_at_s < DROP_HOLD_S) {
             w->fixed = true;
             w->target = m->drop_to;
@@ -820,8 +825,10 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
      * until the guest touches it again.  Not a guest watched less than
      * PACE_WATCH_S, a stream (trim_streams' part), one whose cache
      * refaulted, one a drop cost, nor one with protect="yes" (host
-     * reclaim leaves it alone too). */
-    for (size_t i = 0; tun->drop_idle_cache && !st->reclaiming && !relieved && i < in->n_guests; i++) {
+     * reclaim leaves it alone too); none while balancerd only observes
+     * (paused, a dry run: a drop not made would be "given back" later,
+     * over what the operator did meanwhile). */
+    for (size_t i = 0; tun->drop_idle_cache && !in->observing && !st->reclaiming && !relieved && i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
@@ -836,8 +843,10 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
          * bench/fault_cost: 0.75 s for 300 MiB on the reference host);
          * free page reporting hands the memory back again in 2 MiB blocks
          * once the balloon is down, and on a host that frees the emptied
-         * page tables (huge_refault) the touch faults in huge pages */
-        if (g->free_page_reporting != 1 || !in->huge_refault)
+         * page tables (huge_refault) the touch faults in huge pages.  The
+         * device offering it is not enough when the guest's driver is known
+         * not to have taken it (a kernel without CONFIG_PAGE_REPORTING) */
+        if (g->free_page_reporting != 1 || g->free_page_reporting_used == 0 || !in->huge_refault)
             continue;
         if (!m || !is_adjustable(g, w) || g->policy.protect || !frees || w->changed ||
             !w->watched || w->settling || w->cache_hot || g->streaming || g->filling || m->idle_since_s < 0 ||

@@ -202,6 +202,11 @@ int qmp_query_blockstats_read(qmp_conn *conn, uint64_t *rd_bytes, int timeout_ms
 int qmp_parse_blockstats_read(json_object *ret, uint64_t *rd_bytes, qmp_error *err);
 int qmp_parse_guest_stats(json_object *ret, qmp_guest_stats *out, qmp_error *err);
 int qmp_parse_query_balloon(json_object *ret, uint64_t *actual_bytes, qmp_error *err);
+/* x-query-virtio-status (QEMU 7.2+, unstable): whether the guest's driver
+ * took the device feature named feature ("VIRTIO_BALLOON_F_REPORTING"):
+ * *taken 1 or 0 once the driver is ready (VIRTIO_CONFIG_S_DRIVER_OK),
+ * -1 before. */
+int qmp_parse_virtio_guest_feature(json_object *ret, const char *feature, int *taken, qmp_error *err);
 int qmp_parse_memory_size_summary(json_object *ret, uint64_t *base_bytes,
                                   uint64_t *plugged_bytes, qmp_error *err);
 

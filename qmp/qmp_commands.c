@@ -43,6 +43,38 @@ int qmp_parse_query_balloon(json_object *ret, uint64_t *actual, qmp_error *err)
     return get_u64(ret, "actual", actual, err);
 }
 
+/* Is name (a string beginning "NAME:", as QEMU describes a feature or
+ * status bit) in obj's array member key? */
+static int named_in(json_object *obj, const char *key, const char *name, qmp_error *err)
+{
+    json_object *a;
+    if (!json_object_is_type(obj, json_type_object) || !json_object_object_get_ex(obj, key, &a) ||
+        !json_object_is_type(a, json_type_array))
+        return fail(err, QMP_ERR_PROTOCOL, "reply lacks array member '%s'", key);
+    size_t len = strlen(name);
+    for (size_t i = 0; i < json_object_array_length(a); i++) {
+        const char *s = json_object_get_string(json_object_array_get_idx(a, i));
+        if (json_object_is_type(json_object_array_get_idx(a, i), json_type_string) && !strncmp(s, name, len) &&
+            s[len] == ':')
+            return 1;
+    }
+    return 0;
+}
+
+int qmp_parse_virtio_guest_feature(json_object *ret, const char *feature, int *taken, qmp_error *err)
+{
+    json_object *status, *features;
+    if (!json_object_is_type(ret, json_type_object) || !json_object_object_get_ex(ret, "status", &status) ||
+        !json_object_object_get_ex(ret, "guest-features", &features))
+        return fail(err, QMP_ERR_PROTOCOL, "reply lacks member 'status' or 'guest-features'");
+    int ok = named_in(status, "statuses", "VIRTIO_CONFIG_S_DRIVER_OK", err);
+    int has = ok < 0 ? -1 : named_in(features, "dev-features", feature, err);
+    if (has < 0)
+        return -1;
+    *taken = ok ? has : -1;
+    return 0;
+}
+
 int qmp_parse_memory_size_summary(json_object *ret, uint64_t *base, uint64_t *plugged,
                                   qmp_error *err)
 {

@@ -409,13 +409,20 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         target = v->floor_bytes;
     if (target > v->ceiling_bytes)
         target = v->ceiling_bytes;
-    if (target == balloon_heading(b, g))
+    uint64_t heading = balloon_heading(b, g);
+    if (target == heading)
         return; /* there, or already asked and on its way; a move on its way elsewhere is
-                 * called off (a drop ended before its balloon moved) */
+                 * called off, even back to where the balloon still is (a drop that ended
+                 * before its balloon moved) */
+    if (d->undo && target < v->actual_bytes)
+        return; /* the way back up never shrinks a guest (grown meanwhile by its operator
+                 * under mode=off, or deflated on OOM) */
     int64_t now = mono_ms();
-    char from[32], to[32];
+    char from[32], to[32], was_to[32] = "";
     size_format(v->actual_bytes, from, sizeof(from));
     size_format(target, to, sizeof(to));
+    if (heading != v->actual_bytes)
+        size_format(heading, was_to, sizeof(was_to));
     if (b->dry_run || (b->paused && !d->undo)) {
         log_info("guest %s: would balloon %s -> %s (%s)%s", g->hv.name, from, to, d->reason,
                  b->paused ? " [paused]" : " [dry run]");
@@ -429,16 +436,18 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         return;
     }
     g->balloon_ops++;
-    if (target < v->actual_bytes)
-        g->reclaimed_bytes += v->actual_bytes - target;
+    /* counted from where the last move was going: a move called off is given back */
+    if (target < heading)
+        g->reclaimed_bytes += heading - target;
     else
-        g->returned_bytes += target - v->actual_bytes;
-    if (target > v->actual_bytes)
+        g->returned_bytes += target - heading;
+    if (target > heading)
         g->last_grow_ms = now;
     g->last_target = target;
     g->last_set_ms = now;
     log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, "balloon", d->reason, v->actual_bytes, target,
-                     "guest %s: balloon %s -> %s (%s)", g->hv.name, from, to, d->reason);
+                     "guest %s: balloon %s -> %s (%s)%s%s", g->hv.name, from, to, d->reason,
+                     was_to[0] ? ", on its way to " : "", was_to);
 }
 
 /* balancerd stops, or switches policy: a move the policy makes for a
@@ -569,7 +578,8 @@ static bool tick_round(balancer *b)
             views[i].stats_valid = false; /* neither gives nor takes while the job runs */
     }
     policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host,
-                        .huge_refault = b->huge_refault, .wm = b->wm, .tun = b->cfg.tun, .n_guests = n,
+                        .huge_refault = b->huge_refault, .observing = b->paused || b->dry_run, .wm = b->wm,
+                        .tun = b->cfg.tun, .n_guests = n,
                         .guests = views };
     policy_output out = { .decisions = dec };
     b->policy->decide(&in, b->policy_state, &out);

@@ -31,6 +31,7 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->qemu_faults_ps = g->qemu_faults_ps;
     r->qemu_cpu = g->qemu_cpu;
     r->free_page_reporting = g->view.free_page_reporting;
+    r->free_page_reporting_used = g->view.free_page_reporting_used;
     r->swap_in_bytes = g->cur.swap_in_bytes;
     r->swap_out_bytes = g->cur.swap_out_bytes;
     r->major_faults = g->cur.major_faults;

@@ -41,6 +41,8 @@ typedef struct {
     int free_page_reporting;  /* its balloon device offers free page reporting (the guest's free
                                * pages handed back in 2 MiB blocks; QEMU free-page-reporting=on):
                                * 1 yes, 0 no, -1 unknown */
+    int free_page_reporting_used; /* ... and the guest's balloon driver took it (negotiated; QMP
+                               * with QEMU 7.2+ only): 1 yes, 0 no, -1 unknown */
     unsigned balloon_failures; /* balloon changes the hypervisor refused since the last sample */
 } guest_sample;
 

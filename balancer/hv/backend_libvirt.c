@@ -1105,6 +1105,7 @@ static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     if (lg->have) {
         *out = lg->sample;
         out->free_page_reporting = lg->free_page_reporting;
+        out->free_page_reporting_used = -1; /* libvirt does not say what the guest's driver took */
         out->balloon_failures = lg->set_failures;
         lg->set_failures = 0;
         lg->have = false;

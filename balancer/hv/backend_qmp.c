@@ -35,6 +35,9 @@
 
 #define CONNECT_MS 500           /* greeting, capabilities and identity of a new connection */
 #define REQUEST_MS 10000         /* a question unanswered this long fails (the answer is stray) */
+#define FPR_READY_MS 5000        /* whether the guest's driver took free page reporting: asked this
+                                  * often until its driver is ready ... */
+#define FPR_AGAIN_MS 60000       /* ... then this often (the guest may reboot into another kernel) */
 #define RETRY_MIN_S 5            /* reconnect backoff, doubling ... */
 #define RETRY_MAX_S 60           /* ... up to this */
 #define BALLOON_QOM_PATH "/machine/peripheral/balloon0"
@@ -76,6 +79,10 @@ typedef struct {
     unsigned set_failures; /* balloon changes QEMU refused since the last sample */
     unsigned stats_period; /* for the balloon's stats polling, set at each connect */
     int free_page_reporting; /* the balloon's free-page-reporting property: 1, 0, -1 unknown */
+    int free_page_reporting_used; /* ... and whether the guest's driver took it: 1, 0, -1 unknown */
+    int64_t fpr_asked_ms;    /* when that was last asked, 0 not on this connection */
+    bool fpr_asking;         /* ... and the answer is still to come */
+    bool fpr_refused;        /* QEMU cannot say (before 7.2, or no such device): not asked again */
 } qmp_target;
 
 typedef struct {
@@ -90,7 +97,7 @@ static qmp_state *state_of(hv_ctx *hv)
         st->targets = g_ptr_array_new();
         for (char **p = hv->qmp_sockets; p && *p; p++) {
             qmp_target *t = g_new0(qmp_target, 1);
-            t->free_page_reporting = -1;
+            t->free_page_reporting = t->free_page_reporting_used = -1;
             const char *comma = strstr(*p, ",agent=");
             t->path = comma ? g_strndup(*p, (gsize)(comma - *p)) : g_strdup(*p);
             agent_conn_init(&t->agent, comma ? comma + 7 : NULL);
@@ -183,6 +190,39 @@ static void on_free_page_reporting(qmp_conn *c, json_object *ret, const qmp_erro
         t->free_page_reporting = json_object_get_boolean(ret) ? 1 : 0;
 }
 
+/* Whether the guest's balloon driver took free page reporting
+ * (x-query-virtio-status, QEMU 7.2+: unstable, so QEMU's refusal is not an
+ * error, only unknown). */
+static void on_free_page_reporting_used(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    t->fpr_asking = false;
+    int taken;
+    if (!err && qmp_parse_virtio_guest_feature(ret, "VIRTIO_BALLOON_F_REPORTING", &taken, NULL) == 0)
+        t->free_page_reporting_used = taken;
+    else if (err && err->code == QMP_ERR_COMMAND)
+        t->fpr_refused = true;
+}
+
+/* Asked while the device offers free page reporting, outside the round
+ * (its answer is not waited for): often until the guest's driver is
+ * ready, then now and then. */
+static void ask_free_page_reporting_used(qmp_target *t)
+{
+    int64_t now = mono_ms();
+    if (t->free_page_reporting != 1 || t->fpr_asking || t->fpr_refused ||
+        (t->fpr_asked_ms && now - t->fpr_asked_ms < (t->free_page_reporting_used < 0 ? FPR_READY_MS : FPR_AGAIN_MS)))
+        return;
+    t->fpr_asked_ms = now;
+    t->fpr_asking = true;
+    json_object *args = json_object_new_object();
+    json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH "/virtio-backend"));
+    qmp_error e;
+    if (qmp_execute_async(t->conn, "x-query-virtio-status", args, REQUEST_MS, on_free_page_reporting_used, t, &e) < 0)
+        t->fpr_asking = false;
+}
+
 /* The handshake ended: ask who it is (and turn its balloon stats on). */
 static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
 {
@@ -214,7 +254,9 @@ static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *
     qmp_error e;
     if (qmp_set_stats_polling_async(c, BALLOON_QOM_PATH, (int)t->stats_period, left, on_polling, t, &e) < 0)
         on_polling(c, NULL, &e, t);
-    t->free_page_reporting = -1;
+    t->free_page_reporting = t->free_page_reporting_used = -1;
+    t->fpr_asked_ms = 0;
+    t->fpr_asking = t->fpr_refused = false;
     json_object *args = json_object_new_object();
     json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH));
     json_object_object_add(args, "property", json_object_new_string("free-page-reporting"));
@@ -357,6 +399,7 @@ static void on_disk(qmp_conn *c, json_object *ret, const qmp_error *err, void *o
  * nor to a QEMU whose questions expired and that has said nothing since). */
 static void ask(hv_ctx *hv, qmp_target *t)
 {
+    ask_free_page_reporting_used(t);
     if (t->waiting)
         return;
     if (t->expired) {
@@ -510,6 +553,7 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     t->set_failures = 0;
     out->job_ms = -1; /* a bare QEMU's migrations are its operator's business */
     out->free_page_reporting = t->free_page_reporting;
+    out->free_page_reporting_used = t->free_page_reporting == 1 ? t->free_page_reporting_used : -1;
     return 0;
 }
 

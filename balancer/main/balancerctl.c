@@ -175,10 +175,15 @@ static void print_explain(json_object *r)
         printf("  its QEMU's major faults (waits for host swap) %.0f/s\n", dbl(g, "qemu_major_faults_per_second"));
     if (dbl(g, "qemu_cpu_seconds_per_second") >= 0)
         printf("  its QEMU's CPU %.1f%% of a CPU\n", 100.0 * dbl(g, "qemu_cpu_seconds_per_second"));
-    json_object *fpr;
-    if (json_object_object_get_ex(g, "free_page_reporting", &fpr))
-        printf("  free page reporting on its balloon: %s\n",
-               !fpr ? "unknown" : json_object_get_boolean(fpr) ? "on" : "off");
+    json_object *fpr, *used = NULL;
+    if (json_object_object_get_ex(g, "free_page_reporting", &fpr)) {
+        json_object_object_get_ex(g, "free_page_reporting_used", &used);
+        printf("  free page reporting on its balloon: %s%s\n",
+               !fpr ? "unknown" : json_object_get_boolean(fpr) ? "on" : "off",
+               !fpr || !json_object_get_boolean(fpr) || !used ? ""
+               : json_object_get_boolean(used) ? ", taken by the guest's driver"
+                                                : ", not taken by the guest's driver");
+    }
     printf("  policy: mode %s, priority %s, shares %s, protect %s, source %s\n", str(p, "mode"),
            str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
     json_object *h;

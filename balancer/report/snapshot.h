@@ -48,6 +48,7 @@ typedef struct {
     double qemu_faults_ps;      /* its QEMU's major faults/s (host swap-ins), host-measured, -1 unknown */
     double qemu_cpu;            /* the CPUs its QEMU keeps busy, host-measured, -1 unknown */
     int free_page_reporting;    /* its balloon's free page reporting: 1 on, 0 off, -1 unknown */
+    int free_page_reporting_used; /* ... taken by the guest's driver: 1, 0, -1 unknown */
     int64_t swap_in_bytes, swap_out_bytes, major_faults; /* guest counters, -1 not reported */
     /* the in-guest agent */
     int64_t agent_refaults_anon, agent_refaults_file;     /* -1 unknown */

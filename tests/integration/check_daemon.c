@@ -669,8 +669,9 @@ START_TEST(qmp_stopped_or_held_qemu_delays_nobody)
     ck_assert_msg(worst <= 0.35, "a tick took %.3f s with a monitor held by another client", worst);
     qmp_close(holder); /* the next attempt (backoff 5 s) gets the monitor */
     ck_assert_msg(wait_log("guest membal-qb (", 20), "the guest whose monitor was freed never joined");
-    /* each balloon's free-page-reporting property, as QEMU answers it */
-    explain_says("membal-qa", "free page reporting on its balloon: on", 5);
+    /* each balloon's free-page-reporting property, as QEMU answers it, and
+     * whether the guest's driver took it (the test guest's Linux does) */
+    explain_says("membal-qa", "free page reporting on its balloon: on, taken by the guest's driver", 10);
     explain_says("membal-qb", "free page reporting on its balloon: off", 5);
 
     int b_moves = count_log("membal-qb: balloon");
@@ -693,7 +694,9 @@ END_TEST
  * the guest reads 300 MiB of its disk into its page cache and idles; once
  * it has idled 60 s balancerd drops that cache (its balloon down, to come
  * back up in seconds).  SIGTERM during the drop: balancerd gives the
- * guest its size back before it exits, not left to its next start. */
+ * guest its size back before it exits, not left to its next start.  The
+ * guest prints no meminfo (membal.report): under TCG that alone keeps its
+ * QEMU near the 5% of a CPU that idle is measured against. */
 START_TEST(drop_given_back_when_balancerd_stops)
 {
     snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
@@ -702,20 +705,30 @@ START_TEST(drop_given_back_when_balancerd_stops)
     snprintf(disk, sizeof(disk), "%s/data.img", workdir);
     ck_assert_int_eq(test_run("truncate -s 320M '%s'", disk), 0);
     guest_vm vm;
-    guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1 membal.run=burst:/dev/vda:300:3600:300:0",
+    guest_vm_opts o = { .mem_mib = 512, .append = "membal.run=burst:/dev/vda:300:3600:300:0",
                         .disk = disk, .extra = "--balloon-opts free-page-reporting=on" };
     ck_assert(guest_vm_start(&vm, &o) == 0);
-    ck_assert_msg(guest_vm_wait_console(&vm, "BURST phase=idle", 120000), "the guest did not fill its cache");
+    ck_assert_msg(guest_vm_wait_console(&vm, "BURST phase=idle", 90000), "the guest did not fill its cache");
     char conf[512], args[600];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
     write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n[policy]\ndrop_idle_cache = true\n");
     snprintf(args, sizeof(args), "--verbose --qmp '%s'", vm.qmp_path);
     start_daemon(conf, args);
-    bool dropped = wait_log("(proactive: dropping idle page cache)", 180);
+    ck_assert_msg(wait_log("drop_idle_cache: ", 20), "no word from the huge-page refault probe");
+    if (log_has("no guest is dropped")) {
+        ck_assert_int_eq(stop_daemon(), 0);
+        guest_vm_stop(&vm);
+        test_run("rm -rf '%s'", workdir);
+        CHECK_SKIP("this host does not fault memory given back in 2 MiB blocks in as huge pages: no drop to give back");
+    }
+    bool dropped = wait_log("(proactive: dropping idle page cache)", 150);
     ck_assert_int_eq(stop_daemon(), 0);
-    if (!dropped || !log_has("balancerd stops: its drop given back"))
+    /* the tick after the drop may already see its balloon arrived and
+     * start the way back up itself: then there is nothing to give back */
+    bool back_before = log_has("(idle page cache dropped: its size given back)");
+    if (!dropped || (!back_before && !log_has("balancerd stops: its drop given back")))
         dump_log();
-    ck_assert_msg(dropped, "no drop in 180 s");
+    ck_assert_msg(dropped, "no drop in 150 s");
     qmp_error err;
     qmp_conn *c = qmp_connect_unix(vm.qmp_path, 5000, &err);
     ck_assert_msg(c != NULL, "%s", err.msg);
@@ -729,8 +742,11 @@ START_TEST(drop_given_back_when_balancerd_stops)
     fprintf(stderr, "SIGTERM during a drop: the guest's balloon at %llu MiB after the exit\n",
             (unsigned long long)(actual / MIB));
     ck_assert_msg(actual == 512 * MIB, "the guest left at %llu MiB", (unsigned long long)(actual / MIB));
-    ck_assert_msg(log_has("-> 512 MiB (balancerd stops: its drop given back)"),
-                  "SIGTERM during the drop did not give it back");
+    if (back_before)
+        fprintf(stderr, "SIGTERM during a drop: its way back up had begun, give_back not exercised\n");
+    else
+        ck_assert_msg(log_has("-> 512 MiB (balancerd stops: its drop given back)"),
+                      "SIGTERM during the drop did not give it back");
     guest_vm_stop(&vm);
     test_run("rm -rf '%s'", workdir);
 }

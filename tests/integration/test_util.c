@@ -187,6 +187,10 @@ int test_missed_ticks(const char *log, int from, const char *needle, int *longes
         }
         p = nl ? nl + 1 : NULL;
     }
+    if (seen) { /* a last tick whose own line is not written yet */
+        missed++;
+        *longest_run = MAX(*longest_run, run + 1);
+    }
     g_free(t);
     return missed;
 }

@@ -483,7 +483,7 @@ static guest_sample sample(int64_t t, int64_t swap_in, int64_t majflt)
         .cache_bytes = (int64_t)(400 * MIB), .total_bytes = (int64_t)(2 * GIB),
         .swap_in_bytes = swap_in, .swap_out_bytes = 0, .major_faults = majflt,
         .minor_faults = 0, .rss_bytes = -1, .host_ws_bytes = -1, .disk_read_bytes = -1,
-        .qemu_major_faults = -1, .qemu_cpu_ms = -1, .free_page_reporting = -1,
+        .qemu_major_faults = -1, .qemu_cpu_ms = -1, .free_page_reporting = -1, .free_page_reporting_used = -1,
     };
     return s;
 }
@@ -515,13 +515,17 @@ START_TEST(free_page_reporting_unknown_until_reported)
     guest g;
     guest_init(&g, "fpr", "u9");
     ck_assert_int_eq(g.view.free_page_reporting, -1);
+    ck_assert_int_eq(g.view.free_page_reporting_used, -1);
     guest_sample s = sample(1000, 0, 0);
     guest_ingest(&g, &s, 1001, 0, &lim, &cp);
     ck_assert_int_eq(g.view.free_page_reporting, -1);
+    ck_assert_int_eq(g.view.free_page_reporting_used, -1);
     s = sample(1002, 0, 0);
     s.free_page_reporting = 1;
+    s.free_page_reporting_used = 0;
     guest_ingest(&g, &s, 1003, 0, &lim, &cp);
     ck_assert_int_eq(g.view.free_page_reporting, 1);
+    ck_assert_int_eq(g.view.free_page_reporting_used, 0);
     s = sample(1004, 0, 0);
     s.free_page_reporting = 0;
     guest_ingest(&g, &s, 1005, 0, &lim, &cp);

@@ -24,7 +24,7 @@
 #include "policies/classify.h"
 #include "policies/policy.h"
 
-#define NG 4
+#define NG 5
 #define TICK_S 2.0
 #define BALLOON_RATE (128 * MIB)  /* per tick, either way */
 #define KERNEL (24 * MIB)         /* what the guest kernel itself keeps */
@@ -55,6 +55,7 @@ typedef struct {
     bool pinned;         /* its memory all resident whatever its balloon (locked, hugepage) */
     int fpr;             /* its balloon's free page reporting: 1 on (the model's default), 0 off,
                           * -1 unknown */
+    int fpr_used;        /* ... taken by its driver: 1, 0, -1 unknown (the model's default) */
     uint64_t stale_at;   /* next tick its report is stale and shows its balloon at this size
                           * (what the host saw last); 0 fresh */
     unsigned ooms;
@@ -112,7 +113,7 @@ static void trace_guest(trace *s, size_t i, const char *name, role r, uint64_t m
     g->stats_valid = true;
     g->disk_read_bps = 0;
     s->t[i] = (tguest){ .r = r, .anon = anon, .cache_want = cache_want, .target = max,
-                        .cpu = r == IDLE ? 0.02 : 1.0, .fpr = 1 };
+                        .cpu = r == IDLE ? 0.02 : 1.0, .fpr = 1, .fpr_used = -1 };
 }
 
 /* What every guest reports, from the model; the classifier runs as the
@@ -159,6 +160,7 @@ static void observe(trace *s)
         g->host_ws_bytes = -1; /* host reclaim off */
         g->host_cpu = t->cpu;
         g->free_page_reporting = t->fpr;
+        g->free_page_reporting_used = t->fpr_used;
         classify_update(&t->cls, g, &s->cp);
         g->thrashing = t->cls.thrashing;
         g->streaming = t->cls.streaming;
@@ -202,6 +204,7 @@ static void observe_core(trace *s)
             .rss_bytes = v->host_rss_bytes, .host_ws_bytes = v->host_ws_bytes,
             .disk_read_bytes = (int64_t)t->disk_total, .qemu_major_faults = (int64_t)t->qflt_total,
             .qemu_cpu_ms = (int64_t)t->cpu_total, .job_ms = -1, .free_page_reporting = t->fpr,
+            .free_page_reporting_used = t->fpr_used,
         };
         agent_report rep;
         memset(&rep, 0, sizeof(rep));
@@ -1308,14 +1311,15 @@ END_TEST
 /* A drop is only for a guest whose balloon has free page reporting on a
  * host that faults what it hands back in huge pages again: without
  * either, the memory the balloon gave back is touched again 4 KiB at a
- * time (bench/fault_cost).  N (reporting off) and Q (not known) are
- * never dropped, nor is R (reporting on) on a host without huge-page
- * refaults; on one with them, R is. */
+ * time (bench/fault_cost).  N (reporting off), Q (not known) and D (on,
+ * its driver known not to have taken it) are never dropped, nor are R
+ * (reporting on, its driver's use not known) and T (taken) on a host
+ * without huge-page refaults; on one with them, they are. */
 START_TEST(drop_idle_cache_needs_free_page_reporting_and_huge_refaults)
 {
     for (int host_huge = 0; host_huge <= 1; host_huge++) {
         trace s;
-        trace_init(&s, 3, 3 * GIB);
+        trace_init(&s, 5, 3 * GIB);
         s.in.huge_refault = host_huge;
         drop_idle_guest(&s, 0);
         s.v[0].name = s.v[0].uuid = "N";
@@ -1324,18 +1328,27 @@ START_TEST(drop_idle_cache_needs_free_page_reporting_and_huge_refaults)
         s.v[1].name = s.v[1].uuid = "Q";
         s.t[1].fpr = -1;
         drop_idle_guest(&s, 2);
-        s.v[2].name = s.v[2].uuid = "R";
-        drop_track d = { -1, -1, 0, 0 };
+        s.v[2].name = s.v[2].uuid = "D";
+        s.t[2].fpr_used = 0;
+        drop_idle_guest(&s, 3);
+        s.v[3].name = s.v[3].uuid = "R";
+        drop_idle_guest(&s, 4);
+        s.v[4].name = s.v[4].uuid = "T";
+        s.t[4].fpr_used = 1;
+        drop_track d[2] = { { -1, -1, 0, 0 }, { -1, -1, 0, 0 } };
         for (int k = 0; k < 200; k++) {
             trace_tick(&s);
             drop_trace_print(&s, k);
-            drop_track_tick(&s, 2, k, &d);
-            for (size_t i = 0; i < 2; i++)
+            for (size_t i = 0; i < 3; i++)
                 ck_assert_msg(!s.d[i].change, "tick %d: %s moved (%s)", k, s.v[i].name, s.d[i].reason);
-            ck_assert_msg(host_huge || !s.d[2].change, "tick %d: R moved on a host without huge-page refaults (%s)",
-                          k, s.d[2].reason);
+            for (size_t i = 3; i < 5; i++) {
+                drop_track_tick(&s, i, k, &d[i - 3]);
+                ck_assert_msg(host_huge || !s.d[i].change, "tick %d: %s moved on a host without huge-page refaults (%s)",
+                              k, s.v[i].name, s.d[i].reason);
+            }
         }
-        ck_assert_int_eq(d.drops, host_huge ? 1 : 0);
+        ck_assert_int_eq(d[0].drops, host_huge ? 1 : 0);
+        ck_assert_int_eq(d[1].drops, host_huge ? 1 : 0);
         trace_free(&s);
     }
 }
@@ -1537,6 +1550,15 @@ static void drop_quick_init(trace *s, bool with_w)
     drop_idle_guest(s, with_w ? 1 : 0);
 }
 
+/* Ticks until guest i's first drop began (d->began; -1 when none in 200). */
+static void ticks_until_drop(trace *s, size_t i, drop_track *d)
+{
+    for (int k = 0; k < 200 && d->began < 0; k++) {
+        trace_tick(s);
+        drop_track_tick(s, i, k, d);
+    }
+}
+
 /* A drop that ends before its balloon moved (B reads its disk the tick
  * after; its balloon, like a busy TCG guest's, had not begun to inflate):
  * the way back up is set against where the balloon is going, not where it
@@ -1549,10 +1571,7 @@ START_TEST(drop_idle_cache_ended_before_its_balloon_moved)
     trace s;
     drop_quick_init(&s, false);
     drop_track d = { -1, -1, 0, 0 };
-    for (int k = 0; k < 200 && d.began < 0; k++) {
-        trace_tick(&s);
-        drop_track_tick(&s, 0, k, &d);
-    }
+    ticks_until_drop(&s, 0, &d);
     trace_free(&s);
     ck_assert_msg(d.began >= 0, "never dropped");
 
@@ -1573,6 +1592,49 @@ START_TEST(drop_idle_cache_ended_before_its_balloon_moved)
     }
     ck_assert_msg(lowest == 512 * MIB && s.v[0].actual_bytes == 512 * MIB, "B went down to %llu MiB, ended at %llu MiB",
                   (unsigned long long)(lowest / MIB), (unsigned long long)(s.v[0].actual_bytes / MIB));
+    trace_free(&s);
+}
+END_TEST
+
+/* While balancerd only observes (paused, a dry run) no drop starts: one
+ * not made would be "given back" later, over what the operator did
+ * meanwhile.  Observing again, B is dropped. */
+START_TEST(drop_idle_cache_none_while_observing)
+{
+    trace s;
+    drop_quick_init(&s, false);
+    s.in.observing = true;
+    for (int k = 0; k < 200; k++) {
+        trace_tick(&s);
+        ck_assert_msg(!s.d[0].change, "tick %d: B moved while observing (%s)", k, s.d[0].reason);
+        ck_assert_msg(!s.d[0].exit_bytes, "tick %d: B has a size to go back to", k);
+    }
+    s.in.observing = false;
+    drop_track d = { -1, -1, 0, 0 };
+    ticks_until_drop(&s, 0, &d);
+    ck_assert_msg(d.began >= 0 && d.began < 40, "not dropped once observing again (%d)", d.began);
+    trace_free(&s);
+}
+END_TEST
+
+/* B comes back under the same id during its drop (restarted, or its QEMU
+ * replaced behind the same socket): full size, no balloon move on its
+ * way.  The drop is over: B is not taken down to the drop's target. */
+START_TEST(drop_idle_cache_guest_back_under_the_same_id_is_not_dropped)
+{
+    trace s;
+    drop_quick_init(&s, false);
+    drop_track d = { -1, -1, 0, 0 };
+    ticks_until_drop(&s, 0, &d);
+    ck_assert_msg(d.began >= 0, "never dropped");
+    s.v[0].actual_bytes = s.t[0].target = 512 * MIB; /* the new one */
+    s.t[0].unbacked = 0;
+    for (int k = d.began + 1; k < d.began + 40; k++) {
+        trace_tick(&s);
+        drop_trace_print(&s, k);
+        ck_assert_msg(s.v[0].actual_bytes == 512 * MIB, "tick %d: B at %llu MiB (%s)", k,
+                      (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason);
+    }
     trace_free(&s);
 }
 END_TEST
@@ -1655,6 +1717,8 @@ int main(void)
     tcase_add_test(tc, drop_idle_cache_ends_whatever_happens);
     tcase_add_test(tc, drop_idle_cache_stopping_balancerd_gives_the_drop_back);
     tcase_add_test(tc, drop_idle_cache_ended_before_its_balloon_moved);
+    tcase_add_test(tc, drop_idle_cache_guest_back_under_the_same_id_is_not_dropped);
+    tcase_add_test(tc, drop_idle_cache_none_while_observing);
     tcase_add_test(tc, memory_given_back_is_not_retaken);
     tcase_add_test(tc, self_deflation_is_not_fought);
     tcase_add_test(tc, critical_host_no_ping_pong);

@@ -534,6 +534,50 @@ START_TEST(memory_size_summary_parse)
 }
 END_TEST
 
+START_TEST(virtio_guest_feature_parse)
+{
+    /* as QEMU 7.2 answers x-query-virtio-status for a balloon with
+     * free-page-reporting=on whose Linux 6.1 driver took it (shortened) */
+    const char *used = "{\"name\": \"virtio-balloon\", \"status\": {\"statuses\": "
+                       "[\"VIRTIO_CONFIG_S_ACKNOWLEDGE: Valid virtio device found\", "
+                       "\"VIRTIO_CONFIG_S_FEATURES_OK: Feature negotiation complete\", "
+                       "\"VIRTIO_CONFIG_S_DRIVER_OK: Driver setup and ready\"]}, "
+                       "\"guest-features\": {\"unknown-dev-features\": 1099511627776, \"dev-features\": "
+                       "[\"VIRTIO_BALLOON_F_REPORTING: Page reporting VQ enabled\", "
+                       "\"VIRTIO_BALLOON_F_STATS_VQ: Guest memory stats VQ available\"], \"transports\": []}}";
+    json_object *ret = json_tokener_parse(used);
+    int taken = 7;
+    ck_assert_int_eq(qmp_parse_virtio_guest_feature(ret, "VIRTIO_BALLOON_F_REPORTING", &taken, NULL), 0);
+    ck_assert_int_eq(taken, 1);
+    ck_assert_int_eq(qmp_parse_virtio_guest_feature(ret, "VIRTIO_BALLOON_F_REPORT", &taken, NULL), 0);
+    ck_assert_int_eq(taken, 0); /* a prefix is not the feature */
+    json_object_put(ret);
+    /* a driver without it */
+    ret = json_tokener_parse("{\"status\": {\"statuses\": [\"VIRTIO_CONFIG_S_DRIVER_OK: Driver setup and ready\"]}, "
+                             "\"guest-features\": {\"dev-features\": [\"VIRTIO_BALLOON_F_STATS_VQ: x\"]}}");
+    ck_assert_int_eq(qmp_parse_virtio_guest_feature(ret, "VIRTIO_BALLOON_F_REPORTING", &taken, NULL), 0);
+    ck_assert_int_eq(taken, 0);
+    json_object_put(ret);
+    /* no driver yet (the guest still boots): not known */
+    ret = json_tokener_parse("{\"status\": {\"statuses\": []}, \"guest-features\": {\"dev-features\": []}}");
+    ck_assert_int_eq(qmp_parse_virtio_guest_feature(ret, "VIRTIO_BALLOON_F_REPORTING", &taken, NULL), 0);
+    ck_assert_int_eq(taken, -1);
+    json_object_put(ret);
+    /* malformed */
+    qmp_error err;
+    ret = json_tokener_parse("{\"status\": {\"statuses\": 3}, \"guest-features\": {\"dev-features\": []}}");
+    ck_assert_int_eq(qmp_parse_virtio_guest_feature(ret, "VIRTIO_BALLOON_F_REPORTING", &taken, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "statuses"));
+    json_object_put(ret);
+    ret = json_tokener_parse("{\"status\": {\"statuses\": [1]}, \"guest-features\": {}}");
+    ck_assert_int_eq(qmp_parse_virtio_guest_feature(ret, "VIRTIO_BALLOON_F_REPORTING", &taken, &err), -1);
+    json_object_put(ret);
+    ret = json_tokener_parse("[]");
+    ck_assert_int_eq(qmp_parse_virtio_guest_feature(ret, "VIRTIO_BALLOON_F_REPORTING", &taken, NULL), -1);
+    json_object_put(ret);
+}
+END_TEST
+
 START_TEST(blockstats_parse)
 {
     /* as QEMU 7.2 answers for a guest with one virtio disk and an empty cdrom */
@@ -694,6 +738,7 @@ int main(void)
     tcase_add_test(tc, guest_stats_parse);
     tcase_add_test(tc, memory_size_summary_parse);
     tcase_add_test(tc, blockstats_parse);
+    tcase_add_test(tc, virtio_guest_feature_parse);
     tcase_add_test(tc, connect_unix_socket);
     tcase_add_test(tc, glib_main_loop_integration);
     tcase_add_test(tc, bad_arguments);
