@@ -447,7 +447,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
     g->last_set_ms = now;
     log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, "balloon", d->reason, v->actual_bytes, target,
                      "guest %s: balloon %s -> %s (%s)%s%s", g->hv.name, from, to, d->reason,
-                     was_to[0] ? ", on its way to " : "", was_to);
+                     was_to[0] ? ", was on its way to " : "", was_to);
 }
 
 /* balancerd stops, or switches policy: a move the policy makes for a

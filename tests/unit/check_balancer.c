@@ -27,6 +27,7 @@
 #include "reclaim/qemu_memcg.h"
 #include "config/size_parse.h"
 #include "util/log.h"
+#include "util/mono_clock.h"
 
 /* ---- sizes ---- */
 
@@ -943,6 +944,96 @@ START_TEST(reload_with_bad_host_reclaim_keeps_the_stage)
 }
 END_TEST
 
+/* ---- the core's give-back of a drop (a backend that records) ---- */
+
+static uint64_t set_to[8];
+static size_t n_set;
+
+static int record_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
+{
+    (void)hv;
+    (void)g;
+    (void)error;
+    if (n_set < G_N_ELEMENTS(set_to))
+        set_to[n_set] = bytes;
+    n_set++;
+    return 0;
+}
+
+static int no_sync(hv_ctx *hv)
+{
+    (void)hv;
+    return 0;
+}
+
+static const backend_ops recording_backend = { .name = "recording", .sync = no_sync, .set_target = record_target };
+
+/* Guest g1 of b as the policy's drop left it: its balloon asked down to
+ * 256 MiB just now (on its way from 512), the policy's exit_bytes 512. */
+static guest *dropped_guest(balancer *b, uint64_t actual)
+{
+    guest *g = g_ptr_array_index(b->guests, 0);
+    g->view.actual_bytes = actual;
+    g->view.max_bytes = g->view.ceiling_bytes = 1 * GIB;
+    g->view.floor_bytes = 128 * MIB;
+    g->view.policy.mode = VM_MODE_AUTO;
+    g->last_target = 256 * MIB;
+    g->last_set_ms = mono_ms();
+    g->exit_bytes = 512 * MIB;
+    g->job_ms = -1;
+    return g;
+}
+
+/* balancerd switching policy or stopping gives a drop back, in one move,
+ * while paused and under mode=off too, and even when the balloon is still
+ * where it was (a move on its way called off); not in a dry run, not
+ * during a libvirt job, and never below what the guest has now. */
+START_TEST(drop_given_back_on_policy_switch_and_stop)
+{
+    balancer_config c;
+    config_defaults(&c);
+    g_autoptr(GError) err = NULL;
+    balancer *b = balancer_new(&c, &recording_backend, NULL, false, &err);
+    ck_assert_msg(b != NULL, "%s", err ? err->message : "");
+    b->hv.inv->add(b->hv.inv_ctx, "g1", "uuid-g1");
+    n_set = 0;
+
+    guest *g = dropped_guest(b, 512 * MIB); /* not moved yet: called off */
+    ck_assert_int_eq(balancer_set_policy(b, "none", &err), 0);
+    ck_assert_uint_eq(n_set, 1);
+    ck_assert_uint_eq(set_to[0], 512 * MIB);
+    ck_assert_uint_eq(g->exit_bytes, 0);
+    ck_assert_uint_eq(g->returned_bytes, 256 * MIB); /* from where it was going */
+
+    g = dropped_guest(b, 300 * MIB); /* paused, mode=off: still given back */
+    b->paused = true;
+    g->view.policy.mode = VM_MODE_OFF;
+    ck_assert_int_eq(balancer_set_policy(b, "split-lru", &err), 0);
+    ck_assert_uint_eq(n_set, 2);
+    ck_assert_uint_eq(set_to[1], 512 * MIB);
+    b->paused = false;
+
+    g = dropped_guest(b, 300 * MIB); /* a libvirt job runs: left alone */
+    g->job_ms = 5;
+    ck_assert_int_eq(balancer_set_policy(b, "none", &err), 0);
+    g = dropped_guest(b, 700 * MIB); /* grown meanwhile: not shrunk */
+    ck_assert_int_eq(balancer_set_policy(b, "split-lru", &err), 0);
+    g = dropped_guest(b, 300 * MIB); /* a dry run moved nothing */
+    b->dry_run = true;
+    ck_assert_int_eq(balancer_set_policy(b, "none", &err), 0);
+    b->dry_run = false;
+    g = dropped_guest(b, 256 * MIB); /* there already, nothing on its way: nothing to do... */
+    g->exit_bytes = 256 * MIB;
+    ck_assert_int_eq(balancer_set_policy(b, "split-lru", &err), 0);
+    ck_assert_uint_eq(n_set, 2);
+
+    dropped_guest(b, 300 * MIB); /* balancerd stops */
+    balancer_free(b);
+    ck_assert_uint_eq(n_set, 3);
+    ck_assert_uint_eq(set_to[2], 512 * MIB);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("balancer");
@@ -970,6 +1061,7 @@ int main(void)
     tcase_add_test(tc, qemu_major_faults_become_a_host_rate);
     tcase_add_test(tc, bounds_from_policy);
     tcase_add_test(tc, reload_with_bad_host_reclaim_keeps_the_stage);
+    tcase_add_test(tc, drop_given_back_on_policy_switch_and_stop);
     suite_add_tcase(s, tc);
     int rc = check_run_suite(s, CK_NOFORK); /* tests share tmpdir */
     if (tmpdir[0]) {
