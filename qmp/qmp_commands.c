@@ -53,9 +53,9 @@ static int named_in(json_object *obj, const char *key, const char *name, qmp_err
         return fail(err, QMP_ERR_PROTOCOL, "reply lacks array member '%s'", key);
     size_t len = strlen(name);
     for (size_t i = 0; i < json_object_array_length(a); i++) {
-        const char *s = json_object_get_string(json_object_array_get_idx(a, i));
-        if (json_object_is_type(json_object_array_get_idx(a, i), json_type_string) && !strncmp(s, name, len) &&
-            s[len] == ':')
+        json_object *v = json_object_array_get_idx(a, i);
+        const char *s = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+        if (!strncmp(s, name, len) && s[len] == ':')
             return 1;
     }
     return 0;

@@ -383,12 +383,17 @@ static void note_job(guest *g, int64_t job_ms)
     g->job_ms = job_ms;
 }
 
+/* How long a balloon asked to move may still be on its way. */
+static int64_t reissue_ms(const balancer *b)
+{
+    return (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;
+}
+
 /* Where the guest's balloon is going: the target asked for last, while
- * it may still be on its way (REISSUE_TICKS), else where it is. */
+ * it may still be on its way, else where it is. */
 static uint64_t balloon_heading(const balancer *b, const guest *g)
 {
-    int64_t quiet_ms = (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;
-    return g->last_target && g->last_target != g->view.actual_bytes && mono_ms() - g->last_set_ms < quiet_ms
+    return g->last_target && g->last_target != g->view.actual_bytes && mono_ms() - g->last_set_ms < reissue_ms(b)
                ? g->last_target
                : g->view.actual_bytes;
 }
@@ -463,8 +468,8 @@ static void give_back(balancer *b, const char *why)
         guest *g = g_ptr_array_index(b->guests, i);
         if (!g->exit_bytes)
             continue;
-        guest_decision d = { .target_bytes = g->exit_bytes, .change = g->exit_bytes != balloon_heading(b, g),
-                             .undo = true };
+        /* actuate leaves it where it is going already */
+        guest_decision d = { .target_bytes = g->exit_bytes, .change = true, .undo = true };
         snprintf(d.reason, sizeof(d.reason), "%s", why);
         actuate(b, g, &d);
         g->exit_bytes = 0;
@@ -553,7 +558,6 @@ static bool tick_round(balancer *b)
             b->backend_errors += s.balloon_failures;
         }
         /* a balloon still on its way counts as done (no overshoot while it moves) */
-        int64_t quiet_ms = (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;
         uint64_t heading = balloon_heading(b, g);
         g->view.pending_target_bytes = heading != g->view.actual_bytes ? heading : 0;
         /* a balloon growing that we never asked to grow: the guest deflated
@@ -561,7 +565,7 @@ static bool tick_round(balancer *b)
          * it is the operator's doing */
         g->view.self_deflated_bytes = 0;
         if (g->view.stats_valid && g->seen_actual && g->last_target && g->view.policy.mode != VM_MODE_OFF &&
-            mono_ms() - g->last_grow_ms >= quiet_ms && /* not a growth we asked for */
+            mono_ms() - g->last_grow_ms >= reissue_ms(b) && /* not a growth we asked for */
             g->view.actual_bytes > g->seen_actual + SELF_DEFLATE_SLACK &&
             g->view.actual_bytes > g->last_target + SELF_DEFLATE_SLACK) {
             g->view.self_deflated_bytes = g->view.actual_bytes - g->seen_actual;

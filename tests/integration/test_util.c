@@ -139,58 +139,51 @@ int test_stop_daemon(pid_t pid)
     return -1;
 }
 
+/* The lines of log from line `from` on (NULL-terminated; an unreadable
+ * log has none). */
+static GStrv log_lines_from(const char *log, int from, char ***all)
+{
+    g_autofree char *t = NULL;
+    *all = g_file_get_contents(log, &t, NULL, NULL) ? g_strsplit(t, "\n", -1) : g_new0(char *, 1);
+    return *all + MIN((guint)MAX(from, 0), g_strv_length(*all));
+}
+
 double test_longest_tick(const char *log, int from, int *ticks)
 {
-    char *t = NULL;
-    *ticks = 0;
-    if (!g_file_get_contents(log, &t, NULL, NULL))
-        return 0;
+    g_auto(GStrv) all = NULL;
     double worst = 0;
-    int line = 0;
-    for (char *p = t; p && *p; line++) {
-        char *nl = strchr(p, '\n');
-        if (nl)
-            *nl = '\0';
-        const char *paren = strstr(p, "debug: tick ") ? strrchr(p, '(') : NULL;
-        if (line >= from && paren) {
+    *ticks = 0;
+    for (char **l = log_lines_from(log, from, &all); *l; l++) {
+        const char *paren = strstr(*l, "debug: tick ") ? strrchr(*l, '(') : NULL;
+        if (paren) {
             double sec = strtod(paren + 1, NULL);
             (*ticks)++;
             if (sec > worst)
                 worst = sec;
         }
-        p = nl ? nl + 1 : NULL;
     }
-    g_free(t);
     return worst;
 }
 
 int test_missed_ticks(const char *log, int from, const char *needle, int *longest_run)
 {
-    char *t = NULL;
+    g_auto(GStrv) all = NULL;
     int missed = 0, run = 0;
     bool seen = false;
     *longest_run = 0;
-    if (!g_file_get_contents(log, &t, NULL, NULL))
-        return 0;
-    int line = 0;
-    for (char *p = t; p && *p; line++) {
-        char *nl = strchr(p, '\n');
-        if (nl)
-            *nl = '\0';
-        if (line >= from && strstr(p, needle))
+    for (char **l = log_lines_from(log, from, &all); *l; l++) {
+        if (strstr(*l, needle))
             seen = true;
-        else if (line >= from && strstr(p, "debug: tick ")) {
+        else if (strstr(*l, "debug: tick ")) {
             missed += seen;
             run = seen ? run + 1 : 0;
             *longest_run = MAX(*longest_run, run);
             seen = false;
         }
-        p = nl ? nl + 1 : NULL;
     }
     if (seen) { /* a last tick whose own line is not written yet */
         missed++;
         *longest_run = MAX(*longest_run, run + 1);
     }
-    g_free(t);
     return missed;
 }
