@@ -25,13 +25,22 @@
  *              deflates, once the guest's free pages merge), then touched:
  *              on kernels that free empty page tables on MADV_DONTNEED
  *              (6.14+), the touch faults in huge pages again
+ *   aged-2m    pulsed-2m, touched --age seconds (default 5) after the
+ *              discard instead of at once.  A host that is itself a guest
+ *              and reports its own free pages to its hypervisor (virtio-
+ *              balloon free page reporting, bit 5 of the balloon's
+ *              features; this machine does) hands the freed memory on once
+ *              it has been free for about 2 s (mm/page_reporting.c,
+ *              PAGE_REPORTING_DELAY), and the touch then faults at the
+ *              hypervisor too; on a bare-metal host aged-2m is pulsed-2m
  * and the table gives the median and spread in ms, and the huge pages the
  * region held after its touch.
  *
- * Usage: fault_cost [--mib N] [--runs R]
+ * Usage: fault_cost [--mib N] [--runs R] [--age S]
  */
 #include <errno.h>
 #include <getopt.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +52,10 @@
 #define HUGE (2UL << 20)
 
 /* the configurations, then the discards two of them time apart */
-enum { RESIDENT, FRESH_HUGE, FRESH_4K, PULSED, PULSED_2M, HEALED, N_CONFIGS,
+enum { RESIDENT, FRESH_HUGE, FRESH_4K, PULSED, PULSED_2M, HEALED, AGED_2M, N_CONFIGS,
        DISCARD = N_CONFIGS, DISCARD_2M, N_MEASURES };
 static const char *const measure_names[N_MEASURES] = {
-    "resident", "fresh-huge", "fresh-4k", "pulsed", "pulsed-2m", "healed", "discard", "discard-2m",
+    "resident", "fresh-huge", "fresh-4k", "pulsed", "pulsed-2m", "healed", "aged-2m", "discard", "discard-2m",
 };
 
 static double now_ms(void)
@@ -116,6 +125,29 @@ static long huge_mib(const char *p)
     return kb < 0 ? -1 : kb / 1024;
 }
 
+/* Whether this host reports its own free pages to a hypervisor: a
+ * virtio-balloon device of its own whose negotiated features (a string of
+ * '0'/'1' by bit number) have VIRTIO_BALLOON_F_REPORTING (5).  "no" also
+ * when it has no balloon. */
+static const char *host_reports_free_pages(void)
+{
+    glob_t g;
+    const char *answer = "no";
+    if (glob("/sys/bus/virtio/drivers/virtio_balloon/virtio*/features", 0, NULL, &g) != 0)
+        return answer;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char bits[130] = "";
+        FILE *f = fopen(g.gl_pathv[i], "r");
+        if (!f)
+            continue;
+        if (fgets(bits, sizeof(bits), f) && strlen(bits) > 5 && bits[5] == '1')
+            answer = "yes";
+        fclose(f);
+    }
+    globfree(&g);
+    return answer;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -124,36 +156,42 @@ static int cmp_double(const void *a, const void *b)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: fault_cost [--mib N] [--runs R]\n"
+    fprintf(out, "Usage: fault_cost [--mib N] [--runs R] [--age S]\n"
                  "Times touching N MiB (default 300) of memory: resident in huge pages; fresh\n"
                  "(huge and 4 KiB); after a balloon-like discard of every 4 KiB page (pulsed);\n"
-                 "after a discard in 2 MiB blocks as free page reporting does (pulsed-2m); and\n"
-                 "after both, in that order (healed).  R runs each (default 5), interleaved;\n"
-                 "prints medians, spreads and the fewest huge pages seen after a touch.\n");
+                 "after a discard in 2 MiB blocks as free page reporting does (pulsed-2m);\n"
+                 "after both, in that order (healed); and S seconds (default 5) after a 2 MiB\n"
+                 "discard (aged-2m: on a host that itself reports its free pages to a\n"
+                 "hypervisor, the memory is gone from under it by then).  R runs each (default\n"
+                 "5), interleaved; prints medians, spreads and the fewest huge pages seen after\n"
+                 "a touch.\n");
 }
 
 int main(int argc, char **argv)
 {
-    long mib = 300, runs = 5;
+    long mib = 300, runs = 5, age = 5;
     static const struct option opts[] = {
         {"mib", required_argument, NULL, 'm'},
         {"runs", required_argument, NULL, 'r'},
+        {"age", required_argument, NULL, 'a'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     int c;
-    while ((c = getopt_long(argc, argv, "m:r:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:r:a:h", opts, NULL)) != -1) {
         char *end;
         switch (c) {
         case 'm':
-        case 'r': {
+        case 'r':
+        case 'a': {
             long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > (c == 'm' ? 65536 : 100)) {
-                fprintf(stderr, "fault_cost: --%s %s: not a number in range\n", c == 'm' ? "mib" : "runs",
-                        optarg);
+            long max = c == 'm' ? 65536 : c == 'r' ? 100 : 600;
+            const char *name = c == 'm' ? "mib" : c == 'r' ? "runs" : "age";
+            if (*end || v < (c == 'a' ? 0 : 1) || v > max) {
+                fprintf(stderr, "fault_cost: --%s %s: not a number in range\n", name, optarg);
                 return 2;
             }
-            *(c == 'm' ? &mib : &runs) = v;
+            *(c == 'm' ? &mib : c == 'r' ? &runs : &age) = v;
             break;
         }
         case 'h':
@@ -180,12 +218,16 @@ int main(int argc, char **argv)
         for (int k = 0; k < N_CONFIGS; k++) {
             int m = (k + r) % N_CONFIGS; /* rotate the order between runs */
             char *p = region_new(len, m == FRESH_4K ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
-            if (m == RESIDENT || m == PULSED || m == PULSED_2M || m == HEALED)
+            if (m == RESIDENT || m == PULSED || m == PULSED_2M || m == HEALED || m == AGED_2M)
                 touch_ms(p, len);
             if (m == PULSED)
                 ms[DISCARD][r] = discard_ms(p, len, PAGE);
             if (m == PULSED_2M)
                 ms[DISCARD_2M][r] = discard_ms(p, len, HUGE);
+            if (m == AGED_2M) {
+                discard_ms(p, len, HUGE);
+                sleep(age);
+            }
             if (m == HEALED) {
                 discard_ms(p, len, PAGE);
                 discard_ms(p, len, HUGE);
@@ -198,7 +240,9 @@ int main(int argc, char **argv)
         }
     }
 
-    printf("touching %ld MiB a 4 KiB page at a time, %ld run(s), interleaved\n", mib, runs);
+    printf("touching %ld MiB a 4 KiB page at a time, %ld run(s), interleaved; aged-2m after %ld s\n", mib,
+           runs, age);
+    printf("this host reports its own free pages to a hypervisor: %s\n", host_reports_free_pages());
     printf("%-11s %10s %10s %12s %14s\n", "measure", "median ms", "spread ms", "us per 4 KiB",
            "huge MiB (min)");
     for (int m = 0; m < N_MEASURES; m++) {
