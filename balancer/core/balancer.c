@@ -11,6 +11,7 @@
 #include "config/size_parse.h"
 #include "host/host_cgroup.h"
 #include "host/huge_refault.h"
+#include "host/own_reporting.h"
 #include "host/pressure.h"
 #include "host/qemu_touched.h"
 #include "policies/reclaim_plan.h"
@@ -269,6 +270,12 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     classify_params_default(&b->cp);
     limits_from_config(b);
     probe_huge_refault(b, false);
+    b->own_reporting = own_free_page_reporting("/sys");
+    if (b->own_reporting)
+        log_info("host: this host is itself a guest that reports its free memory to its hypervisor "
+                 "(virtio-balloon free page reporting): memory a guest gives back and touches again a "
+                 "second or more later faults there too, at a cost bare metal does not pay "
+                 "(make bench-fault, aged-2m)");
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)
         b->hswap = host_swap_new(&b->cfg, b->damon_dir, &hr_err);

@@ -56,6 +56,7 @@ snapshot *balancer_snapshot_build(const balancer *b)
     s->dry_run = b->dry_run;
     s->reclaiming = b->reclaiming;
     s->huge_refault = b->huge_refault;
+    s->own_reporting = b->own_reporting;
     snprintf(s->summary, sizeof(s->summary), "%s", b->summary);
     s->host = b->host;
     s->wm = b->wm;

@@ -65,6 +65,7 @@ typedef struct {
     uint64_t ticks;
     bool paused, dry_run, reclaiming;
     bool huge_refault;          /* host/huge_refault.h, as last probed */
+    bool own_reporting;         /* host/own_reporting.h */
     char summary[128];
     host_meminfo host;
     watermarks wm;

@@ -40,13 +40,14 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "host/own_reporting.h"
 
 #define PAGE 4096UL
 #define HUGE (2UL << 20)
@@ -123,29 +124,6 @@ static long huge_mib(const char *p)
     }
     fclose(f);
     return kb < 0 ? -1 : kb / 1024;
-}
-
-/* Whether this host reports its own free pages to a hypervisor: a
- * virtio-balloon device of its own whose negotiated features (a string of
- * '0'/'1' by bit number) have VIRTIO_BALLOON_F_REPORTING (5).  "no" also
- * when it has no balloon. */
-static const char *host_reports_free_pages(void)
-{
-    glob_t g;
-    const char *answer = "no";
-    if (glob("/sys/bus/virtio/drivers/virtio_balloon/virtio*/features", 0, NULL, &g) != 0)
-        return answer;
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        char bits[130] = "";
-        FILE *f = fopen(g.gl_pathv[i], "r");
-        if (!f)
-            continue;
-        if (fgets(bits, sizeof(bits), f) && strlen(bits) > 5 && bits[5] == '1')
-            answer = "yes";
-        fclose(f);
-    }
-    globfree(&g);
-    return answer;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -242,7 +220,8 @@ int main(int argc, char **argv)
 
     printf("touching %ld MiB a 4 KiB page at a time, %ld run(s), interleaved; aged-2m after %ld s\n", mib,
            runs, age);
-    printf("this host reports its own free pages to a hypervisor: %s\n", host_reports_free_pages());
+    printf("this host reports its own free pages to a hypervisor: %s\n",
+           own_free_page_reporting("/sys") ? "yes" : "no");
     printf("%-11s %10s %10s %12s %14s\n", "measure", "median ms", "spread ms", "us per 4 KiB",
            "huge MiB (min)");
     for (int m = 0; m < N_MEASURES; m++) {

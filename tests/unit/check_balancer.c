@@ -22,6 +22,7 @@
 #include "host/host_cgroup.h"
 #include "host/host_meminfo.h"
 #include "host/huge_refault.h"
+#include "host/own_reporting.h"
 #include "host/qemu_touched.h"
 #include "config/metadata_xml.h"
 #include "reclaim/qemu_memcg.h"
@@ -504,6 +505,41 @@ START_TEST(huge_refault_probe_says_why_not)
     /* asked again, the same answer (it leaves nothing behind that changes it) */
     const char *why2 = NULL;
     ck_assert_int_eq(huge_refault_probe(&why2), yes);
+}
+END_TEST
+
+/* Whether this host reports its own free pages to a hypervisor: its
+ * virtio-balloon driver's devices, feature bit 5, on a fake sysfs tree. */
+START_TEST(own_free_page_reporting_from_sysfs)
+{
+    write_conf("keep", ""); /* makes tmpdir */
+    char root[160], dir[224];
+    snprintf(root, sizeof(root), "%s/own-sys", tmpdir);
+    /* no balloon driver at all (bare metal): no */
+    ck_assert(!own_free_page_reporting(root));
+    snprintf(dir, sizeof(dir), "%s/bus/virtio/drivers/virtio_balloon/virtio0", root);
+    ck_assert_int_eq(g_mkdir_with_parents(dir, 0700), 0);
+    write_conf("own-sys/bus/virtio/drivers/virtio_balloon/uevent", "DRIVER=virtio_balloon\n");
+    /* a balloon whose driver took stats and deflate-on-oom, not reporting */
+    write_conf("own-sys/bus/virtio/drivers/virtio_balloon/virtio0/features",
+               "0110000000000000000000000000000100000000000000000000000000000000\n");
+    ck_assert(!own_free_page_reporting(root));
+    /* too short to say */
+    write_conf("own-sys/bus/virtio/drivers/virtio_balloon/virtio0/features", "01100\n");
+    ck_assert(!own_free_page_reporting(root));
+    /* bit 5 set: this host reports (this machine's own balloon's answer) */
+    write_conf("own-sys/bus/virtio/drivers/virtio_balloon/virtio0/features",
+               "0110010100000000000000000000000000000000000000000000000000000000\n");
+    ck_assert(own_free_page_reporting(root));
+    /* a second device that reports, beside one that does not */
+    write_conf("own-sys/bus/virtio/drivers/virtio_balloon/virtio0/features", "0110000000\n");
+    snprintf(dir, sizeof(dir), "%s/bus/virtio/drivers/virtio_balloon/virtio3", root);
+    ck_assert_int_eq(g_mkdir_with_parents(dir, 0700), 0);
+    ck_assert(!own_free_page_reporting(root));
+    write_conf("own-sys/bus/virtio/drivers/virtio_balloon/virtio3/features", "0000010000\n");
+    ck_assert(own_free_page_reporting(root));
+    /* the real one answers without failing */
+    fprintf(stderr, "this host reports its own free pages: %s\n", own_free_page_reporting("/sys") ? "yes" : "no");
 }
 END_TEST
 
@@ -1049,6 +1085,7 @@ int main(void)
     tcase_add_test(tc, cgroup_v1_and_v2_as_host);
     tcase_add_test(tc, qemu_memcg_find_and_write);
     tcase_add_test(tc, huge_refault_probe_says_why_not);
+    tcase_add_test(tc, own_free_page_reporting_from_sysfs);
     tcase_add_test(tc, free_page_reporting_unknown_until_reported);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, balloon_moving_ahead_of_the_report_is_not_need);
