@@ -38,16 +38,23 @@ bool test_put(const char *path, const char *text)
     return fclose(f) == 0 && ok;
 }
 
+/* The lines of log from line `from` on (NULL-terminated; an unreadable
+ * log has none). */
+static GStrv log_lines_from(const char *log, int from, char ***all)
+{
+    g_autofree char *t = NULL;
+    *all = g_file_get_contents(log, &t, NULL, NULL) ? g_strsplit(t, "\n", -1) : g_new0(char *, 1);
+    return *all + MIN((guint)MAX(from, 0), g_strv_length(*all));
+}
+
 int test_count_lines(const char *path, const char *needle)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    char line[4096];
+    g_auto(GStrv) all = NULL;
     int n = 0;
-    while (fgets(line, sizeof(line), f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
+    /* split as log_lines_from splits, so that test_count_lines(log, "")
+     * is the `from` of the log's next line, however long its lines */
+    for (char **l = log_lines_from(path, 0, &all); *l; l++)
+        n += (**l || l[1]) && strstr(*l, needle) != NULL; /* not the empty piece after the last newline */
     return n;
 }
 
@@ -137,15 +144,6 @@ int test_stop_daemon(pid_t pid)
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     return -1;
-}
-
-/* The lines of log from line `from` on (NULL-terminated; an unreadable
- * log has none). */
-static GStrv log_lines_from(const char *log, int from, char ***all)
-{
-    g_autofree char *t = NULL;
-    *all = g_file_get_contents(log, &t, NULL, NULL) ? g_strsplit(t, "\n", -1) : g_new0(char *, 1);
-    return *all + MIN((guint)MAX(from, 0), g_strv_length(*all));
 }
 
 double test_longest_tick(const char *log, int from, int *ticks)
