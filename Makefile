@@ -250,10 +250,10 @@ bench-fault: $(FAULT_COST)
 FAULT_MIB  ?= 300
 FAULT_RUNS ?= 5
 FAULT_AGE  ?= 5
-$(FAULT_COST): bench/fault_cost/fault_cost.c balancer/host/own_reporting.c balancer/host/own_reporting.h
+FAULT_COST_SRC := bench/fault_cost/fault_cost.c balancer/host/own_reporting.c balancer/util/small_file.c
+$(FAULT_COST): $(FAULT_COST_SRC) balancer/host/own_reporting.h balancer/util/small_file.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(call pc_cflags,glib-2.0) -o $@ bench/fault_cost/fault_cost.c balancer/host/own_reporting.c \
-	    $(call pc_libs,glib-2.0)
+	$(CC) $(ALL_CFLAGS) $(call pc_cflags,glib-2.0) -o $@ $(FAULT_COST_SRC) $(call pc_libs,glib-2.0)
 bench-smoke: $(BALANCERD) guest
 	$(RUN) bench/bench.py --smoke --out build/bench-smoke
 

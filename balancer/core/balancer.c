@@ -273,8 +273,8 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->own_reporting = own_free_page_reporting("/sys");
     if (b->own_reporting)
         log_info("host: this host is itself a guest that reports its free memory to its hypervisor "
-                 "(virtio-balloon free page reporting): memory a guest gives back and touches again a "
-                 "second or more later faults there too, at a cost bare metal does not pay "
+                 "(virtio-balloon free page reporting): memory a guest gives back and touches again after "
+                 "a few seconds or more faults there too, at a cost bare metal does not pay "
                  "(make bench-fault, aged-2m)");
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)

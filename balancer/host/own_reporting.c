@@ -6,6 +6,8 @@
 #include <glib.h>
 #include <string.h>
 
+#include "util/small_file.h"
+
 #define VIRTIO_BALLOON_F_REPORTING 5
 
 bool own_free_page_reporting(const char *sys_root)
@@ -20,12 +22,12 @@ bool own_free_page_reporting(const char *sys_root)
          * its own attributes (bind, uevent, ...) */
         if (!g_str_has_prefix(name, "virtio"))
             continue;
-        g_autofree char *path = g_build_filename(dir_path, name, "features", NULL);
-        g_autofree char *bits = NULL;
-        /* a '0'/'1' per feature bit, bit 0 first (drivers/virtio/virtio.c,
-         * features_show) */
-        if (g_file_get_contents(path, &bits, NULL, NULL) && strlen(bits) > VIRTIO_BALLOON_F_REPORTING &&
-            bits[VIRTIO_BALLOON_F_REPORTING] == '1')
+        g_autofree char *dev = g_build_filename(dir_path, name, NULL);
+        /* a '0'/'1' per feature bit, bit 0 first, 128 of them
+         * (drivers/virtio/virtio.c, features_show) */
+        char bits[256];
+        if (small_file_read_at(dev, "features", bits, sizeof(bits)) == 0 &&
+            strlen(bits) > VIRTIO_BALLOON_F_REPORTING && bits[VIRTIO_BALLOON_F_REPORTING] == '1')
             return true;
     }
     return false;

@@ -8,9 +8,9 @@
  * PAGE_REPORTING_DELAY) is handed on to its hypervisor, and the next touch
  * of it faults there too.  Memory a guest gives back (a balloon move, free
  * page reporting, host reclaim) and touches again later then costs more
- * than on bare metal: 300 MiB given back in 2 MiB blocks took 0.2-0.6 s to
- * touch again a few seconds later on such a host, against 18 ms at once
- * (bench/fault_cost, aged-2m).
+ * than on bare metal: 300 MiB given back in 2 MiB blocks took medians of
+ * 0.2-0.4 s to touch again 1-15 s later on such a host, against 18 ms at
+ * once (bench/fault_cost, aged-2m).
  */
 #ifndef MEMBAL_HOST_OWN_REPORTING_H
 #define MEMBAL_HOST_OWN_REPORTING_H

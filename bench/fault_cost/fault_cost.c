@@ -33,6 +33,9 @@
  *              it has been free for about 2 s (mm/page_reporting.c,
  *              PAGE_REPORTING_DELAY), and the touch then faults at the
  *              hypervisor too; on a bare-metal host aged-2m is pulsed-2m
+ *   aged-resident  its control: resident memory touched --age seconds
+ *              after its first touch, nothing given back in between (what
+ *              the sleep alone costs)
  * and the table gives the median and spread in ms, and the huge pages the
  * region held after its touch.
  *
@@ -40,6 +43,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +57,11 @@
 #define HUGE (2UL << 20)
 
 /* the configurations, then the discards two of them time apart */
-enum { RESIDENT, FRESH_HUGE, FRESH_4K, PULSED, PULSED_2M, HEALED, AGED_2M, N_CONFIGS,
+enum { RESIDENT, FRESH_HUGE, FRESH_4K, PULSED, PULSED_2M, HEALED, AGED_2M, AGED_RESIDENT, N_CONFIGS,
        DISCARD = N_CONFIGS, DISCARD_2M, N_MEASURES };
 static const char *const measure_names[N_MEASURES] = {
-    "resident", "fresh-huge", "fresh-4k", "pulsed", "pulsed-2m", "healed", "aged-2m", "discard", "discard-2m",
+    "resident", "fresh-huge", "fresh-4k", "pulsed", "pulsed-2m", "healed", "aged-2m", "aged-resident",
+    "discard", "discard-2m",
 };
 
 static double now_ms(void)
@@ -132,17 +137,31 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* --name's value text into *out, within [min, max]; false (said) if not. */
+static bool parse_long(const char *name, const char *text, long min, long max, long *out)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (*end || end == text || v < min || v > max) {
+        fprintf(stderr, "fault_cost: --%s %s: not a number from %ld to %ld\n", name, text, min, max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: fault_cost [--mib N] [--runs R] [--age S]\n"
                  "Times touching N MiB (default 300) of memory: resident in huge pages; fresh\n"
                  "(huge and 4 KiB); after a balloon-like discard of every 4 KiB page (pulsed);\n"
                  "after a discard in 2 MiB blocks as free page reporting does (pulsed-2m);\n"
-                 "after both, in that order (healed); and S seconds (default 5) after a 2 MiB\n"
+                 "after both, in that order (healed); S seconds (default 5) after a 2 MiB\n"
                  "discard (aged-2m: on a host that itself reports its free pages to a\n"
-                 "hypervisor, the memory is gone from under it by then).  R runs each (default\n"
-                 "5), interleaved; prints medians, spreads and the fewest huge pages seen after\n"
-                 "a touch.\n");
+                 "hypervisor, the memory is gone from under it by then); and S seconds after\n"
+                 "its first touch with nothing given back (aged-resident, the control).  R runs\n"
+                 "each (default 5), interleaved; prints medians, spreads and the fewest huge\n"
+                 "pages seen after a touch.\n");
 }
 
 int main(int argc, char **argv)
@@ -157,21 +176,19 @@ int main(int argc, char **argv)
     };
     int c;
     while ((c = getopt_long(argc, argv, "m:r:a:h", opts, NULL)) != -1) {
-        char *end;
         switch (c) {
         case 'm':
-        case 'r':
-        case 'a': {
-            long v = strtol(optarg, &end, 10);
-            long max = c == 'm' ? 65536 : c == 'r' ? 100 : 600;
-            const char *name = c == 'm' ? "mib" : c == 'r' ? "runs" : "age";
-            if (*end || v < (c == 'a' ? 0 : 1) || v > max) {
-                fprintf(stderr, "fault_cost: --%s %s: not a number in range\n", name, optarg);
+            if (!parse_long("mib", optarg, 1, 65536, &mib))
                 return 2;
-            }
-            *(c == 'm' ? &mib : c == 'r' ? &runs : &age) = v;
             break;
-        }
+        case 'r':
+            if (!parse_long("runs", optarg, 1, 100, &runs))
+                return 2;
+            break;
+        case 'a':
+            if (!parse_long("age", optarg, 0, 600, &age))
+                return 2;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -196,16 +213,17 @@ int main(int argc, char **argv)
         for (int k = 0; k < N_CONFIGS; k++) {
             int m = (k + r) % N_CONFIGS; /* rotate the order between runs */
             char *p = region_new(len, m == FRESH_4K ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
-            if (m == RESIDENT || m == PULSED || m == PULSED_2M || m == HEALED || m == AGED_2M)
+            if (m == RESIDENT || m == PULSED || m == PULSED_2M || m == HEALED || m == AGED_2M ||
+                m == AGED_RESIDENT)
                 touch_ms(p, len);
             if (m == PULSED)
                 ms[DISCARD][r] = discard_ms(p, len, PAGE);
             if (m == PULSED_2M)
                 ms[DISCARD_2M][r] = discard_ms(p, len, HUGE);
-            if (m == AGED_2M) {
+            if (m == AGED_2M)
                 discard_ms(p, len, HUGE);
+            if (m == AGED_2M || m == AGED_RESIDENT)
                 sleep(age);
-            }
             if (m == HEALED) {
                 discard_ms(p, len, PAGE);
                 discard_ms(p, len, HUGE);
@@ -222,7 +240,7 @@ int main(int argc, char **argv)
            runs, age);
     printf("this host reports its own free pages to a hypervisor: %s\n",
            own_free_page_reporting("/sys") ? "yes" : "no");
-    printf("%-11s %10s %10s %12s %14s\n", "measure", "median ms", "spread ms", "us per 4 KiB",
+    printf("%-13s %10s %10s %12s %14s\n", "measure", "median ms", "spread ms", "us per 4 KiB",
            "huge MiB (min)");
     for (int m = 0; m < N_MEASURES; m++) {
         qsort(ms[m], runs, sizeof(double), cmp_double);
@@ -230,7 +248,7 @@ int main(int argc, char **argv)
         char hbuf[32] = "-";
         if (m < N_CONFIGS)
             snprintf(hbuf, sizeof(hbuf), "%ld", huge[m]);
-        printf("%-11s %10.1f %10.1f %12.2f %14s\n", measure_names[m], med, ms[m][runs - 1] - ms[m][0],
+        printf("%-13s %10.1f %10.1f %12.2f %14s\n", measure_names[m], med, ms[m][runs - 1] - ms[m][0],
                1e3 * med / (len / PAGE), hbuf);
         free(ms[m]);
     }

@@ -520,16 +520,20 @@ START_TEST(own_free_page_reporting_from_sysfs)
     snprintf(dir, sizeof(dir), "%s/bus/virtio/drivers/virtio_balloon/virtio0", root);
     ck_assert_int_eq(g_mkdir_with_parents(dir, 0700), 0);
     write_conf("own-sys/bus/virtio/drivers/virtio_balloon/uevent", "DRIVER=virtio_balloon\n");
-    /* a balloon whose driver took stats and deflate-on-oom, not reporting */
+    /* a balloon whose driver took stats, deflate-on-oom and VERSION_1 (bit
+     * 32), not reporting; 128 bits as features_show prints them */
     write_conf("own-sys/bus/virtio/drivers/virtio_balloon/virtio0/features",
-               "0110000000000000000000000000000100000000000000000000000000000000\n");
+               "0110000000000000000000000000000010000000000000000000000000000000"
+               "0000000000000000000000000000000000000000000000000000000000000000\n");
     ck_assert(!own_free_page_reporting(root));
     /* too short to say */
     write_conf("own-sys/bus/virtio/drivers/virtio_balloon/virtio0/features", "01100\n");
     ck_assert(!own_free_page_reporting(root));
-    /* bit 5 set: this host reports (this machine's own balloon's answer) */
+    /* bit 5 set: this host reports (what this machine's own balloon says:
+     * bits 1, 2, 5, 7 and 32) */
     write_conf("own-sys/bus/virtio/drivers/virtio_balloon/virtio0/features",
-               "0110010100000000000000000000000000000000000000000000000000000000\n");
+               "0110010100000000000000000000000010000000000000000000000000000000"
+               "0000000000000000000000000000000000000000000000000000000000000000\n");
     ck_assert(own_free_page_reporting(root));
     /* a second device that reports, beside one that does not */
     write_conf("own-sys/bus/virtio/drivers/virtio_balloon/virtio0/features", "0110000000\n");
