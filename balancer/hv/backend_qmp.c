@@ -35,6 +35,7 @@
 
 #define CONNECT_MS 500           /* greeting, capabilities and identity of a new connection */
 #define REQUEST_MS 10000         /* a question unanswered this long fails (the answer is stray) */
+#define SHUTDOWN_MS 1000         /* at stop, balloon changes just sent are waited for this long at most */
 #define FPR_READY_MS 5000        /* whether the guest's driver took free page reporting: asked this
                                   * often until its driver is ready ... */
 #define FPR_AGAIN_MS 60000       /* ... then this often (the guest may reboot into another kernel) */
@@ -77,6 +78,7 @@ typedef struct {
     bool expired;          /* its questions timed out: asked again only once it shows life */
     uint64_t messages_seen; /* what it had sent when they did */
     unsigned set_failures; /* balloon changes QEMU refused since the last sample */
+    unsigned sets_unanswered; /* balloon changes sent and not answered yet */
     unsigned stats_period; /* for the balloon's stats polling, set at each connect */
     int free_page_reporting; /* the balloon's free-page-reporting property: 1, 0, -1 unknown */
     int free_page_reporting_used; /* ... and whether the guest's driver took it: 1, 0, -1 unknown */
@@ -562,6 +564,8 @@ static void on_balloon_set(qmp_conn *c, json_object *ret, const qmp_error *err, 
     (void)c;
     (void)ret;
     qmp_target *t = opaque;
+    if (t->sets_unanswered)
+        t->sets_unanswered--;
     if (err && !t->closing) {
         log_warn("%s: balloon change failed: %s", t->path, err->msg);
         t->set_failures++;
@@ -593,6 +597,7 @@ static int q_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", e.msg);
         return -1;
     }
+    t->sets_unanswered++;
     return 0;
 }
 
@@ -624,13 +629,18 @@ static void q_shutdown(hv_ctx *hv)
     qmp_state *st = hv->priv;
     if (!st)
         return;
-    /* balloon changes just sent get their answers (QEMU may drop what a
-     * client that left had asked); a stuck QEMU is not waited for */
-    int64_t deadline = mono_ms() + 200;
+    /* balloon changes just sent (a drop given back at stop) are answered
+     * before the socket closes: QEMU drops the requests of a client that
+     * left which it has not run yet.  One read may bring only the answers
+     * to earlier questions, so each QEMU is read until its balloon changes
+     * are all answered, SHUTDOWN_MS for all of them at most; a stuck QEMU
+     * is not waited for */
+    int64_t deadline = mono_ms() + SHUTDOWN_MS;
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
-        if (t->conn && !t->stuck)
-            qmp_pump(t->conn, left_ms(deadline), NULL);
+        while (t->conn && !t->stuck && t->sets_unanswered && left_ms(deadline) > 0)
+            if (qmp_pump(t->conn, left_ms(deadline), NULL) < 0)
+                break;
     }
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
