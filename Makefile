@@ -45,7 +45,8 @@ BALANCERCTL  := $(BUILD)/balancerctl
 
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
                 $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer \
-                $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru $(BUILD)/tests/check_need
+                $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru $(BUILD)/tests/check_need \
+                $(BUILD)/tests/check_backend_qmp
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
                 $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config \
                 $(BUILD)/tests/replay_proc_text
@@ -101,6 +102,10 @@ $(BUILD)/tests/check_agent: $(BUILD)/tests/unit/check_agent.o $(LIBCORE) $(LIBPO
 
 $(BUILD)/tests/check_balancer: $(BUILD)/tests/unit/check_balancer.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
+
+$(BUILD)/tests/check_backend_qmp: $(BUILD)/tests/unit/check_backend_qmp.o $(BUILD)/tests/unit/fake_qmp.o \
+		$(LIBCORE) $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG)) -lpthread
 
 $(BUILD)/tests/check_qmp_framer: $(BUILD)/tests/unit/check_qmp_framer.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0 $(CHECKPKG))

@@ -639,7 +639,7 @@ static void q_shutdown(hv_ctx *hv)
     int64_t deadline = mono_ms() + SHUTDOWN_MS;
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
-        while (t->conn && !t->stuck && t->sets_unanswered && left_ms(deadline) > 0)
+        while (t->conn && !t->stuck && t->sets_unanswered && mono_ms() < deadline)
             if (qmp_pump(t->conn, left_ms(deadline), NULL) < 0)
                 break;
     }

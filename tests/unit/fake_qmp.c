@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,25 @@ static void do_reply(fake_qmp *f, const char *tmpl)
     send_all(f->fd, out, o);
 }
 
+/* Closed: the socket reads end-of-file now (lines it sent first are
+ * read and kept for the next FQ_EXPECT). */
+static bool client_closed(fake_qmp *f)
+{
+    for (;;) {
+        struct pollfd p = { .fd = f->fd, .events = POLLIN };
+        if (poll(&p, 1, 0) <= 0)
+            return false;
+        if (f->inlen == sizeof(f->inbuf))
+            return false; /* a full buffer: it has not gone yet */
+        ssize_t n = recv(f->fd, f->inbuf + f->inlen, sizeof(f->inbuf) - f->inlen, MSG_DONTWAIT);
+        if (n == 0)
+            return true;
+        if (n < 0)
+            return errno != EINTR && errno != EAGAIN;
+        f->inlen += (size_t)n;
+    }
+}
+
 static void *run(void *arg)
 {
     fake_qmp *f = arg;
@@ -142,6 +162,14 @@ static void *run(void *arg)
         case FQ_CLOSE:
             close(f->fd);
             f->fd = -1;
+            break;
+        case FQ_ALIVE:
+            if (client_closed(f))
+                failf(f, "the client closed its end before step %td", s - f->script);
+            break;
+        case FQ_GONE:
+            if (!client_closed(f))
+                failf(f, "the client has not closed its end by step %td", s - f->script);
             break;
         case FQ_END:
             break;

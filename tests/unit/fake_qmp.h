@@ -14,6 +14,9 @@ typedef enum {
     FQ_REPLY,  /* text: reply, "%ID%" replaced by the last expected id */
     FQ_SLEEP,  /* ms */
     FQ_CLOSE,
+    FQ_ALIVE, /* the client has not closed its end (QEMU runs a request only
+               * while its client is there: it drops the rest at close) */
+    FQ_GONE,  /* the client has closed its end by now */
 } fq_op;
 
 typedef struct {
