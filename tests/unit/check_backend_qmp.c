@@ -135,6 +135,18 @@ static double rig_stop(rig *r)
     return took;
 }
 
+/* Join, send one balloon change (a drop's give-back), stop: the time the
+ * stop took, in seconds. */
+static double stop_after_balloon_change(const fq_step *script)
+{
+    rig r;
+    rig_up(&r, script);
+    g_autoptr(GError) err = NULL;
+    ck_assert_msg(backend_qmp.set_target(&r.hv, &the_guest, 512 * MIB, &err) == 0, "%s",
+                  err ? err->message : "");
+    return rig_stop(&r);
+}
+
 /* QEMU answers the give-back's balloon change 300 ms after it came: the
  * backend is still there to be answered (CI once lost a give-back when
  * the backend read its socket once at stop and left). */
@@ -150,12 +162,7 @@ START_TEST(stop_waits_for_balloon_answers)
         { FQ_GONE, NULL, 0 },
         { FQ_END, NULL, 0 },
     };
-    rig r;
-    rig_up(&r, script);
-    g_autoptr(GError) err = NULL;
-    ck_assert_msg(backend_qmp.set_target(&r.hv, &the_guest, 512 * MIB, &err) == 0, "%s",
-                  err ? err->message : "");
-    double took = rig_stop(&r);
+    double took = stop_after_balloon_change(script);
     fprintf(stderr, "stop with a balloon change answered after 300 ms took %.0f ms\n", took * 1000);
     ck_assert_msg(took >= 0.25, "the stop took %.0f ms: it did not wait for the answer", took * 1000);
 }
@@ -172,12 +179,7 @@ START_TEST(stop_does_not_wait_for_a_silent_qemu)
         { FQ_GONE, NULL, 0 },
         { FQ_END, NULL, 0 },
     };
-    rig r;
-    rig_up(&r, script);
-    g_autoptr(GError) err = NULL;
-    ck_assert_msg(backend_qmp.set_target(&r.hv, &the_guest, 512 * MIB, &err) == 0, "%s",
-                  err ? err->message : "");
-    double took = rig_stop(&r);
+    double took = stop_after_balloon_change(script);
     fprintf(stderr, "stop with a balloon change never answered took %.0f ms\n", took * 1000);
 }
 END_TEST
