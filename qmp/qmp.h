@@ -96,9 +96,10 @@ qmp_conn *qmp_open_fd(int fd, int timeout_ms, qmp_error *err);
 /* The same without waiting: connect (a listener that is not accepting and
  * whose backlog is full is an error at once), return the connection, and
  * let qmp_pump() / qmp_expire() do the handshake.  ready runs once from
- * them: ret non-NULL when the greeting came and capabilities were
- * negotiated within timeout_ms, else err says why (no greeting, closed,
- * garbage).  Send nothing before ready. */
+ * them: ret non-NULL when the greeting came within timeout_ms and the
+ * capabilities were negotiated within timeout_ms of the pump that read it,
+ * else err says why (no greeting, closed, garbage).  Send nothing before
+ * ready. */
 qmp_conn *qmp_connect_unix_async(const char *path, int timeout_ms, qmp_reply_cb ready, void *opaque,
                                  qmp_error *err);
 qmp_conn *qmp_open_fd_async(int fd, int timeout_ms, qmp_reply_cb ready, void *opaque, qmp_error *err);

@@ -200,9 +200,11 @@ static void greeted(qmp_conn *c)
     c->ready = NULL;
     if (!ready)
         return;
-    int64_t left = c->greet_deadline_ms - now_ms();
+    /* a full timeout of its own: the greeting may have waited in the
+     * socket until the caller's next pump, and what is left of the
+     * greeting's would judge QEMU by the caller's cadence */
     qmp_error e;
-    if (qmp_execute_async(c, "qmp_capabilities", NULL, left > 0 ? (int)left : 1, ready, c->ready_opaque, &e) < 0)
+    if (qmp_execute_async(c, "qmp_capabilities", NULL, c->greet_timeout_ms, ready, c->ready_opaque, &e) < 0)
         ready(c, NULL, &e, c->ready_opaque);
 }
 
@@ -363,30 +365,27 @@ static void read_input(qmp_conn *c)
 
 /* ---- output ---- */
 
-static int write_all(qmp_conn *c, const char *buf, size_t len, int64_t deadline,
-                     qmp_error *err)
+/* A command goes out whole at once or not at all: a QEMU whose socket
+ * holds a few hundred KiB it has not read is not reading, and waiting for
+ * room would block the caller (the daemon's main loop) for as long as it
+ * waits; a part sent would leave half a message in the stream.  Either way
+ * the connection breaks, with the reason. */
+static int write_all(qmp_conn *c, const char *buf, size_t len, qmp_error *err)
 {
-    while (len > 0) {
-        ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+    size_t sent = 0;
+    while (sent < len) {
+        ssize_t n = send(c->fd, buf + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
-            buf += n;
-            len -= (size_t)n;
+            sent += (size_t)n;
             continue;
         }
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int wait = (int)(deadline - now_ms());
-            if (wait <= 0) {
-                set_err(err, QMP_ERR_TIMEOUT, "timed out writing to QMP socket");
-                return -1;
-            }
-            struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
-            poll(&pfd, 1, wait);
-            continue;
-        }
         qmp_error e;
-        if (n < 0 && errno == EPIPE)
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            set_err(&e, QMP_ERR_IO, "QEMU is not reading its QMP socket (its buffer is full; %zu of %zu bytes sent)",
+                    sent, len);
+        else if (n < 0 && errno == EPIPE)
             set_err(&e, QMP_ERR_CLOSED, "QMP peer closed the connection");
         else
             set_err(&e, QMP_ERR_IO, "writing QMP socket: %s", strerror(errno));
@@ -484,7 +483,6 @@ int qmp_execute_async(qmp_conn *c, const char *command, json_object *args,
         return -1;
     }
     uint64_t id = ++c->next_id;
-    int64_t deadline = now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
     json_object_object_add(msg, "execute", json_object_new_string(command));
     if (args)
         json_object_object_add(msg, "arguments", args);
@@ -500,7 +498,7 @@ int qmp_execute_async(qmp_conn *c, const char *command, json_object *args,
         memcpy(line, text, len);
         line[len] = '\r';
         line[len + 1] = '\n';
-        rc = write_all(c, line, len + 2, deadline, err);
+        rc = write_all(c, line, len + 2, err);
     }
     free(line);
     json_object_put(msg);

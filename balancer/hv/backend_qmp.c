@@ -14,8 +14,10 @@
  * for again until it answers, and gets no new questions or balloon
  * changes meanwhile.  Connecting does not wait either (a full listen
  * backlog is an error, not a wait): the greeting, capabilities and the
- * identity questions are answered from the ticks' pumps and gathers
- * within CONNECT_MS, or the socket is retried with backoff.
+ * identity questions are answered from the ticks' pumps and gathers,
+ * each within CONNECT_MS of the pump that read the one before (what waited
+ * in the socket for the next tick is not held against QEMU), or the
+ * socket is retried with backoff.
  */
 #include <errno.h>
 #include <glib.h>
@@ -238,8 +240,8 @@ static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *
                          ? "another client may hold the monitor, or QEMU is stopped" : "", err);
         return;
     }
-    int left = (int)(t->asked_ms + CONNECT_MS - mono_ms()); /* asked_ms: when the connect began */
-    left = left > 0 ? left : 1;
+    /* CONNECT_MS of their own, from now: the handshake's answer may have
+     * waited in the socket for the next tick */
     static const struct { const char *cmd; qmp_reply_cb cb; } q[] = {
         { "query-memory-size-summary", on_size },
         { "query-name", on_name },
@@ -248,13 +250,13 @@ static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *
     for (size_t i = 0; i < G_N_ELEMENTS(q); i++) {
         qmp_error e;
         t->join_waiting++;
-        if (qmp_execute_async(c, q[i].cmd, NULL, left, q[i].cb, t, &e) < 0) {
+        if (qmp_execute_async(c, q[i].cmd, NULL, CONNECT_MS, q[i].cb, t, &e) < 0) {
             join_answer(t);
             join_fail(t, q[i].cmd, &e);
         }
     }
     qmp_error e;
-    if (qmp_set_stats_polling_async(c, BALLOON_QOM_PATH, (int)t->stats_period, left, on_polling, t, &e) < 0)
+    if (qmp_set_stats_polling_async(c, BALLOON_QOM_PATH, (int)t->stats_period, CONNECT_MS, on_polling, t, &e) < 0)
         on_polling(c, NULL, &e, t);
     t->free_page_reporting = t->free_page_reporting_used = -1;
     t->fpr_asked_ms = 0;
@@ -296,9 +298,17 @@ static void join_settle(hv_ctx *hv, qmp_target *t)
     t->joining = false;
     if (!t->join_failed) {
         t->max_bytes = t->join_base + t->join_plugged;
+        hv_guest *before = t->g;
         t->g = hv->inv->find(hv->inv_ctx, t->join_uuid);
         if (!t->g)
             t->g = hv->inv->add(hv->inv_ctx, t->join_name, t->join_uuid);
+        if (before && before != t->g && before->backend_data == t) {
+            /* another VM behind the socket now: the one it served is gone
+             * (kept while the join ran), and is not sampled nor ballooned
+             * through this QEMU on the way out */
+            before->backend_data = NULL;
+            before->seen = false;
+        }
         t->g->backend_data = t;
         t->g->seen = true;
         t->warned = false;
@@ -401,7 +411,6 @@ static void on_disk(qmp_conn *c, json_object *ret, const qmp_error *err, void *o
  * nor to a QEMU whose questions expired and that has said nothing since). */
 static void ask(hv_ctx *hv, qmp_target *t)
 {
-    ask_free_page_reporting_used(t);
     if (t->waiting)
         return;
     if (t->expired) {
@@ -409,6 +418,7 @@ static void ask(hv_ctx *hv, qmp_target *t)
             return;
         t->expired = false; /* late answers came: it is alive */
     }
+    ask_free_page_reporting_used(t); /* not of a QEMU that does not answer: it would pile up */
     memset(&t->partial, 0xff, sizeof(t->partial)); /* every field -1: not reported */
     t->partial.max_bytes = (int64_t)t->max_bytes;
     t->round_failed = false;

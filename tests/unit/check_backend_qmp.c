@@ -1,6 +1,7 @@
 /*
  * The QMP backend (balancer/hv/backend_qmp.c) against a scripted fake
- * QEMU: what it asks a QEMU that joins, and what it waits for at stop.
+ * QEMU: what it asks a QEMU that joins, what it waits for at stop, and
+ * another VM coming up behind a socket.
  *
  * At stop the backend must not leave before QEMU has answered the balloon
  * changes it just sent (a drop given back): QEMU drops the requests of a
@@ -21,50 +22,59 @@
 
 #define MIB (1024ULL * 1024ULL)
 
-/* ---- a one-guest inventory, as the core lends it to a backend ---- */
+/* ---- the guest list, as the core lends it to a backend ---- */
 
-static hv_guest the_guest;
-static bool have_guest;
+static GPtrArray *guests; /* of hv_guest, owned */
 
 static hv_guest *inv_find(void *ctx, const char *uuid)
 {
     (void)ctx;
-    return have_guest && strcmp(the_guest.uuid, uuid) == 0 ? &the_guest : NULL;
+    for (guint i = 0; i < guests->len; i++) {
+        hv_guest *g = g_ptr_array_index(guests, i);
+        if (strcmp(g->uuid, uuid) == 0)
+            return g;
+    }
+    return NULL;
 }
 
 static hv_guest *inv_add(void *ctx, const char *name, const char *uuid)
 {
     (void)ctx;
-    memset(&the_guest, 0, sizeof(the_guest));
-    g_strlcpy(the_guest.name, name, sizeof(the_guest.name));
-    g_strlcpy(the_guest.uuid, uuid, sizeof(the_guest.uuid));
-    have_guest = true;
-    return &the_guest;
+    hv_guest *g = g_new0(hv_guest, 1);
+    g_strlcpy(g->name, name, sizeof(g->name));
+    g_strlcpy(g->uuid, uuid, sizeof(g->uuid));
+    g_ptr_array_add(guests, g);
+    return g;
 }
 
 static void inv_remove(void *ctx, hv_guest *g)
 {
     (void)ctx;
-    (void)g;
-    have_guest = false;
+    backend_qmp.guest_release(NULL, g);
+    g_ptr_array_remove(guests, g);
 }
 
 static size_t inv_count(void *ctx)
 {
     (void)ctx;
-    return have_guest ? 1 : 0;
+    return guests->len;
 }
 
 static hv_guest *inv_at(void *ctx, size_t i)
 {
     (void)ctx;
-    (void)i;
-    return &the_guest;
+    return g_ptr_array_index(guests, i);
 }
 
 static const hv_inventory inventory = {
     .find = inv_find, .add = inv_add, .remove = inv_remove, .count = inv_count, .at = inv_at,
 };
+
+static hv_guest *only_guest(void)
+{
+    ck_assert_uint_eq(guests->len, 1);
+    return g_ptr_array_index(guests, 0);
+}
 
 static double mono_s_now(void)
 {
@@ -73,27 +83,38 @@ static double mono_s_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* What the backend asks a QEMU that joins, and its first round, answered
- * as QEMU 7.2 answers a guest whose driver has not sent stats yet. */
-#define JOIN_AND_FIRST_ROUND                                                                                     \
-    FQ_HANDSHAKE,                                                                                                \
-    { FQ_EXPECT, "query-memory-size-summary", 0 },                                                               \
+/* What the backend asks a QEMU that joins, after the handshake: its size
+ * first, then the answers from that one's on. */
+#define IDENTITY(name, uuid) { FQ_EXPECT, "query-memory-size-summary", 0 }, IDENTITY_ANSWERS(name, uuid)
+#define IDENTITY_ANSWERS(name, uuid)                                                                             \
     { FQ_REPLY, "{\"return\": {\"base-memory\": 536870912, \"plugged-memory\": 0}, \"id\": %ID%}\r\n", 0 },      \
     { FQ_EXPECT, "query-name", 0 },                                                                              \
-    { FQ_REPLY, "{\"return\": {\"name\": \"db\"}, \"id\": %ID%}\r\n", 0 },                                       \
+    { FQ_REPLY, "{\"return\": {\"name\": \"" name "\"}, \"id\": %ID%}\r\n", 0 },                                 \
     { FQ_EXPECT, "query-uuid", 0 },                                                                              \
-    { FQ_REPLY, "{\"return\": {\"UUID\": \"5ad1b2c6-6c4e-4d8b-9a51-2f6f3c1e0a01\"}, \"id\": %ID%}\r\n", 0 },    \
+    { FQ_REPLY, "{\"return\": {\"UUID\": \"" uuid "\"}, \"id\": %ID%}\r\n", 0 },                                 \
     { FQ_EXPECT, "qom-set", 0 },                                                                                 \
     { FQ_REPLY, "{\"return\": {}, \"id\": %ID%}\r\n", 0 },                                                       \
     { FQ_EXPECT, "qom-get", 0 },                                                                                 \
-    { FQ_REPLY, "{\"return\": false, \"id\": %ID%}\r\n", 0 },                                                    \
+    { FQ_REPLY, "{\"return\": false, \"id\": %ID%}\r\n", 0 }
+
+/* Its first round: the balloon at actual (bytes, a string), and QEMU's
+ * answer to guest-stats (stats, or its error for a driver that has sent
+ * none yet). */
+#define ROUND(actual, stats)                                                                                 \
     { FQ_EXPECT, "query-balloon", 0 },                                                                           \
-    { FQ_REPLY, "{\"return\": {\"actual\": 268435456}, \"id\": %ID%}\r\n", 0 },                                 \
+    { FQ_REPLY, "{\"return\": {\"actual\": " actual "}, \"id\": %ID%}\r\n", 0 },                 \
     { FQ_EXPECT, "qom-get", 0 },                                                                                 \
-    { FQ_REPLY, "{\"error\": {\"class\": \"GenericError\", \"desc\": \"guest hasn't updated any stats yet\"}, " \
-                "\"id\": %ID%}\r\n", 0 },                                                                        \
+    { FQ_REPLY, stats, 0 },                                                                                      \
     { FQ_EXPECT, "query-blockstats", 0 },                                                                        \
     { FQ_REPLY, "{\"return\": [], \"id\": %ID%}\r\n", 0 }
+
+#define JOIN(name, uuid) FQ_HANDSHAKE, IDENTITY(name, uuid)
+
+#define NO_STATS_YET "{\"error\": {\"class\": \"GenericError\", \"desc\": \"guest hasn't updated any stats yet\"}, \"id\": %ID%}\r\n"
+#define JOIN_AND_FIRST_ROUND(name, uuid) JOIN(name, uuid), ROUND("268435456", NO_STATS_YET)
+
+#define DB_UUID "5ad1b2c6-6c4e-4d8b-9a51-2f6f3c1e0a01"
+#define WEB_UUID "0c9e7f52-1d2b-4a8e-8f0d-7b3a6e5c4d21"
 
 typedef struct {
     char dir[64], path[128];
@@ -102,11 +123,11 @@ typedef struct {
     fake_qmp *server;
 } rig;
 
-/* The fake QEMU on a unix socket, and the backend joined to it. */
-static void rig_up(rig *r, const fq_step *script)
+/* The fake QEMU on a unix socket, and the backend set to it. */
+static void rig_start(rig *r, const fq_step *script)
 {
     memset(r, 0, sizeof(*r));
-    have_guest = false;
+    guests = g_ptr_array_new_with_free_func(g_free);
     g_strlcpy(r->dir, "/tmp/membal-backend-qmp-XXXXXX", sizeof(r->dir));
     ck_assert_ptr_nonnull(g_mkdtemp(r->dir));
     snprintf(r->path, sizeof(r->path), "%s/qmp.sock", r->dir);
@@ -114,10 +135,16 @@ static void rig_up(rig *r, const fq_step *script)
     ck_assert_ptr_nonnull(r->server);
     r->sockets[0] = r->path;
     r->hv = (hv_ctx){ .qmp_sockets = r->sockets, .stats_period = 2, .inv = &inventory };
-    for (int i = 0; i < 50 && !have_guest; i++)
+}
+
+/* ... and joined to it, syncing back to back. */
+static void rig_up(rig *r, const fq_step *script)
+{
+    rig_start(r, script);
+    for (int i = 0; i < 50 && !guests->len; i++)
         ck_assert_int_eq(backend_qmp.sync(&r->hv), 0);
-    ck_assert_msg(have_guest, "the backend did not join the fake QEMU");
-    ck_assert_str_eq(the_guest.name, "db");
+    ck_assert_msg(guests->len, "the backend did not join the fake QEMU");
+    ck_assert_str_eq(only_guest()->name, "db");
 }
 
 /* Stop the backend; the time it took, in seconds. */
@@ -126,7 +153,8 @@ static double rig_stop(rig *r)
     double t0 = mono_s_now();
     backend_qmp.shutdown(&r->hv);
     double took = mono_s_now() - t0;
-    have_guest = false;
+    g_ptr_array_free(guests, TRUE);
+    guests = NULL;
     const char *fail = fake_qmp_join(r->server);
     ck_assert_msg(fail == NULL, "fake QEMU: %s", fail ? fail : "");
     fake_qmp_free(r->server);
@@ -142,7 +170,7 @@ static double stop_after_balloon_change(const fq_step *script)
     rig r;
     rig_up(&r, script);
     g_autoptr(GError) err = NULL;
-    ck_assert_msg(backend_qmp.set_target(&r.hv, &the_guest, 512 * MIB, &err) == 0, "%s",
+    ck_assert_msg(backend_qmp.set_target(&r.hv, only_guest(), 512 * MIB, &err) == 0, "%s",
                   err ? err->message : "");
     return rig_stop(&r);
 }
@@ -153,7 +181,7 @@ static double stop_after_balloon_change(const fq_step *script)
 START_TEST(stop_waits_for_balloon_answers)
 {
     static const fq_step script[] = {
-        JOIN_AND_FIRST_ROUND,
+        JOIN_AND_FIRST_ROUND("db", DB_UUID),
         { FQ_EXPECT, "balloon", 0 },
         { FQ_SLEEP, NULL, 300 },
         { FQ_ALIVE, NULL, 0 },
@@ -173,7 +201,7 @@ END_TEST
 START_TEST(stop_does_not_wait_for_a_silent_qemu)
 {
     static const fq_step script[] = {
-        JOIN_AND_FIRST_ROUND,
+        JOIN_AND_FIRST_ROUND("db", DB_UUID),
         { FQ_EXPECT, "balloon", 0 },
         { FQ_SLEEP, NULL, 1600 },
         { FQ_GONE, NULL, 0 },
@@ -188,7 +216,7 @@ END_TEST
 START_TEST(stop_with_nothing_unanswered_leaves_at_once)
 {
     static const fq_step script[] = {
-        JOIN_AND_FIRST_ROUND,
+        JOIN_AND_FIRST_ROUND("db", DB_UUID),
         { FQ_SLEEP, NULL, 300 },
         { FQ_GONE, NULL, 0 },
         { FQ_END, NULL, 0 },
@@ -201,6 +229,86 @@ START_TEST(stop_with_nothing_unanswered_leaves_at_once)
 }
 END_TEST
 
+/* Another VM comes up behind the same socket (its QEMU restarted with
+ * another -uuid): the guest the socket served leaves the list in the same
+ * sync the new one joins, and nothing of it is sampled or ballooned through
+ * the new QEMU. */
+START_TEST(another_vm_behind_the_same_socket)
+{
+    static const fq_step first[] = {
+        JOIN_AND_FIRST_ROUND("db", DB_UUID),
+        { FQ_CLOSE, NULL, 0 },
+        { FQ_END, NULL, 0 },
+    };
+    static const fq_step second[] = {
+        JOIN("web", WEB_UUID),
+        ROUND("402653184", "{\"return\": {\"stats\": {\"stat-total-memory\": 390000000, \"stat-free-memory\": 200000000, "
+                           "\"stat-available-memory\": 250000000, \"stat-disk-caches\": 50000000}, "
+                           "\"last-update\": 1764748829}, \"id\": %ID%}\r\n"),
+        { FQ_SLEEP, NULL, 200 },
+        { FQ_GONE, NULL, 0 },
+        { FQ_END, NULL, 0 },
+    };
+    rig r;
+    rig_up(&r, first);
+    const char *fail = fake_qmp_join(r.server);
+    ck_assert_msg(fail == NULL, "fake QEMU: %s", fail ? fail : "");
+    fake_qmp_free(r.server);
+    r.server = fake_qmp_start_unix(second, r.path);
+    ck_assert_ptr_nonnull(r.server);
+    for (int i = 0; i < 50 && !inv_find(NULL, WEB_UUID); i++)
+        ck_assert_int_eq(backend_qmp.sync(&r.hv), 0);
+    ck_assert_msg(inv_find(NULL, WEB_UUID), "the new VM did not join");
+    ck_assert_msg(guests->len == 1, "%u guests after the sync the new VM joined in: the old one stayed",
+                  guests->len);
+    ck_assert_str_eq(only_guest()->name, "web");
+    guest_sample smp;
+    g_autoptr(GError) err = NULL;
+    int rc = backend_qmp.sample(&r.hv, only_guest(), &smp, &err);
+    ck_assert_msg(rc == 0, "%s", err ? err->message : "");
+    ck_assert_int_eq(smp.actual_bytes, 384 * (int64_t)MIB); /* the new QEMU's */
+    ck_assert_int_eq(smp.total_bytes, 390000000);
+    rig_stop(&r);
+}
+END_TEST
+
+/* A loaded QEMU greets 300 ms after the connect, answers the capabilities
+ * 200 ms later and its identity 200 ms after that, while balancerd ticks
+ * about every 0.7 s here: each answer waits in the socket for the next
+ * tick, and that wait is not held against QEMU (it had been: the next step
+ * got what was left of the connect's 500 ms, 1 ms, and the join failed and
+ * backed off 5 s). */
+START_TEST(slow_handshake_read_a_tick_late_joins)
+{
+    static const fq_step script[] = {
+        { FQ_SLEEP, NULL, 300 },
+        { FQ_SEND, FQ_GREETING, 0 },
+        { FQ_EXPECT, "qmp_capabilities", 0 },
+        { FQ_SLEEP, NULL, 200 },
+        { FQ_REPLY, "{\"return\": {}, \"id\": %ID%}\r\n", 0 },
+        { FQ_EXPECT, "query-memory-size-summary", 0 },
+        { FQ_SLEEP, NULL, 200 }, /* and its identity 200 ms later */
+        IDENTITY_ANSWERS("db", DB_UUID),
+        ROUND("268435456", NO_STATS_YET),
+        { FQ_SLEEP, NULL, 200 },
+        { FQ_GONE, NULL, 0 },
+        { FQ_END, NULL, 0 },
+    };
+    rig r;
+    rig_start(&r, script);
+    int ticks = 0;
+    for (; ticks < 8 && !guests->len; ticks++) {
+        if (ticks)
+            usleep(600 * 1000);
+        ck_assert_int_eq(backend_qmp.sync(&r.hv), 0);
+    }
+    fprintf(stderr, "a QEMU slow to greet and to answer joined after %d ticks\n", ticks);
+    ck_assert_msg(guests->len == 1, "it did not join in %d ticks", ticks);
+    ck_assert_str_eq(only_guest()->name, "db");
+    rig_stop(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backend_qmp");
@@ -209,6 +317,8 @@ int main(void)
     tcase_add_test(tc, stop_waits_for_balloon_answers);
     tcase_add_test(tc, stop_does_not_wait_for_a_silent_qemu);
     tcase_add_test(tc, stop_with_nothing_unanswered_leaves_at_once);
+    tcase_add_test(tc, another_vm_behind_the_same_socket);
+    tcase_add_test(tc, slow_handshake_read_a_tick_late_joins);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }

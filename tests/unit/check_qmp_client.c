@@ -473,6 +473,46 @@ START_TEST(async_pending_fail_when_broken)
 }
 END_TEST
 
+/* A QEMU that does not read its socket: commands are sent without ever
+ * waiting for room (the daemon's main loop must not block on it); once its
+ * buffer is full the connection breaks with the reason, and what was
+ * pending fails with it. */
+START_TEST(peer_not_reading_breaks_without_blocking)
+{
+    static const fq_step script[] = {
+        FQ_HANDSHAKE,
+        { FQ_SLEEP, NULL, 1000 },
+        { FQ_END, NULL, 0 },
+    };
+    qmp_conn *c = open_scripted(script);
+    char big[4096];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    async_slot first = { 0 }, rest = { 0 };
+    qmp_error err = { 0 };
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int sent = 0;
+    for (; sent < 10000; sent++) {
+        json_object *args = json_object_new_object();
+        json_object_object_add(args, "pad", json_object_new_string(big));
+        if (qmp_execute_async(c, "query-balloon", args, T_MS, on_reply, sent ? &rest : &first, &err) < 0)
+            break;
+    }
+    double took = elapsed_s(&t0);
+    fprintf(stderr, "a peer not reading: %d commands of 4 KiB sent before the break, in %.3f s\n", sent, took);
+    ck_assert_int_lt(sent, 10000);
+    ck_assert_int_gt(sent, 0);
+    ck_assert_msg(strstr(err.msg, "not reading its QMP socket") != NULL, "%s", err.msg);
+    ck_assert(qmp_is_broken(c));
+    ck_assert_int_eq(first.calls, 1); /* pending ones failed with the break */
+    ck_assert_int_eq(first.code, QMP_ERR_IO);
+    ck_assert_int_eq(rest.calls, sent - 1);
+    ck_assert_msg(took < 1.0, "sending took %.3f s: it waited for room", took);
+    finish(c);
+}
+END_TEST
+
 START_TEST(guest_stats_parse)
 {
     /* as QEMU 7.2 returns it for a Linux guest */
@@ -735,6 +775,7 @@ int main(void)
     tcase_add_test(tc, event_queue_is_bounded);
     tcase_add_test(tc, async_replies_out_of_order);
     tcase_add_test(tc, async_pending_fail_when_broken);
+    tcase_add_test(tc, peer_not_reading_breaks_without_blocking);
     tcase_add_test(tc, guest_stats_parse);
     tcase_add_test(tc, memory_size_summary_parse);
     tcase_add_test(tc, blockstats_parse);
