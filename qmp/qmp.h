@@ -128,14 +128,17 @@ int qmp_execute(qmp_conn *conn, const char *command, json_object *args,
 
 /* Send a command; cb runs from qmp_pump() when the reply arrives, or
  * with QMP_ERR_TIMEOUT from qmp_expire() after timeout_ms, or with the
- * breaking error.  args is consumed.  Returns 0 or -1 (err filled, cb
- * not called). */
+ * breaking error.  cb may send more, but must not qmp_close() the
+ * connection.  The command goes out whole at once or the connection
+ * breaks: a peer whose socket is full is not reading, and is not waited
+ * for.  args is consumed.  Returns 0 or -1 (err filled, cb not called). */
 int qmp_execute_async(qmp_conn *conn, const char *command, json_object *args,
                       int timeout_ms, qmp_reply_cb cb, void *opaque,
                       qmp_error *err);
 
-/* Wait up to timeout_ms (0: do not wait) for input, read everything
- * available, dispatch replies and queue events, then deliver queued
+/* Wait up to timeout_ms (0: do not wait) for input, read what is
+ * available (64 KiB at most: a peer that never stops sending does not
+ * hold the caller), dispatch replies and queue events, then deliver queued
  * events to the event callback if one is set.  Returns 0, or -1 when
  * the connection is (now) broken. */
 int qmp_pump(qmp_conn *conn, int timeout_ms, qmp_error *err);

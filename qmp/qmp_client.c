@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #define READ_CHUNK 4096
+#define READS_PER_PUMP 16 /* 64 KiB, as the guest agent's */
 #define MAX_JSON_DEPTH 64
 
 typedef struct pending {
@@ -328,11 +329,13 @@ void qmp_conn_feed(qmp_conn *c, const char *data, size_t n)
     }
 }
 
-/* Read what is available (fd is non-blocking) and process whole lines. */
+/* Read what is available (fd is non-blocking), READS_PER_PUMP chunks at
+ * most (a peer that never stops sending does not hold the caller; the rest
+ * is read by the next pump), and process whole lines. */
 static void read_input(qmp_conn *c)
 {
     char chunk[READ_CHUNK];
-    while (c->state != ST_BROKEN) {
+    for (int i = 0; i < READS_PER_PUMP && c->state != ST_BROKEN; i++) {
         ssize_t n = read(c->fd, chunk, sizeof(chunk));
         if (n < 0) {
             if (errno == EINTR)
@@ -406,14 +409,23 @@ void qmp_expire(qmp_conn *c)
         conn_break(c, &e);
         return;
     }
-    pending **pp = &c->pending;
-    while (*pp) {
+    /* the expired are taken off the list first: a callback that sends (or
+     * breaks the connection) changes the list */
+    pending *expired = NULL, **tail = &expired;
+    for (pending **pp = &c->pending; *pp;) {
         pending *p = *pp;
         if (p->deadline_ms > now) {
             pp = &p->next;
             continue;
         }
         *pp = p->next;
+        p->next = NULL;
+        *tail = p;
+        tail = &p->next;
+    }
+    while (expired) {
+        pending *p = expired;
+        expired = p->next;
         qmp_error e;
         set_err(&e, QMP_ERR_TIMEOUT, "no reply from QEMU within the deadline");
         p->cb(c, NULL, &e, p->opaque);

@@ -78,12 +78,11 @@ qmp_frame_result qmp_framer_next(qmp_framer *f, const char **line, size_t *len)
         if (!nl)
             return avail > f->max_line ? QMP_FRAME_TOO_LONG : QMP_FRAME_NEED_MORE;
 
-        size_t n = (size_t)(nl - begin);
+        size_t n = (size_t)(nl - begin), body = n > 0 && begin[n - 1] == '\r' ? n - 1 : n;
+        if (body > f->max_line)
+            return QMP_FRAME_TOO_LONG; /* left in place, as an unfinished one */
         f->start += n + 1;
-        if (n > 0 && begin[n - 1] == '\r')
-            n--;
-        if (n > f->max_line)
-            return QMP_FRAME_TOO_LONG;
+        n = body;
         if (n == 0)
             continue;
         begin[n] = '\0'; /* lets callers treat the line as a C string */

@@ -27,7 +27,8 @@ void qmp_framer_init(qmp_framer *f, size_t max_line);
 void qmp_framer_free(qmp_framer *f);
 /* Append bytes; returns -1 only on allocation failure. */
 int qmp_framer_feed(qmp_framer *f, const char *data, size_t n);
-/* Next complete line, without "\n" or "\r\n"; blank lines are skipped. */
+/* Next complete line, without "\n" or "\r\n"; blank lines are skipped.
+ * QMP_FRAME_TOO_LONG leaves the line where it is, finished or not. */
 qmp_frame_result qmp_framer_next(qmp_framer *f, const char **line, size_t *len);
 /* After QMP_FRAME_TOO_LONG, for callers that go on: drop the over-long
  * line, including what of it is still to come. */

@@ -410,6 +410,46 @@ START_TEST(event_queue_is_bounded)
 }
 END_TEST
 
+/* A peer that sends without pause (1 MiB of events here): one pump reads
+ * 64 KiB at most and returns, the next pumps read the rest; nothing is
+ * lost but events beyond the queue's bound. */
+START_TEST(flood_is_read_a_bounded_amount_per_pump)
+{
+    enum { LINES = 8192, LINE = 128 };
+    static char flood[LINES * LINE + 1];
+    for (int i = 0; i < LINES; i++) {
+        char *l = flood + (size_t)i * LINE;
+        int n = snprintf(l, LINE + 1, "{\"event\": \"E\", \"data\": {\"n\": %d}, \"pad\": \"", i);
+        memset(l + n, 'x', LINE - (size_t)n - 4);
+        memcpy(l + LINE - 4, "\"}\r\n", 4);
+    }
+    const fq_step script[] = {
+        FQ_HANDSHAKE,
+        { FQ_SLEEP, NULL, 100 }, /* the handshake's pumps are over */
+        { FQ_SEND, flood, 0 },
+        { FQ_SLEEP, NULL, 200 },
+        { FQ_END, NULL, 0 },
+    };
+    qmp_conn *c = open_scripted(script);
+    uint64_t before = qmp_get_counters(c)->messages_in;
+    usleep(300 * 1000); /* the socket's buffer (about 200 KiB) fills */
+    int pumps = 0, most = 0;
+    while (qmp_get_counters(c)->messages_in - before < LINES && pumps < 1000) {
+        uint64_t was = qmp_get_counters(c)->messages_in;
+        ck_assert_int_ge(qmp_pump(c, 1000, NULL), 0);
+        int got = (int)(qmp_get_counters(c)->messages_in - was);
+        most = got > most ? got : most;
+        pumps++;
+    }
+    fprintf(stderr, "a flood of %d lines: read in %d pumps, at most %d lines in one\n", LINES, pumps, most);
+    ck_assert_uint_eq(qmp_get_counters(c)->messages_in - before, LINES);
+    ck_assert_int_le(most, 16 * 4096 / LINE + 1);
+    ck_assert_uint_eq(qmp_pending_events(c), QMP_EVENT_QUEUE_MAX);
+    ck_assert(!qmp_is_broken(c));
+    finish(c);
+}
+END_TEST
+
 typedef struct {
     int calls;
     uint64_t actual;
@@ -773,6 +813,7 @@ int main(void)
     tcase_add_test(tc, async_open_waits_for_nothing);
     tcase_add_test(tc, capabilities_refused);
     tcase_add_test(tc, event_queue_is_bounded);
+    tcase_add_test(tc, flood_is_read_a_bounded_amount_per_pump);
     tcase_add_test(tc, async_replies_out_of_order);
     tcase_add_test(tc, async_pending_fail_when_broken);
     tcase_add_test(tc, peer_not_reading_breaks_without_blocking);

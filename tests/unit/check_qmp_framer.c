@@ -113,8 +113,15 @@ START_TEST(terminated_over_cap)
     qmp_framer_feed(&f, "0123456789\r\n", 12); /* exactly the cap: fine */
     ck_assert_int_eq(qmp_framer_next(&f, &line, &len), QMP_FRAME_LINE);
     ck_assert_uint_eq(len, 10);
-    qmp_framer_feed(&f, "0123456789A\n", 12);
+    /* an over-long line and a good one in one read: skipping the first
+     * keeps the second */
+    qmp_framer_feed(&f, "0123456789A\nok\n", 15);
     ck_assert_int_eq(qmp_framer_next(&f, &line, &len), QMP_FRAME_TOO_LONG);
+    ck_assert_int_eq(qmp_framer_next(&f, &line, &len), QMP_FRAME_TOO_LONG); /* still there */
+    qmp_framer_skip_line(&f);
+    ck_assert_int_eq(qmp_framer_next(&f, &line, &len), QMP_FRAME_LINE);
+    ck_assert_str_eq(line, "ok");
+    ck_assert_int_eq(qmp_framer_next(&f, &line, &len), QMP_FRAME_NEED_MORE);
     qmp_framer_free(&f);
 }
 END_TEST
