@@ -312,7 +312,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("backend_qmp");
-    TCase *tc = tcase_create("stop");
+    TCase *tc = tcase_create("fake_qemu");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, stop_waits_for_balloon_answers);
     tcase_add_test(tc, stop_does_not_wait_for_a_silent_qemu);
