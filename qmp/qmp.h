@@ -84,9 +84,9 @@ typedef struct {
 
 /* --- connection --- */
 
-/* Connect to a QMP unix socket, read the greeting and negotiate
- * capabilities, all within timeout_ms.  Returns NULL and fills err on
- * failure. */
+/* Connect to a QMP unix socket, read the greeting within timeout_ms and
+ * negotiate capabilities within timeout_ms of it.  Returns NULL and fills
+ * err on failure. */
 qmp_conn *qmp_connect_unix(const char *path, int timeout_ms, qmp_error *err);
 
 /* Take ownership of an already connected stream fd and do the same

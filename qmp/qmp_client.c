@@ -736,18 +736,16 @@ qmp_conn *qmp_connect_unix_async(const char *path, int timeout_ms, qmp_reply_cb 
 }
 
 /* The blocking handshake: the async one, pumped until ready has run (the
- * greeting's and the capabilities' deadlines end it either way). */
+ * greeting's and the capabilities' deadlines end it either way, checked
+ * every 20 ms at most). */
 qmp_conn *qmp_open_fd(int fd, int timeout_ms, qmp_error *err)
 {
     sync_result r = { .done = false, .ret = NULL, .err = { QMP_OK, "" } };
     qmp_conn *c = conn_open(fd, timeout_ms, sync_reply, &r, err);
     if (!c)
         return NULL;
-    int64_t deadline = now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
-    while (!r.done) {
-        int64_t left = deadline - now_ms();
-        pump_input(c, left <= 0 ? 0 : left < 100 ? (int)left : 100, NULL);
-    }
+    while (!r.done)
+        pump_input(c, 20, NULL);
     json_object_put(r.ret);
     if (r.err.code != QMP_OK) {
         if (err)

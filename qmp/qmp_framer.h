@@ -20,7 +20,7 @@ typedef struct {
 typedef enum {
     QMP_FRAME_LINE,     /* line and len set, valid until the next framer call */
     QMP_FRAME_NEED_MORE,
-    QMP_FRAME_TOO_LONG, /* an unterminated line exceeds max_line */
+    QMP_FRAME_TOO_LONG, /* the next line, finished or not, exceeds max_line */
 } qmp_frame_result;
 
 void qmp_framer_init(qmp_framer *f, size_t max_line);

@@ -65,11 +65,13 @@ void agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes)
         const char *line;
         size_t len;
         qmp_frame_result fr;
-        while ((fr = qmp_framer_next(&c->in, &line, &len)) == QMP_FRAME_LINE)
-            agent_feed_line(st, line, len, now, guest_bytes);
-        if (fr == QMP_FRAME_TOO_LONG) {
-            st->rejected[AGENT_REJ_TOO_LONG]++;
-            qmp_framer_skip_line(&c->in);
+        while ((fr = qmp_framer_next(&c->in, &line, &len)) != QMP_FRAME_NEED_MORE) {
+            if (fr == QMP_FRAME_LINE) {
+                agent_feed_line(st, line, len, now, guest_bytes);
+            } else { /* only that line: the ones after it in this read are taken */
+                st->rejected[AGENT_REJ_TOO_LONG]++;
+                qmp_framer_skip_line(&c->in);
+            }
         }
     }
 }

@@ -286,6 +286,24 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
         join_fail(t, "", &err);
 }
 
+/* Another VM is behind t's socket now.  The guest t served (kept while
+ * the join ran) is not sampled nor ballooned through the new QEMU: another
+ * socket that serves it too (two QEMUs given one -uuid) takes it over, or
+ * it is gone. */
+static void hand_over(hv_ctx *hv, qmp_target *t, hv_guest *g)
+{
+    qmp_state *st = state_of(hv);
+    g->backend_data = NULL;
+    for (guint i = 0; i < st->targets->len; i++) {
+        qmp_target *u = g_ptr_array_index(st->targets, i);
+        if (u != t && u->g == g && u->conn && !u->joining) {
+            g->backend_data = u;
+            return;
+        }
+    }
+    g->seen = false;
+}
+
 /* After the gather: a join that ended becomes a guest, or a retry. */
 static void join_settle(hv_ctx *hv, qmp_target *t)
 {
@@ -302,13 +320,8 @@ static void join_settle(hv_ctx *hv, qmp_target *t)
         t->g = hv->inv->find(hv->inv_ctx, t->join_uuid);
         if (!t->g)
             t->g = hv->inv->add(hv->inv_ctx, t->join_name, t->join_uuid);
-        if (before && before != t->g && before->backend_data == t) {
-            /* another VM behind the socket now: the one it served is gone
-             * (kept while the join ran), and is not sampled nor ballooned
-             * through this QEMU on the way out */
-            before->backend_data = NULL;
-            before->seen = false;
-        }
+        if (before && before != t->g && before->backend_data == t)
+            hand_over(hv, t, before);
         t->g->backend_data = t;
         t->g->seen = true;
         t->warned = false;

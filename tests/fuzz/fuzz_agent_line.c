@@ -26,12 +26,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *line;
         size_t len;
         qmp_frame_result fr;
-        while ((fr = qmp_framer_next(&f, &line, &len)) == QMP_FRAME_LINE) {
+        while ((fr = qmp_framer_next(&f, &line, &len)) != QMP_FRAME_NEED_MORE) {
+            if (fr == QMP_FRAME_TOO_LONG) {
+                qmp_framer_skip_line(&f);
+                continue;
+            }
             agent_feed_line(&st, line, len, now, 512ULL << 20);
             now += 0.3;
         }
-        if (fr == QMP_FRAME_TOO_LONG)
-            qmp_framer_skip_line(&f);
     }
     qmp_framer_free(&f);
     return 0;

@@ -6,10 +6,15 @@
 #include <check.h>
 
 #include "check_run.h"
+#include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include "agent/agent_conn.h"
 #include "agent/agent_proto.h"
 #include "policies/classify.h"
 #include "policies/policy.h"
@@ -272,6 +277,48 @@ START_TEST(lying_agent_hurts_only_itself)
 }
 END_TEST
 
+/* The host end of the agent's port, over a real unix socket: a line over
+ * AGENT_LINE_MAX is rejected alone, and the good report after it in the
+ * same read is taken in the same drain (it had waited for the guest's next
+ * write, or been dropped). */
+START_TEST(over_long_line_costs_only_itself)
+{
+    char dir[] = "/tmp/membal-agent-XXXXXX";
+    ck_assert_ptr_nonnull(g_mkdtemp(dir));
+    g_autofree char *path = g_strdup_printf("%s/agent.sock", dir);
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    g_strlcpy(addr.sun_path, path, sizeof(addr.sun_path));
+    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(lfd, 0);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    ck_assert_int_eq(listen(lfd, 1), 0);
+
+    agent_conn c;
+    agent_state st = { 0 };
+    agent_conn_init(&c, path);
+    agent_conn_drain(&c, &st, 512ULL << 20); /* connects */
+    int guest = accept(lfd, NULL, NULL);
+    ck_assert_int_ge(guest, 0);
+    GString *out = g_string_new(NULL);
+    for (int i = 0; i < AGENT_LINE_MAX + 100; i++)
+        g_string_append_c(out, 'x');
+    g_string_append_printf(out, "\n%s\n", real_line);
+    ck_assert_int_eq(write(guest, out->str, out->len), (ssize_t)out->len);
+    g_string_free(out, TRUE);
+    agent_conn_drain(&c, &st, 512ULL << 20);
+    ck_assert_uint_eq(st.rejected[AGENT_REJ_TOO_LONG], 1);
+    ck_assert_uint_eq(st.messages, 1);
+    ck_assert(st.have);
+    ck_assert_int_eq(st.cur.meminfo_kb[AM_TOTAL], 466396);
+
+    agent_conn_clear(&c);
+    close(guest);
+    close(lfd);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("agent");
@@ -283,6 +330,7 @@ int main(void)
     tcase_add_test(tc, rate_limit_drops_floods);
     tcase_add_test(tc, agent_can_only_withdraw_thrashing);
     tcase_add_test(tc, lying_agent_hurts_only_itself);
+    tcase_add_test(tc, over_long_line_costs_only_itself);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }

@@ -72,19 +72,17 @@ static int read_line(fake_qmp *f, char *line, size_t cap)
     }
 }
 
-static void do_expect(fake_qmp *f, const char *command)
+static bool executes(const char *line, const char *command)
 {
-    char line[4096], want[256];
-    if (read_line(f, line, sizeof(line)) < 0) {
-        failf(f, "expected command %s, got nothing", command);
-        return;
-    }
+    char want[256], want2[256];
     snprintf(want, sizeof(want), "\"execute\":\"%s\"", command);
     /* json-c prints compact JSON; accept the spaced form too */
-    char want2[256];
     snprintf(want2, sizeof(want2), "\"execute\": \"%s\"", command);
-    if (!strstr(line, want) && !strstr(line, want2))
-        failf(f, "expected command %s, got: %.400s", command, line);
+    return strstr(line, want) || strstr(line, want2);
+}
+
+static void take_id(fake_qmp *f, const char *line)
+{
     const char *id = strstr(line, "\"id\":");
     f->last_id[0] = '\0';
     if (id) {
@@ -114,6 +112,27 @@ static void do_reply(fake_qmp *f, const char *tmpl)
         }
     }
     send_all(f->fd, out, o);
+}
+
+/* skip: other commands before it are answered with an error */
+static void do_expect(fake_qmp *f, const char *command, bool skip)
+{
+    char line[4096];
+    for (;;) {
+        if (read_line(f, line, sizeof(line)) < 0) {
+            failf(f, "expected command %s, got nothing", command);
+            return;
+        }
+        if (executes(line, command))
+            break;
+        if (!skip) {
+            failf(f, "expected command %s, got: %.400s", command, line);
+            break;
+        }
+        take_id(f, line);
+        do_reply(f, "{\"error\": {\"class\": \"GenericError\", \"desc\": \"not in the script\"}, \"id\": %ID%}\r\n");
+    }
+    take_id(f, line);
 }
 
 /* Closed: the socket reads end-of-file now (lines it sent first are
@@ -151,7 +170,8 @@ static void *run(void *arg)
             send_all(f->fd, s->text, strlen(s->text));
             break;
         case FQ_EXPECT:
-            do_expect(f, s->text);
+        case FQ_EXPECT_SKIPPING:
+            do_expect(f, s->text, s->op == FQ_EXPECT_SKIPPING);
             break;
         case FQ_REPLY:
             do_reply(f, s->text);

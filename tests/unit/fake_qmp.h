@@ -11,6 +11,9 @@ typedef enum {
     FQ_END = 0,
     FQ_SEND,   /* text: raw bytes, sent as is */
     FQ_EXPECT, /* text: command name the next client line must execute */
+    FQ_EXPECT_SKIPPING, /* text: the same, other commands before it are
+                         * answered with an error (a client that may ask
+                         * again, as balancerd's backend each tick) */
     FQ_REPLY,  /* text: reply, "%ID%" replaced by the last expected id */
     FQ_SLEEP,  /* ms */
     FQ_CLOSE,
