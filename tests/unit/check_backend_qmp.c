@@ -85,8 +85,9 @@ static double mono_s_now(void)
 
 /* What the backend asks a QEMU that joins, after the handshake: its size
  * first, then the answers from that one's on. */
-#define IDENTITY(name, uuid) { FQ_EXPECT, "query-memory-size-summary", 0 }, IDENTITY_ANSWERS(name, uuid)
-#define IDENTITY_ANSWERS(name, uuid)                                                                             \
+#define IDENTITY(name, uuid) { FQ_EXPECT, "query-memory-size-summary", 0 }, IDENTITY_ANSWERS(name, uuid, "false")
+/* fpr: its balloon's free-page-reporting property, "true" or "false" */
+#define IDENTITY_ANSWERS(name, uuid, fpr)                                                                        \
     { FQ_REPLY, "{\"return\": {\"base-memory\": 536870912, \"plugged-memory\": 0}, \"id\": %ID%}\r\n", 0 },      \
     { FQ_EXPECT, "query-name", 0 },                                                                              \
     { FQ_REPLY, "{\"return\": {\"name\": \"" name "\"}, \"id\": %ID%}\r\n", 0 },                                 \
@@ -95,7 +96,7 @@ static double mono_s_now(void)
     { FQ_EXPECT, "qom-set", 0 },                                                                                 \
     { FQ_REPLY, "{\"return\": {}, \"id\": %ID%}\r\n", 0 },                                                       \
     { FQ_EXPECT, "qom-get", 0 },                                                                                 \
-    { FQ_REPLY, "{\"return\": false, \"id\": %ID%}\r\n", 0 }
+    { FQ_REPLY, "{\"return\": " fpr ", \"id\": %ID%}\r\n", 0 }
 
 /* Its first round: the balloon at actual (bytes, a string), and QEMU's
  * answer to guest-stats (stats, or its error for a driver that has sent
@@ -300,7 +301,7 @@ START_TEST(slow_handshake_read_a_tick_late_joins)
         { FQ_REPLY, "{\"return\": {}, \"id\": %ID%}\r\n", 0 },
         { FQ_EXPECT, "query-memory-size-summary", 0 },
         { FQ_SLEEP, NULL, 200 }, /* and its identity 200 ms later */
-        IDENTITY_ANSWERS("db", DB_UUID),
+        IDENTITY_ANSWERS("db", DB_UUID, "false"),
         ROUND("268435456", NO_STATS_YET),
         { FQ_SLEEP, NULL, 200 },
         { FQ_GONE, NULL, 0 },
@@ -321,6 +322,38 @@ START_TEST(slow_handshake_read_a_tick_late_joins)
 }
 END_TEST
 
+/* A QEMU that stops answering gets no new questions, not even whether its
+ * guest's driver took free page reporting, due again 5 s after an answer
+ * that the driver was not ready yet (it had been sent regardless, and
+ * piled up in a hung QEMU's socket). */
+START_TEST(stuck_qemu_is_asked_nothing_more)
+{
+    static const fq_step script[] = {
+        FQ_HANDSHAKE,
+        { FQ_EXPECT, "query-memory-size-summary", 0 },
+        IDENTITY_ANSWERS("db", DB_UUID, "true"),
+        /* the driver is not ready yet: asked again 5 s later */
+        { FQ_EXPECT, "x-query-virtio-status", 0 },
+        { FQ_REPLY, "{\"return\": {\"status\": {\"statuses\": [\"VIRTIO_CONFIG_S_ACKNOWLEDGE\"]}, "
+                    "\"guest-features\": {\"dev-features\": []}}, \"id\": %ID%}\r\n", 0 },
+        /* the first round, never answered */
+        { FQ_EXPECT, "query-balloon", 0 },
+        { FQ_EXPECT, "qom-get", 0 },
+        { FQ_EXPECT, "query-blockstats", 0 },
+        { FQ_SLEEP, NULL, 6500 },
+        { FQ_SILENT, NULL, 0 },
+        { FQ_END, NULL, 0 },
+    };
+    rig r;
+    rig_up(&r, script);
+    for (int i = 0; i < 13; i++) { /* ticks of 0.5 s past the 5 s */
+        usleep(500 * 1000);
+        ck_assert_int_eq(backend_qmp.sync(&r.hv), 0);
+    }
+    rig_stop(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backend_qmp");
@@ -331,6 +364,7 @@ int main(void)
     tcase_add_test(tc, stop_with_nothing_unanswered_leaves_at_once);
     tcase_add_test(tc, another_vm_behind_the_same_socket);
     tcase_add_test(tc, slow_handshake_read_a_tick_late_joins);
+    tcase_add_test(tc, stuck_qemu_is_asked_nothing_more);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }

@@ -15,6 +15,7 @@
 #include "fake_qmp.h"
 #include "qmp/qmp.h"
 #include "qmp/qmp_glib.h"
+#include "qmp/qmp_internal.h"
 
 #define T_MS 3000
 
@@ -553,6 +554,40 @@ START_TEST(peer_not_reading_breaks_without_blocking)
 }
 END_TEST
 
+/* A timeout's callback that breaks the connection (here: it sends, and
+ * the send fails) while qmp_expire walks the pending commands: every
+ * callback still runs once, and nothing freed is touched (valgrind in
+ * make check; the walk used to keep a pointer into a command the break
+ * freed). */
+static qmp_conn *expiring_conn;
+
+static void send_on_timeout(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    on_reply(c, ret, err, opaque);
+    qmp_execute_async(expiring_conn, "query-balloon", NULL, T_MS, on_reply, opaque, NULL);
+}
+
+START_TEST(timeout_callback_that_breaks_the_connection)
+{
+    expiring_conn = qmp_conn_new_detached(); /* no socket: a send breaks it */
+    async_slot a = { 0 }, b = { 0 }, c = { 0 };
+    /* newest first in the list: a (not due) is walked past before c and b */
+    ck_assert_int_eq(qmp_conn_add_pending(expiring_conn, 1, 0, on_reply, &b), 0);
+    ck_assert_int_eq(qmp_conn_add_pending(expiring_conn, 2, 0, send_on_timeout, &c), 0);
+    ck_assert_int_eq(qmp_conn_add_pending(expiring_conn, 3, 60000, on_reply, &a), 0);
+    usleep(2000);
+    qmp_expire(expiring_conn);
+    ck_assert(qmp_is_broken(expiring_conn));
+    ck_assert_int_eq(c.calls, 1); /* its timeout; its own send failed at once (-1, no callback) */
+    ck_assert_int_eq(b.calls, 1);
+    ck_assert_int_eq(b.code, QMP_ERR_TIMEOUT);
+    ck_assert_int_eq(a.calls, 1); /* failed with the break */
+    ck_assert_int_ne(a.code, QMP_ERR_TIMEOUT);
+    qmp_close(expiring_conn);
+    expiring_conn = NULL;
+}
+END_TEST
+
 START_TEST(guest_stats_parse)
 {
     /* as QEMU 7.2 returns it for a Linux guest */
@@ -816,6 +851,7 @@ int main(void)
     tcase_add_test(tc, flood_is_read_a_bounded_amount_per_pump);
     tcase_add_test(tc, async_replies_out_of_order);
     tcase_add_test(tc, async_pending_fail_when_broken);
+    tcase_add_test(tc, timeout_callback_that_breaks_the_connection);
     tcase_add_test(tc, peer_not_reading_breaks_without_blocking);
     tcase_add_test(tc, guest_stats_parse);
     tcase_add_test(tc, memory_size_summary_parse);

@@ -187,6 +187,15 @@ static void *run(void *arg)
             if (client_closed(f))
                 failf(f, "the client closed its end before step %td", s - f->script);
             break;
+        case FQ_SILENT: {
+            bool closed = client_closed(f); /* reads what is there */
+            if (f->inlen)
+                failf(f, "step %td: the client sent: %.*s", s - f->script, (int)(f->inlen < 400 ? f->inlen : 400),
+                      f->inbuf);
+            else if (closed)
+                failf(f, "step %td: the client closed its end", s - f->script);
+            break;
+        }
         case FQ_GONE:
             if (!client_closed(f))
                 failf(f, "the client has not closed its end by step %td", s - f->script);

@@ -20,6 +20,7 @@ typedef enum {
     FQ_ALIVE, /* the client has not closed its end (QEMU runs a request only
                * while its client is there: it drops the rest at close) */
     FQ_GONE,  /* the client has closed its end by now */
+    FQ_SILENT, /* the client has sent nothing since the last expected line */
 } fq_op;
 
 typedef struct {
