@@ -112,6 +112,10 @@ static double mono_s_now(void)
 #define JOIN(name, uuid) FQ_HANDSHAKE, IDENTITY(name, uuid)
 
 #define NO_STATS_YET "{\"error\": {\"class\": \"GenericError\", \"desc\": \"guest hasn't updated any stats yet\"}, \"id\": %ID%}\r\n"
+#define SOME_STATS                                                                                               \
+    "{\"return\": {\"stats\": {\"stat-total-memory\": 390000000, \"stat-free-memory\": 200000000, "                    \
+    "\"stat-available-memory\": 250000000, \"stat-disk-caches\": 50000000}, \"last-update\": 1764748829}, "               \
+    "\"id\": %ID%}\r\n"
 #define JOIN_AND_FIRST_ROUND(name, uuid) JOIN(name, uuid), ROUND("268435456", NO_STATS_YET)
 
 #define DB_UUID "5ad1b2c6-6c4e-4d8b-9a51-2f6f3c1e0a01"
@@ -119,7 +123,7 @@ static double mono_s_now(void)
 
 typedef struct {
     char dir[64], path[128];
-    char *sockets[2];
+    char *sockets[3];
     hv_ctx hv;
     fake_qmp *server;
 } rig;
@@ -252,9 +256,7 @@ START_TEST(another_vm_behind_the_same_socket)
     };
     static const fq_step second[] = {
         JOIN("web", WEB_UUID),
-        ROUND("402653184", "{\"return\": {\"stats\": {\"stat-total-memory\": 390000000, \"stat-free-memory\": 200000000, "
-                           "\"stat-available-memory\": 250000000, \"stat-disk-caches\": 50000000}, "
-                           "\"last-update\": 1764748829}, \"id\": %ID%}\r\n"),
+        ROUND("402653184", SOME_STATS),
         { FQ_SLEEP, NULL, 200 },
         { FQ_GONE, NULL, 0 },
         { FQ_END, NULL, 0 },
@@ -354,6 +356,55 @@ START_TEST(stuck_qemu_is_asked_nothing_more)
 }
 END_TEST
 
+/* One guest behind two sockets (two QEMUs given one -uuid, a
+ * misconfiguration): when the socket that served it last shows another
+ * VM, the other socket takes the guest over; it is neither dropped nor
+ * left without a QEMU. */
+START_TEST(guest_served_twice_is_handed_over)
+{
+    static const fq_step a[] = {
+        JOIN("db", DB_UUID),
+        ROUND("314572800", SOME_STATS),
+        { FQ_SLEEP, NULL, 1500 }, /* then silent */
+        { FQ_END, NULL, 0 },
+    };
+    static const fq_step b[] = {
+        { FQ_SLEEP, NULL, 150 }, /* joins after a: it serves the guest */
+        JOIN("db", DB_UUID),
+        ROUND("268435456", SOME_STATS),
+        { FQ_ACCEPT, NULL, 0 }, /* another VM behind b's socket */
+        JOIN("web", WEB_UUID),
+        ROUND("402653184", SOME_STATS),
+        { FQ_SLEEP, NULL, 200 },
+        { FQ_GONE, NULL, 0 },
+        { FQ_END, NULL, 0 },
+    };
+    rig r;
+    rig_start(&r, b);
+    char path_a[160];
+    snprintf(path_a, sizeof(path_a), "%s/a.sock", r.dir);
+    fake_qmp *server_a = fake_qmp_start_unix(a, path_a);
+    ck_assert_ptr_nonnull(server_a);
+    r.sockets[0] = path_a;
+    r.sockets[1] = r.path;
+    for (int i = 0; i < 50 && !inv_find(NULL, WEB_UUID); i++) {
+        ck_assert_int_eq(backend_qmp.sync(&r.hv), 0);
+        usleep(50 * 1000);
+    }
+    ck_assert_msg(inv_find(NULL, WEB_UUID), "the new VM did not join");
+    hv_guest *db = inv_find(NULL, DB_UUID);
+    ck_assert_msg(db != NULL, "the guest a still serves was dropped");
+    guest_sample smp;
+    g_autoptr(GError) err = NULL;
+    ck_assert_msg(backend_qmp.sample(&r.hv, db, &smp, &err) == 0, "%s", err ? err->message : "");
+    ck_assert_int_eq(smp.actual_bytes, 300 * (int64_t)MIB); /* a's */
+    rig_stop(&r);
+    const char *fail = fake_qmp_join(server_a);
+    ck_assert_msg(fail == NULL, "fake QEMU a: %s", fail ? fail : "");
+    fake_qmp_free(server_a);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backend_qmp");
@@ -365,6 +416,7 @@ int main(void)
     tcase_add_test(tc, another_vm_behind_the_same_socket);
     tcase_add_test(tc, slow_handshake_read_a_tick_late_joins);
     tcase_add_test(tc, stuck_qemu_is_asked_nothing_more);
+    tcase_add_test(tc, guest_served_twice_is_handed_over);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }

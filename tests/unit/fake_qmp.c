@@ -196,6 +196,13 @@ static void *run(void *arg)
                 failf(f, "step %td: the client closed its end", s - f->script);
             break;
         }
+        case FQ_ACCEPT:
+            close(f->fd);
+            f->inlen = 0;
+            f->fd = f->listen_fd >= 0 ? accept(f->listen_fd, NULL, NULL) : -1;
+            if (f->fd < 0)
+                failf(f, "step %td: accept: %s", s - f->script, f->listen_fd >= 0 ? strerror(errno) : "no listener");
+            break;
         case FQ_GONE:
             if (!client_closed(f))
                 failf(f, "the client has not closed its end by step %td", s - f->script);

@@ -21,6 +21,8 @@ typedef enum {
                * while its client is there: it drops the rest at close) */
     FQ_GONE,  /* the client has closed its end by now */
     FQ_SILENT, /* the client has sent nothing since the last expected line */
+    FQ_ACCEPT, /* close the client's connection and take the next one
+                * (unix socket only): another QEMU behind the same path */
 } fq_op;
 
 typedef struct {
