@@ -69,6 +69,16 @@ int qmp_framer_feed(qmp_framer *f, const char *data, size_t n)
     return 0;
 }
 
+int qmp_framer_next_skipping(qmp_framer *f, const char **line, size_t *len, unsigned long *dropped)
+{
+    qmp_frame_result fr;
+    while ((fr = qmp_framer_next(f, line, len)) == QMP_FRAME_TOO_LONG) {
+        (*dropped)++;
+        qmp_framer_skip_line(f); /* only that line: the ones after it are taken */
+    }
+    return fr == QMP_FRAME_LINE ? 0 : -1;
+}
+
 qmp_frame_result qmp_framer_next(qmp_framer *f, const char **line, size_t *len)
 {
     for (;;) {

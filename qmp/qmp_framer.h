@@ -33,6 +33,11 @@ qmp_frame_result qmp_framer_next(qmp_framer *f, const char **line, size_t *len);
 /* After QMP_FRAME_TOO_LONG, for callers that go on: drop the over-long
  * line, including what of it is still to come. */
 void qmp_framer_skip_line(qmp_framer *f);
+/* For callers that go on past over-long lines (the guest agent's port):
+ * the next complete line as qmp_framer_next, over-long ones dropped on the
+ * way and counted in *dropped.  0 with a line, -1 when more input is
+ * needed. */
+int qmp_framer_next_skipping(qmp_framer *f, const char **line, size_t *len, unsigned long *dropped);
 /* Bytes held of an unfinished line. */
 size_t qmp_framer_pending(const qmp_framer *f);
 

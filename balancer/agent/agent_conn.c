@@ -64,14 +64,9 @@ void agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes)
         qmp_framer_feed(&c->in, buf, (size_t)n);
         const char *line;
         size_t len;
-        qmp_frame_result fr;
-        while ((fr = qmp_framer_next(&c->in, &line, &len)) != QMP_FRAME_NEED_MORE) {
-            if (fr == QMP_FRAME_LINE) {
-                agent_feed_line(st, line, len, now, guest_bytes);
-            } else { /* only that line: the ones after it in this read are taken */
-                st->rejected[AGENT_REJ_TOO_LONG]++;
-                qmp_framer_skip_line(&c->in);
-            }
-        }
+        unsigned long too_long = 0;
+        while (qmp_framer_next_skipping(&c->in, &line, &len, &too_long) == 0)
+            agent_feed_line(st, line, len, now, guest_bytes);
+        st->rejected[AGENT_REJ_TOO_LONG] += too_long;
     }
 }

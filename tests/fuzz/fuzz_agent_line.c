@@ -25,12 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         qmp_framer_feed(&f, (const char *)data + off, n);
         const char *line;
         size_t len;
-        qmp_frame_result fr;
-        while ((fr = qmp_framer_next(&f, &line, &len)) != QMP_FRAME_NEED_MORE) {
-            if (fr == QMP_FRAME_TOO_LONG) {
-                qmp_framer_skip_line(&f);
-                continue;
-            }
+        unsigned long too_long = 0;
+        while (qmp_framer_next_skipping(&f, &line, &len, &too_long) == 0) {
             agent_feed_line(&st, line, len, now, 512ULL << 20);
             now += 0.3;
         }
