@@ -46,7 +46,7 @@ BALANCERCTL  := $(BUILD)/balancerctl
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
                 $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer \
                 $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru $(BUILD)/tests/check_need \
-                $(BUILD)/tests/check_backend_qmp
+                $(BUILD)/tests/check_backend_qmp $(BUILD)/tests/check_kdamond_ledger
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
                 $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config \
                 $(BUILD)/tests/replay_proc_text
@@ -98,6 +98,9 @@ $(BUILD)/tests/check_need: $(BUILD)/tests/unit/check_need.o $(LIBCORE) $(LIBPOLI
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
 $(BUILD)/tests/check_agent: $(BUILD)/tests/unit/check_agent.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
+
+$(BUILD)/tests/check_kdamond_ledger: $(BUILD)/tests/unit/check_kdamond_ledger.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
 $(BUILD)/tests/check_balancer: $(BUILD)/tests/unit/check_balancer.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
@@ -157,7 +160,7 @@ $(FAKE_QEMU): $(BUILD)/tests/faults/fake_qemu.o
 
 $(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o $(BUILD)/tests/integration/test_util.o \
 		$(BUILD)/tests/integration/guest_vm.o $(BUILD)/tests/integration/cleanup.o $(LIBCORE) $(LIBQMP)
-	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libvirt json-c glib-2.0 $(CHECKPKG))
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libvirt json-c glib-2.0 libsystemd $(CHECKPKG))
 
 # ---- test guest ----
 GUEST_DIR := build/guest

@@ -26,6 +26,8 @@ void config_defaults(balancer_config *c)
     c->metrics_listen = g_strdup("127.0.0.1:9640");
     c->control_socket = g_strdup(CONTROL_DEFAULT_SOCKET);
     c->memory_cgroup = g_strdup("");
+    c->state_dir = g_strdup(STATE_DEFAULT_DIR);
+    c->damon_admin = g_strdup(DAMON_DEFAULT_ADMIN);
     c->hr_enabled = false;
     c->hr_source = g_strdup("auto");
     c->hr_scan_interval = 10;
@@ -52,6 +54,8 @@ void config_clear(balancer_config *c)
     g_free(c->metrics_listen);
     g_free(c->control_socket);
     g_free(c->memory_cgroup);
+    g_free(c->state_dir);
+    g_free(c->damon_admin);
     g_free(c->hr_source);
     memset(c, 0, sizeof(*c));
 }

@@ -14,6 +14,10 @@
 
 #define CONFIG_DEFAULT_PATH "/etc/balancer/balancer.conf"
 #define CONTROL_DEFAULT_SOCKET "/run/balancer/control.sock"
+/* What balancerd creates outside itself is recorded here (the unit's
+ * RuntimeDirectory): see reclaim/kdamond_ledger.h. */
+#define STATE_DEFAULT_DIR "/run/balancer"
+#define DAMON_DEFAULT_ADMIN "/sys/kernel/mm/damon/admin"
 
 typedef struct {
     char *connect_uri;          /* [balancer] connect */
@@ -29,6 +33,8 @@ typedef struct {
     char *metrics_listen;       /* [metrics] listen (host:port, "" = off) */
     char *control_socket;       /* [balancer] control_socket ("" = off) */
     char *memory_cgroup;        /* [host] memory_cgroup: balance this cgroup's limit ("" = the machine) */
+    char *state_dir;            /* --state-dir: where what we create is recorded (no key) */
+    char *damon_admin;          /* --damon-admin: DAMON's sysfs admin directory (no key) */
     /* [host_reclaim]: paging cold guest memory out from the host */
     bool hr_enabled;            /* enabled */
     char *hr_source;            /* source: auto, damon, probe */

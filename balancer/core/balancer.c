@@ -15,6 +15,7 @@
 #include "host/pressure.h"
 #include "host/qemu_touched.h"
 #include "policies/reclaim_plan.h"
+#include "reclaim/kdamond_ledger.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
@@ -58,7 +59,7 @@ static int set_host_reclaim(balancer *b, GError **error)
         g->hswap = NULL;
     }
     GError *err = NULL;
-    b->hswap = host_swap_new(&b->cfg, b->damon_dir, &err);
+    b->hswap = host_swap_new(&b->cfg, &err);
     if (err) {
         g_propagate_error(error, err);
         return -1;
@@ -134,6 +135,14 @@ int balancer_replace_config(balancer *b, balancer_config *cfg, GError **error)
     balancer_config old = b->cfg;
     b->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
+    /* set at start, from the command line: the kdamond's ledger stays where
+     * it was written */
+    char *t = b->cfg.state_dir;
+    b->cfg.state_dir = old.state_dir;
+    old.state_dir = t;
+    t = b->cfg.damon_admin;
+    b->cfg.damon_admin = old.damon_admin;
+    old.damon_admin = t;
     limits_from_config(b);
     probe_huge_refault(b, drop_was_on);
     int rc = 0;
@@ -266,7 +275,6 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->guests = g_ptr_array_new();
     b->proc_meminfo = "/proc/meminfo";
     b->sys_node_dir = "/sys/devices/system/node";
-    b->damon_dir = HOST_SWAP_DAMON_DIR;
     classify_params_default(&b->cp);
     limits_from_config(b);
     probe_huge_refault(b, false);
@@ -278,7 +286,7 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
                  "(make bench-fault, aged-2m)");
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)
-        b->hswap = host_swap_new(&b->cfg, b->damon_dir, &hr_err);
+        b->hswap = host_swap_new(&b->cfg, &hr_err);
     if (!b->policy || hr_err) {
         if (hr_err)
             g_propagate_error(error, g_steal_pointer(&hr_err));
@@ -287,6 +295,20 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     }
     b->snap = balancer_snapshot_build(b);
     return g_steal_pointer(&b);
+}
+
+int balancer_release_leftovers(const char *state_dir)
+{
+    g_autofree char *ledger = g_build_filename(state_dir, KDAMOND_LEDGER_FILE, NULL);
+    g_autofree char *what = NULL;
+    kdamond_leftover r = kdamond_release_leftover(ledger, &what);
+    if (r == KDAMOND_FAILED)
+        log_err("DAMON: %s", what);
+    else if (what)
+        log_info("DAMON: %s", what);
+    else
+        log_info("nothing left behind (no kdamond recorded in %s)", ledger);
+    return r == KDAMOND_FAILED ? -1 : 0;
 }
 
 void balancer_free(balancer *b)

@@ -22,7 +22,6 @@ struct balancer {
     classify_params cp;
     const char *proc_meminfo;       /* normally /proc/meminfo */
     const char *sys_node_dir;       /* normally /sys/devices/system/node */
-    const char *damon_dir;          /* normally HOST_SWAP_DAMON_DIR */
     bool dry_run;                   /* decide and log, never actuate */
     bool paused;
     bool shutting_down;             /* guests are released, not gone */

@@ -28,7 +28,7 @@ typedef struct {
     metrics_server *metrics;
     control_server *control;
     /* command-line overrides, re-applied after a reload */
-    char *opt_connect, *opt_policy, *opt_metrics, *opt_control;
+    char *opt_connect, *opt_policy, *opt_metrics, *opt_control, *opt_state_dir, *opt_damon_admin;
     int opt_tick;
 } daemon_ctx;
 
@@ -81,6 +81,14 @@ static void apply_overrides(daemon_ctx *d, balancer_config *c)
     if (d->opt_control) {
         g_free(c->control_socket);
         c->control_socket = g_strdup(d->opt_control);
+    }
+    if (d->opt_state_dir) {
+        g_free(c->state_dir);
+        c->state_dir = g_strdup(d->opt_state_dir);
+    }
+    if (d->opt_damon_admin) {
+        g_free(c->damon_admin);
+        c->damon_admin = g_strdup(d->opt_damon_admin);
     }
 }
 
@@ -172,7 +180,7 @@ int main(int argc, char **argv)
     daemon_ctx d;
     memset(&d, 0, sizeof(d));
     char *config = NULL, **qmp = NULL;
-    gboolean dry_run = FALSE, once = FALSE, verbose = FALSE, version = FALSE;
+    gboolean dry_run = FALSE, once = FALSE, verbose = FALSE, version = FALSE, release = FALSE;
     int ticks = 0;
     GOptionEntry entries[] = {
         { "config", 'c', 0, G_OPTION_ARG_FILENAME, &config,
@@ -189,6 +197,14 @@ int main(int argc, char **argv)
           "Serve Prometheus /metrics on HOST:PORT (default 127.0.0.1:9640; \"\" disables)", "ADDR" },
         { "control-socket", 0, 0, G_OPTION_ARG_FILENAME, &d.opt_control,
           "balancerctl socket (default " CONTROL_DEFAULT_SOCKET "; \"\" disables)", "PATH" },
+        { "state-dir", 0, 0, G_OPTION_ARG_FILENAME, &d.opt_state_dir,
+          "Where balancerd records what it creates outside itself, e.g. a kdamond (default " STATE_DEFAULT_DIR ")",
+          "DIR" },
+        { "damon-admin", 0, 0, G_OPTION_ARG_FILENAME, &d.opt_damon_admin,
+          "DAMON's sysfs admin directory (default " DAMON_DEFAULT_ADMIN ")", "DIR" },
+        { "release-leftovers", 0, 0, G_OPTION_ARG_NONE, &release,
+          "Turn off what a balancerd that is no longer running left behind (its kdamond, as recorded in the "
+          "state directory), then exit; the unit's ExecStopPost", NULL },
         { "dry-run", 'n', 0, G_OPTION_ARG_NONE, &dry_run, "Decide and log, but never balloon", NULL },
         { "once", 0, 0, G_OPTION_ARG_NONE, &once, "Run one round and exit", NULL },
         { "ticks", 0, 0, G_OPTION_ARG_INT, &ticks, "Run N rounds and exit", "N" },
@@ -226,6 +242,14 @@ int main(int argc, char **argv)
     }
     if (verbose)
         log_set_level(LOG_DEBUG);
+    if (release) {
+        /* needs no configuration: what to undo is in the ledger */
+        int rc = balancer_release_leftovers(d.opt_state_dir ? d.opt_state_dir : STATE_DEFAULT_DIR);
+        g_free(d.opt_state_dir);
+        g_free(d.opt_damon_admin);
+        g_free(config);
+        return rc < 0 ? 1 : 0;
+    }
 
     d.config_explicit = config != NULL;
     d.config_path = config ? config : g_strdup(CONFIG_DEFAULT_PATH);
@@ -302,6 +326,8 @@ int main(int argc, char **argv)
     g_strfreev(qmp);
     g_free(d.opt_metrics);
     g_free(d.opt_control);
+    g_free(d.opt_state_dir);
+    g_free(d.opt_damon_admin);
     g_free(d.config_path);
     g_free(d.opt_connect);
     g_free(d.opt_policy);

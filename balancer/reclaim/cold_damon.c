@@ -12,6 +12,12 @@
  * fresh ones ("commit" does not refresh tried_regions on 6.18, a restart
  * does).  A page outside every range counts as referenced: new frames
  * were just faulted in, which is an access.
+ *
+ * The kdamond is recorded in a ledger (kdamond_ledger.h) before it is
+ * created and whenever its thread changes, so that one left behind by a
+ * balancerd that died is recognised and turned off; at start a leftover
+ * the ledger proves ours is taken back first, and any other kdamond is
+ * described and never written to.
  */
 #include "reclaim/cold_source.h"
 
@@ -25,8 +31,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util/small_file.h"
+#include "reclaim/kdamond_ledger.h"
 #include "util/error.h"
+#include "util/log.h"
+#include "util/small_file.h"
 
 typedef struct {
     uint64_t start, end;      /* physical byte addresses */
@@ -38,6 +46,9 @@ typedef struct {
     cold_source base;
     char dir[256];            /* .../kdamonds/0 */
     char admin[200];
+    char *ledger_path;        /* where the kdamond is recorded */
+    kdamond_ledger ledger;
+    bool created;             /* kdamonds/0 is the one we added */
     damon_params p;
     bool running;
     uint64_t started_us, last_us;
@@ -84,11 +95,23 @@ static int rd_u64(const char *dir, const char *file, uint64_t *out)
 
 static double kdamond_cpu(const damon_source *d);
 
+/* The ledger follows the kdamond's thread: a failure to write it is said
+ * (a kdamond we cannot find again after a crash is one that may leak). */
+static void record(damon_source *d, int kdamond_pid)
+{
+    g_autoptr(GError) err = NULL;
+    d->ledger.kdamond_pid = kdamond_pid;
+    if (kdamond_ledger_save(d->ledger_path, &d->ledger, &err) < 0)
+        log_warn("DAMON: %s", err->message);
+}
+
 static void damon_stop(damon_source *d)
 {
     d->cpu_done += kdamond_cpu(d); /* the next kdamond counts from 0 */
-    if (d->running)
+    if (d->running) {
         wr(d->dir, "state", "off");
+        record(d, 0);
+    }
     d->running = false;
     d->kdamond_pid = 0;
 }
@@ -235,6 +258,7 @@ static int damon_start(damon_source *d, uint64_t now_us, GError **error)
     d->started_us = now_us;
     uint64_t pid = 0;
     d->kdamond_pid = rd_u64(d->dir, "pid", &pid) == 0 ? (int)pid : 0;
+    record(d, d->kdamond_pid);
     return 0;
 }
 
@@ -395,10 +419,17 @@ static void damon_destroy(cold_source *s)
 {
     damon_source *d = (damon_source *)s;
     damon_stop(d);
-    /* the kdamond thread takes a moment to exit; until then the
-     * directory is busy (EBUSY) */
-    for (int i = 0; i < 100 && wr(d->admin, "kdamonds/nr_kdamonds", "0") < 0 && errno == EBUSY; i++)
-        usleep(20000);
+    d->running = false;
+    /* a kdamond that would not go stays in the ledger for the next
+     * balancerd or --release-leftovers */
+    if (d->ledger_path) {
+        if (!d->created || kdamond_turn_off(d->admin, 0) == 0)
+            kdamond_ledger_forget(d->ledger_path);
+        else
+            log_warn("DAMON: removing the kdamond we created under %s: %s (left in %s)", d->admin, strerror(errno),
+                     d->ledger_path);
+    }
+    g_free(d->ledger_path);
     g_free(d->ranges);
     g_free(d->regions);
     g_free(d->acc);
@@ -422,18 +453,39 @@ damon_state damon_check(const char *admin_dir, GError **error)
         return DAMON_ABSENT;
     }
     if (nr != 0) {
+        g_autofree char *who = kdamond_describe(admin_dir);
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE,
-                    "DAMON is in use by %" PRIu64 " kdamond(s) that membal did not create (%s/kdamonds); they are "
-                    "not ours to touch, and DAMON's sysfs cannot add another while they exist",
-                    nr, admin_dir);
+                    "DAMON is in use by %" PRIu64 " kdamond(s) that membal did not create (%s/kdamonds: %s); they "
+                    "are not ours to touch, and DAMON's sysfs cannot add another while they exist",
+                    nr, admin_dir, who);
         return DAMON_BUSY;
     }
     return DAMON_FREE;
 }
 
-cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, GError **error)
+/* A kdamond the ledger proves ours, left by a balancerd that is gone, is
+ * turned off before DAMON is looked at; what was found is logged.  -1
+ * with the reason when the ledger's kdamond is still in use, or would not
+ * go. */
+static int take_back_leftover(const char *ledger_path, GError **error)
 {
-    if (damon_check(admin_dir, error) != DAMON_FREE)
+    g_autofree char *what = NULL;
+    kdamond_leftover r = kdamond_release_leftover(ledger_path, &what);
+    if (r == KDAMOND_IN_USE || r == KDAMOND_FAILED) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "DAMON: %s", what);
+        return -1;
+    }
+    if (r == KDAMOND_RELEASED)
+        log_info("DAMON: %s", what);
+    else if (what)
+        log_warn("DAMON: %s", what);
+    return 0;
+}
+
+cold_source *cold_source_damon_new(const char *admin_dir, const char *ledger_path, const damon_params *p,
+                                   GError **error)
+{
+    if (take_back_leftover(ledger_path, error) < 0 || damon_check(admin_dir, error) != DAMON_FREE)
         return NULL;
     damon_source *d = g_new0(damon_source, 1);
     d->base.ops = &damon_ops;
@@ -441,8 +493,17 @@ cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p,
     d->acc = g_new(uint64_t, 2 * ACC_RUNS);
     snprintf(d->admin, sizeof(d->admin), "%s", admin_dir);
     snprintf(d->dir, sizeof(d->dir), "%s/kdamonds/0", admin_dir);
+    /* recorded before it exists: a balancerd killed at any later point
+     * leaves a kdamond the ledger names */
+    kdamond_ledger_init(&d->ledger, admin_dir, 0, p->sample_us, p->aggr_us);
+    if (kdamond_ledger_save(ledger_path, &d->ledger, error) < 0) {
+        damon_destroy(&d->base);
+        return NULL;
+    }
+    d->ledger_path = g_strdup(ledger_path);
     char ops[256] = "";
-    if (wr(admin_dir, "kdamonds/nr_kdamonds", "1") || wr(d->dir, "contexts/nr_contexts", "1") ||
+    d->created = wr(admin_dir, "kdamonds/nr_kdamonds", "1") == 0;
+    if (!d->created || wr(d->dir, "contexts/nr_contexts", "1") ||
         small_file_read_at(d->dir, "contexts/0/avail_operations", ops, sizeof(ops)) < 0) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: setting up a kdamond under %s: %s", admin_dir,
                     strerror(errno));

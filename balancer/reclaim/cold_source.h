@@ -114,8 +114,11 @@ damon_state damon_check(const char *admin_dir, GError **error);
 
 /* NULL with the reason if DAMON's sysfs is absent, has no "paddr" operations, or
  * a kdamond exists that we did not create (someone else's, maybe the
- * machine's own from boot: we never write to it). */
-cold_source *cold_source_damon_new(const char *admin_dir, const damon_params *p, GError **error);
+ * machine's own from boot: we never write to it).  The kdamond is
+ * recorded in the ledger at ledger_path (kdamond_ledger.h) before it is
+ * created; a leftover that ledger proves ours is taken back first. */
+cold_source *cold_source_damon_new(const char *admin_dir, const char *ledger_path, const damon_params *p,
+                                   GError **error);
 cold_source *cold_source_probe_new(unsigned probes_per_chunk);
 
 #endif

@@ -11,6 +11,7 @@
 #include "host/pressure.h"
 #include "policies/reclaim_plan.h"
 #include "reclaim/host_reclaim.h"
+#include "reclaim/kdamond_ledger.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
@@ -191,7 +192,7 @@ static char *missing_caps(void)
     return g_string_free(out, FALSE);
 }
 
-host_swap *host_swap_new(const balancer_config *cfg, const char *damon_dir, GError **error)
+host_swap *host_swap_new(const balancer_config *cfg, GError **error)
 {
     if (!cfg->hr_enabled)
         return NULL;
@@ -211,7 +212,8 @@ host_swap *host_swap_new(const balancer_config *cfg, const char *damon_dir, GErr
     if (strcmp(want, "probe") != 0) {
         damon_params dp;
         damon_params_default(&dp);
-        src = cold_source_damon_new(damon_dir, &dp, &why);
+        g_autofree char *ledger = g_build_filename(cfg->state_dir, KDAMOND_LEDGER_FILE, NULL);
+        src = cold_source_damon_new(cfg->damon_admin, ledger, &dp, &why);
         if (!src && strcmp(want, "damon") == 0) {
             g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "[host_reclaim] source = damon: %s",
                         why->message);

@@ -84,13 +84,11 @@ typedef struct {
     bool reclaiming;             /* the host is between low and high */
 } host_swap_round;
 
-#define HOST_SWAP_DAMON_DIR "/sys/kernel/mm/damon/admin"
-
 /* The stage for cfg's [host_reclaim] (copied), with DAMON's sysfs admin
- * directory (HOST_SWAP_DAMON_DIR): NULL when it is disabled, or with the
- * reason when this process lacks the capabilities it needs or source =
- * damon but DAMON is not usable. */
-host_swap *host_swap_new(const balancer_config *cfg, const char *damon_dir, GError **error);
+ * directory cfg->damon_admin and the kdamond's ledger in cfg->state_dir:
+ * NULL when it is disabled, or with the reason when this process lacks the
+ * capabilities it needs or source = damon but DAMON is not usable. */
+host_swap *host_swap_new(const balancer_config *cfg, GError **error);
 void host_swap_free(host_swap *hs);
 /* scan_interval has passed since the last round started. */
 bool host_swap_due(const host_swap *hs);

@@ -131,7 +131,8 @@ int main(int argc, char **argv)
         damon_params dp;
         damon_params_default(&dp);
         g_autoptr(GError) err = NULL;
-        src = cold_source_damon_new(dir, &dp, &err);
+        g_autofree char *ledger = g_strdup_printf("%s/kdamond.ledger", dir);
+        src = cold_source_damon_new(dir, ledger, &dp, &err);
         if (!src) {
             fprintf(stderr, "%s\n", err->message);
             return 1;

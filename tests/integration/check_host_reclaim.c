@@ -368,6 +368,25 @@ START_TEST(probe_never_splits_huge_pages)
 }
 END_TEST
 
+/* A DAMON source on the kernel's own DAMON, NULL with the reason when it
+ * is not ours to take.  Its kdamond is recorded in a ledger of the test's
+ * own; a failed test's cleanup turns it off through that ledger, as the
+ * unit's ExecStopPost does (never blindly: a kdamond it cannot prove is
+ * the test's own is left alone). */
+static cold_source *real_damon_source(GError **err)
+{
+    if (damon_check(DAMON_ADMIN, err) != DAMON_FREE)
+        return NULL;
+    static char state[128];
+    snprintf(state, sizeof(state), "/var/tmp/membal-damon-state-%d", (int)getpid());
+    cleanup_register("'%s/build/balancerd' --release-leftovers --state-dir '%s' >&2; rm -rf '%s'", test_top(), state,
+                     state);
+    g_autofree char *ledger = g_strdup_printf("%s/kdamond.ledger", state);
+    damon_params dp;
+    damon_params_default(&dp);
+    return cold_source_damon_new(DAMON_ADMIN, ledger, &dp, err);
+}
+
 /* The same assertions as the probe case (check_outcome), with DAMON as the
  * source.  Only on a kdamond we create: a machine that booted with its own
  * (these machines may) has DAMON busy, and this case is skipped with that
@@ -378,12 +397,8 @@ START_TEST(damon_swaps_cold_keeps_hot)
     if (damon_check(DAMON_ADMIN, &err) != DAMON_FREE)
         CHECK_SKIP("%s", err->message);
     ensure_swap();
-    damon_params dp;
-    damon_params_default(&dp);
-    cold_source *src = cold_source_damon_new(DAMON_ADMIN, &dp, &err);
+    cold_source *src = real_damon_source(&err);
     ck_assert_msg(src != NULL, "%s", err ? err->message : "");
-    cleanup_register("(echo off > %s/kdamonds/0/state; echo 0 > %s/kdamonds/nr_kdamonds) 2>/dev/null", DAMON_ADMIN,
-                     DAMON_ADMIN);
     outcome o;
     run_reclaim(src, "damon", SET_NONE, true, SCANS, &o);
     src->ops->destroy(src);
@@ -521,7 +536,8 @@ START_TEST(damon_source_on_a_fake_sysfs)
     damon_params dp;
     damon_params_default(&dp);
     g_autoptr(GError) err = NULL;
-    cold_source *src = cold_source_damon_new(fake_admin, &dp, &err);
+    g_autofree char *ledger = g_strdup_printf("%s/kdamond.ledger", fake_admin);
+    cold_source *src = cold_source_damon_new(fake_admin, ledger, &dp, &err);
     ck_assert_msg(src != NULL, "%s", err ? err->message : "");
     ck_assert_uint_eq(read_u64_file("%s/nr_kdamonds", kd), 1);
     before_scan = fake_kdamond;
@@ -533,6 +549,7 @@ START_TEST(damon_source_on_a_fake_sysfs)
     ck_assert_str_eq(ops, "paddr");
     src->ops->destroy(src);
     ck_assert_uint_eq(read_u64_file("%s/nr_kdamonds", kd), 0); /* what we created, removed */
+    ck_assert(!g_file_test(ledger, G_FILE_TEST_EXISTS));       /* and its record */
     drop_swap();
     fprintf(stderr, "fake DAMON: %d scans judged on %d regions written\n", fake_scans, fake_regions_written);
     ck_assert_int_ge(fake_scans, SCANS - 2);
@@ -548,15 +565,9 @@ END_TEST
 START_TEST(refaults_lift_the_cold_age)
 {
     ensure_swap();
-    damon_params dp;
-    damon_params_default(&dp);
     g_autoptr(GError) err = NULL;
-    cold_source *src = damon_check(DAMON_ADMIN, &err) == DAMON_FREE ? cold_source_damon_new(DAMON_ADMIN, &dp, &err)
-                                                                   : NULL;
-    if (src)
-        cleanup_register("(echo off > %s/kdamonds/0/state; echo 0 > %s/kdamonds/nr_kdamonds) 2>/dev/null",
-                         DAMON_ADMIN, DAMON_ADMIN);
-    else
+    cold_source *src = real_damon_source(&err);
+    if (!src)
         src = cold_source_probe_new(2);
     outcome o;
     run_reclaim(src, "warm", SET_WARM, strcmp(src->ops->name, "damon") == 0, 24, &o);

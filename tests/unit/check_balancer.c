@@ -958,7 +958,8 @@ START_TEST(reload_with_bad_host_reclaim_keeps_the_stage)
     balancer *b = balancer_new(&c, &backend_qmp, none, true, &err);
     ck_assert_msg(b != NULL, "%s", err ? err->message : "");
     ck_assert_ptr_nonnull(b->hswap);
-    b->damon_dir = "/nonexistent/damon/admin"; /* a DAMON that is not there */
+    g_free(b->cfg.damon_admin);
+    b->cfg.damon_admin = g_strdup("/nonexistent/damon/admin"); /* a DAMON that is not there */
 
     balancer_config bad = host_reclaim_config("damon");
     bad.tick_seconds = 3;
