@@ -307,6 +307,8 @@ int config_load_text(balancer_config *c, const char *data, size_t len, const cha
     n.metrics_listen = g_strdup(c->metrics_listen);
     n.control_socket = g_strdup(c->control_socket);
     n.memory_cgroup = g_strdup(c->memory_cgroup);
+    n.state_dir = g_strdup(c->state_dir);
+    n.damon_admin = g_strdup(c->damon_admin);
     n.hr_source = g_strdup(c->hr_source);
     int rc = 0;
     rc = rc ? rc : check_unknown(&l);

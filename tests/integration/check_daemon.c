@@ -1543,6 +1543,128 @@ START_TEST(daemon_killed_and_restarted)
 }
 END_TEST
 
+/* ---- a kdamond we start is a kdamond we stop, also after SIGKILL ---- */
+
+/* The first line of path, "" when unreadable (g_free it). */
+static char *first_line(const char *path)
+{
+    char *text = NULL;
+    if (!g_file_get_contents(path, &text, NULL, NULL))
+        return g_strdup("");
+    text[strcspn(text, "\n")] = '\0';
+    return text;
+}
+
+/* A kdamond's state file says it runs: "on" (a stand-in tree keeps the
+ * last command written, "update_schemes_tried_regions", there too). */
+static bool kdamond_runs(const char *state)
+{
+    g_autofree char *now = first_line(state);
+    return now[0] && strcmp(now, "off") != 0;
+}
+
+static bool wait_kdamond_runs(const char *state, int seconds)
+{
+    for (int i = 0; i < seconds * 10; i++) {
+        if (kdamond_runs(state))
+            return true;
+        usleep(100 * 1000);
+    }
+    return false;
+}
+
+/*
+ * balancerd with the DAMON source is SIGKILLed while its kdamond runs
+ * (what a failing test's cleanup, the OOM killer or systemd's stop timeout
+ * do); the next balancerd takes the kdamond back and uses DAMON itself,
+ * and leaves none when it stops; after one more SIGKILL, `balancerd
+ * --release-leftovers` (the unit's ExecStopPost) turns it off.  On the
+ * kernel's DAMON when it is free; on a machine whose DAMON is held by a
+ * kdamond that is not ours (this one boots with one), on a stand-in sysfs
+ * tree, where a sleeping process plays the kdamond thread.
+ */
+START_TEST(kdamond_of_a_killed_daemon_is_taken_back)
+{
+    char swapfile[400], conf[512], extra[1024], admin[300];
+    int made_swap;
+    guest_vm vm;
+    g_autoptr(GError) why = NULL;
+    bool real = damon_check("/sys/kernel/mm/damon/admin", &why) == DAMON_FREE;
+    reclaim_guest_up("kdamond", false, "min = 99%\nlow = 99.5%\nhigh = 99.8%\n", "source = damon\n", conf, &vm,
+                     swapfile, sizeof(swapfile), &made_swap);
+    /* after the daemons' kills (registered later, run first), before the
+     * work directory goes */
+    cleanup_register("'%s/build/balancerd' --release-leftovers --state-dir '%s' >&2", test_top(), workdir);
+    if (real) {
+        snprintf(admin, sizeof(admin), "/sys/kernel/mm/damon/admin");
+    } else {
+        fprintf(stderr, "kdamond test on a stand-in DAMON tree: %s\n", why->message);
+        snprintf(admin, sizeof(admin), "%s/damon", workdir);
+        ck_assert(test_fake_damon(admin));
+        pid_t thread = fork();
+        if (thread == 0) {
+            execlp("sleep", "sleep", "600", (char *)NULL);
+            _exit(127);
+        }
+        cleanup_register("kill %d 2>/dev/null", (int)thread);
+        char pid[32];
+        snprintf(pid, sizeof(pid), "%d", (int)thread);
+        g_autofree char *pid_path = g_strdup_printf("%s/kdamonds/0/pid", admin);
+        write_file(pid_path, pid);
+    }
+    g_autofree char *state = g_strdup_printf("%s/kdamonds/0/state", admin);
+    g_autofree char *nr = g_strdup_printf("%s/kdamonds/nr_kdamonds", admin);
+    g_autofree char *ledger = g_strdup_printf("%s/kdamond.ledger", workdir);
+    snprintf(extra, sizeof(extra), "--qmp '%s' --state-dir '%s'%s%s%s", vm.qmp_path, workdir,
+             real ? "" : " --damon-admin '", real ? "" : admin, real ? "" : "'");
+
+    /* (bare: valgrind 3.19 does not know process_madvise) */
+    start_daemon_ex(conf, extra, true);
+    if (!wait_kdamond_runs(state, 90)) {
+        dump_log();
+        ck_abort_msg("the first balancerd's kdamond never ran");
+    }
+    ck_assert(g_file_test(ledger, G_FILE_TEST_EXISTS));
+    pid_t first = daemon_pid;
+    kill(daemon_pid, SIGKILL);
+    waitpid(daemon_pid, NULL, 0);
+    daemon_pid = 0;
+    sleep(1);
+    ck_assert(kdamond_runs(state)); /* the leak: nothing else turns it off */
+
+    start_daemon_ex(conf, extra, true);
+    char said[160];
+    snprintf(said, sizeof(said), "left running by balancerd pid %d, which is gone", (int)first);
+    ck_assert_msg(wait_log(said, 30), "the second balancerd did not take the kdamond back");
+    ck_assert(wait_log("host reclaim: enabled, damon source", 10));
+    ck_assert_int_eq(count_log("DAMON not usable"), 0);
+    ck_assert_msg(wait_kdamond_runs(state, 90), "the second balancerd's kdamond never ran");
+    ck_assert_int_eq(stop_daemon(), 0);
+    g_autofree char *nr_after = first_line(nr);
+    ck_assert_str_eq(nr_after, "0");
+    ck_assert(!g_file_test(ledger, G_FILE_TEST_EXISTS));
+
+    /* the unit's ExecStopPost after one more SIGKILL */
+    start_daemon_ex(conf, extra, true);
+    ck_assert_msg(wait_kdamond_runs(state, 90), "the third balancerd's kdamond never ran");
+    kill(daemon_pid, SIGKILL);
+    waitpid(daemon_pid, NULL, 0);
+    daemon_pid = 0;
+    char out[1024];
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "'%s/build/balancerd' --release-leftovers --state-dir '%s' 2>&1", test_top(), workdir);
+    ck_assert_int_eq(run_capture(cmd, out, sizeof(out)), 0);
+    fprintf(stderr, "--release-leftovers: %s", out);
+    ck_assert_ptr_nonnull(strstr(out, "turned off kdamond 0"));
+    g_free(nr_after);
+    nr_after = first_line(nr);
+    ck_assert_str_eq(nr_after, "0");
+    g_autofree char *off = first_line(state);
+    ck_assert_str_eq(off, "off");
+    reclaim_guest_down(&vm, swapfile, made_swap);
+}
+END_TEST
+
 /* ---- QEMU killed under the daemon: it stays up, drops the guest, exits cleanly ---- */
 
 START_TEST(qemu_killed_under_the_daemon)
@@ -1598,6 +1720,7 @@ int main(void)
     tcase_add_test(tc, host_reclaim_pages_out_cold_guest_memory);
     tcase_add_test(tc, host_reclaim_proactive_within_slo);
     tcase_add_test(tc, host_reclaim_probe_keeps_huge_pages_of_a_real_guest);
+    tcase_add_test(tc, kdamond_of_a_killed_daemon_is_taken_back);
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     tcase_add_test(tc, libvirt_policy_persists_and_jobs_hold_the_balloon);
     tcase_add_test(tc, libvirt_stopped_qemu_delays_nobody);

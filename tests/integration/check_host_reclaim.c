@@ -453,7 +453,7 @@ static void fake_kdamond(const reclaim_guest *g)
     char ctx[256];
     snprintf(ctx, sizeof(ctx), "%s/kdamonds/0/contexts/0", fake_admin);
     g_autofree char *state = NULL, *state_path = g_strdup_printf("%s/kdamonds/0/state", fake_admin);
-    if (!g_file_get_contents(state_path, &state, NULL, NULL))
+    if (!g_file_get_contents(state_path, &state, NULL, NULL) || strncmp(state, "off", 3) == 0)
         return; /* not started yet: the first scan collects the frames */
     uint64_t *pm = calloc(g->ram.n_pages, sizeof(*pm));
     ck_assert_int_eq(guest_ram_pagemap(&g->ram, 0, g->ram.n_pages, pm), 0);
@@ -521,17 +521,9 @@ START_TEST(damon_source_on_a_fake_sysfs)
 {
     snprintf(fake_admin, sizeof(fake_admin), "/var/tmp/membal-fake-damon-%d", (int)getpid());
     cleanup_register("rm -rf '%s'", fake_admin);
-    const char *ctx_dirs[] = { "monitoring_attrs/intervals", "monitoring_attrs/nr_regions",
-                               "schemes/0/access_pattern/sz", "schemes/0/access_pattern/nr_accesses",
-                               "schemes/0/access_pattern/age", "schemes/0/tried_regions" };
-    for (size_t i = 0; i < G_N_ELEMENTS(ctx_dirs); i++)
-        mkdirs("%s/kdamonds/0/contexts/0/%s", fake_admin, ctx_dirs[i]);
-    for (int i = 0; i < 500; i++)
-        mkdirs("%s/kdamonds/0/contexts/0/targets/0/regions/%d", fake_admin, i);
+    ck_assert(test_fake_damon(fake_admin));
     g_autofree char *kd = g_strdup_printf("%s/kdamonds", fake_admin);
     g_autofree char *c0 = g_strdup_printf("%s/kdamonds/0/contexts/0", fake_admin);
-    ck_assert_int_eq(small_file_write_at(kd, "nr_kdamonds", "0"), 0);
-    ck_assert_int_eq(small_file_write_at(c0, "avail_operations", "vaddr fvaddr paddr"), 0);
     ensure_swap();
     damon_params dp;
     damon_params_default(&dp);

@@ -185,3 +185,25 @@ int test_missed_ticks(const char *log, int from, const char *needle, int *longes
     }
     return missed;
 }
+
+bool test_fake_damon(const char *admin)
+{
+    static const char *const dirs[] = { "monitoring_attrs/intervals", "monitoring_attrs/nr_regions",
+                                        "schemes/0/access_pattern/sz", "schemes/0/access_pattern/nr_accesses",
+                                        "schemes/0/access_pattern/age", "schemes/0/tried_regions" };
+    g_autofree char *ctx = g_strdup_printf("%s/kdamonds/0/contexts/0", admin);
+    for (size_t i = 0; i < G_N_ELEMENTS(dirs); i++) {
+        g_autofree char *d = g_strdup_printf("%s/%s", ctx, dirs[i]);
+        if (g_mkdir_with_parents(d, 0700) < 0)
+            return false;
+    }
+    for (int i = 0; i < 500; i++) {
+        g_autofree char *d = g_strdup_printf("%s/targets/0/regions/%d", ctx, i);
+        if (g_mkdir_with_parents(d, 0700) < 0)
+            return false;
+    }
+    g_autofree char *nr = g_strdup_printf("%s/kdamonds/nr_kdamonds", admin);
+    g_autofree char *ops = g_strdup_printf("%s/avail_operations", ctx);
+    g_autofree char *state = g_strdup_printf("%s/kdamonds/0/state", admin);
+    return test_put(nr, "0") && test_put(ops, "vaddr fvaddr paddr") && test_put(state, "off");
+}

@@ -31,6 +31,12 @@ bool test_wait_line(const char *path, const char *needle, int seconds);
  * guest's RAM, not QEMU's TCG translation cache); -1 if unreadable. */
 long long test_anon_huge_bytes(pid_t pid, unsigned long long mapping_size);
 
+/* A stand-in for DAMON's sysfs admin directory at admin, with no
+ * kdamond: the directories one kdamond with one context, target and
+ * scheme needs (writing nr_kdamonds to a plain file makes none), room for
+ * 500 target regions, and paddr among the operations.  false on error. */
+bool test_fake_damon(const char *admin);
+
 /* The machine has swap on (/proc/swaps lists a device or file). */
 bool test_have_swap(void);
 /* Without swap: create and enable a 1 GiB swapfile at path, undone by
