@@ -73,12 +73,12 @@ void classify_update(classify_state *st, const guest_view *g, const classify_par
      * the cache is full, and its free memory is cache in the making.  It
      * gives nothing until it settles (the host kernel alone balances it,
      * as with no balancer). */
-    bool cache_grows = g->cache_bytes > st->cache_prev;
-    st->cache_prev = g->cache_bytes;
+    bool cache_grows = g->reclaimable_cache_bytes > st->cache_prev;
+    st->cache_prev = g->reclaimable_cache_bytes;
     st->filling = cache_grows && g->disk_read_bps >= p->stream_read_bps &&
                   g->free_bytes > p->fill_free_fraction * (double)g->actual_bytes;
     st->streaming = !st->thrashing && !st->need &&
                     ((quiet_faults && reading && g->actual_bytes > 0 &&
-                      (double)g->cache_bytes >= p->stream_cache_fraction * (double)g->actual_bytes) ||
+                      (double)g->reclaimable_cache_bytes >= p->stream_cache_fraction * (double)g->actual_bytes) ||
                      (g->agent_fresh && g->agent_hint_streaming));
 }

@@ -32,7 +32,11 @@ typedef struct {
     bool stats_valid;          /* guest stats fresh enough to judge */
     uint64_t free_bytes;       /* guest MemFree ("unused") */
     uint64_t available_bytes;  /* guest MemAvailable */
-    uint64_t cache_bytes;      /* guest page cache ("disk_caches") */
+    uint64_t cache_bytes;      /* guest page cache ("disk_caches": Cached, Shmem included) */
+    uint64_t reclaimable_cache_bytes; /* the part of it the guest can drop: not Shmem (tmpfs, SysV
+                                * and POSIX shared memory -- a database's shared buffers), which
+                                * is swap-backed and which MemAvailable leaves out; what the
+                                * cache tiers, the streaming verdict and drops count */
     double swap_in_bps;        /* rates over the last stats interval */
     double swap_out_bps;
     double major_faults_ps;

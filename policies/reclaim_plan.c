@@ -78,7 +78,7 @@ uint64_t reclaim_proactive_room(const guest_view *v, uint64_t ws_bytes, uint64_t
 {
     if (!v->stats_valid)
         return cold_bytes;
-    uint64_t cheap = v->free_bytes + v->cache_bytes;
+    uint64_t cheap = v->free_bytes + v->reclaimable_cache_bytes;
     uint64_t used = v->actual_bytes > cheap ? v->actual_bytes - cheap : 0;
     uint64_t cold_used = used > ws_bytes ? used - ws_bytes : 0;
     uint64_t room = cold_used > swapped_bytes ? cold_used - swapped_bytes : 0;

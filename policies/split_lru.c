@@ -499,10 +499,10 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
         supply = g->free_bytes > w->reserve ? g->free_bytes - w->reserve : 0;
         break;
     case TIER_STREAM_CACHE:
-        supply = g->streaming && !w->cache_hot ? g->cache_bytes : 0;
+        supply = g->streaming && !w->cache_hot ? g->reclaimable_cache_bytes : 0;
         break;
     case TIER_CACHE:
-        supply = g->streaming && !w->cache_hot ? 0 : g->cache_bytes / 2;
+        supply = g->streaming && !w->cache_hot ? 0 : g->reclaimable_cache_bytes / 2;
         break;
     default:
         supply = g->policy.protect ? 0 : room;
@@ -856,7 +856,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         /* its balloon takes its free memory first: a drop is worth it for
          * the page cache it takes beyond that */
         uint64_t bound = tier_bound(g, w, TIER_CACHE);
-        if (w->target < bound + g->free_bytes + DROP_MIN_BYTES || g->cache_bytes < DROP_MIN_BYTES)
+        if (w->target < bound + g->free_bytes + DROP_MIN_BYTES || g->reclaimable_cache_bytes < DROP_MIN_BYTES)
             continue;
         w->changed += w->target - bound;
         w->target = bound;
@@ -916,7 +916,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
             m->drop_from = max_u64(g->actual_bytes, g->pending_target_bytes);
             m->drop_to = ws[i].target;
             m->drop_at_s = in->now_s;
-            m->dropped = min_u64(g->cache_bytes, m->drop_from - m->drop_to - min_u64(g->free_bytes, m->drop_from - m->drop_to));
+            m->dropped = min_u64(g->reclaimable_cache_bytes, m->drop_from - m->drop_to - min_u64(g->free_bytes, m->drop_from - m->drop_to));
             m->read_after_drop = 0;
         }
         out->decisions[i].exit_bytes = m ? exit_size(m, g) : 0;

@@ -131,6 +131,20 @@ static double used_of(const guest_sample *s, uint64_t cap, bool doo)
     return total > avail ? total - avail : 0;
 }
 
+/* The page cache a guest can drop.  virtio-balloon's disk-caches is the
+ * guest's Cached, which counts Shmem (tmpfs, SysV and POSIX shared
+ * memory: PostgreSQL's shared_buffers, Oracle's SGA), swap-backed pages
+ * that no cache drop frees.  MemAvailable counts the file LRU pages (and
+ * reclaimable slab) above the low watermarks and never Shmem, so what it
+ * holds beyond MemFree bounds the droppable cache from above and Shmem
+ * out; it is a little low (the watermarks), which errs on the side of
+ * taking less. */
+uint64_t reclaimable_cache(uint64_t cache, uint64_t available, uint64_t free_bytes)
+{
+    uint64_t beyond_free = available > free_bytes ? available - free_bytes : 0;
+    return cache < beyond_free ? cache : beyond_free;
+}
+
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp)
 {
@@ -170,6 +184,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->available_bytes = clamp_size(g, s->available_bytes, v->actual_bytes);
     v->free_bytes = clamp_size(g, s->free_bytes, v->actual_bytes);
     v->cache_bytes = clamp_size(g, s->cache_bytes, v->actual_bytes);
+    v->reclaimable_cache_bytes = reclaimable_cache(v->cache_bytes, v->available_bytes, v->free_bytes);
     v->used_bytes = (uint64_t)used_of(s, v->actual_bytes, doo);
     /* the host's check: memory its QEMU never touched (neither resident
      * nor swapped out) is not in use, whatever the guest says.  QEMU's

@@ -69,6 +69,9 @@ void guest_init(guest *g, const char *name, const char *uuid);
  * from guest counters over the host timestamps of two distinct reports. */
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp);
+/* The page cache a guest can drop, of cache (virtio-balloon's disk-caches,
+ * Shmem included), given its MemAvailable and MemFree. */
+uint64_t reclaimable_cache(uint64_t cache, uint64_t available, uint64_t free_bytes);
 /* The target to show operators: the policy's last choice, or the
  * current size before it has chosen. */
 uint64_t guest_shown_target(const guest *g);

@@ -81,6 +81,7 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
     json_object_object_add(o, "floor_bytes", u64(v->floor_bytes));
     json_object_object_add(o, "ceiling_bytes", u64(v->ceiling_bytes));
     json_object_object_add(o, "cache_bytes", u64(v->cache_bytes));
+    json_object_object_add(o, "reclaimable_cache_bytes", u64(v->reclaimable_cache_bytes));
     json_object_object_add(o, "available_bytes", u64(v->available_bytes));
     json_object_object_add(o, "free_bytes", u64(v->free_bytes));
     json_object_object_add(o, "swap_in_bytes_per_second", json_object_new_double(v->swap_in_bps));

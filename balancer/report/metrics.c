@@ -56,6 +56,7 @@ static double gv_ceiling(const snapshot_guest *g) { return (double)g->view.ceili
 static double gv_free(const snapshot_guest *g) { return (double)g->view.free_bytes; }
 static double gv_avail(const snapshot_guest *g) { return (double)g->view.available_bytes; }
 static double gv_cache(const snapshot_guest *g) { return (double)g->view.cache_bytes; }
+static double gv_reclaimable_cache(const snapshot_guest *g) { return (double)g->view.reclaimable_cache_bytes; }
 GUEST_COUNTER(gv_swap_in, swap_in_bytes)
 GUEST_COUNTER(gv_swap_out, swap_out_bytes)
 GUEST_COUNTER(gv_majflt, major_faults)
@@ -162,6 +163,9 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_free_bytes", "gauge", "Guest free memory (clamped guest report).", gv_free);
     guest_family(s, b, "balancer_guest_available_bytes", "gauge", "Guest available memory (clamped guest report).", gv_avail);
     guest_family(s, b, "balancer_guest_cache_bytes", "gauge", "Guest page cache (clamped guest report).", gv_cache);
+    guest_family(s, b, "balancer_guest_reclaimable_cache_bytes", "gauge",
+                 "The guest page cache it can drop: not Shmem (at most MemAvailable - MemFree).",
+                 gv_reclaimable_cache);
     guest_family(s, b, "balancer_guest_swap_in_bytes_total", "counter", "Guest swap-in, as the guest reports it.", gv_swap_in);
     guest_family(s, b, "balancer_guest_swap_out_bytes_total", "counter", "Guest swap-out, as the guest reports it.", gv_swap_out);
     guest_family(s, b, "balancer_guest_major_faults_total", "counter", "Guest major page faults, as the guest reports them.", gv_majflt);

@@ -250,6 +250,7 @@ static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv,
     gv->stats_valid = true;
     gv->free_bytes = room - s->cache;
     gv->cache_bytes = s->cache;
+    gv->reclaimable_cache_bytes = s->cache; /* no Shmem in these guests */
     gv->available_bytes = room;
     gv->swap_in_bps = (double)swap_in / TICK_S;
     gv->swap_out_bps = 0;

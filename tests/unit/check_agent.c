@@ -183,7 +183,7 @@ static guest_view base_guest(const char *name, uint64_t actual, uint64_t anon)
     g.stats_valid = true;
     g.available_bytes = actual - anon;
     g.free_bytes = g.available_bytes;
-    g.cache_bytes = 0;
+    g.cache_bytes = g.reclaimable_cache_bytes = 0;
     return g;
 }
 
@@ -226,7 +226,7 @@ static void two_guest_round(bool second_lies, uint64_t gave[2], guest_view g[2])
     g[0] = base_guest("honest", 2 * GIB, 2 * GIB - 432 * MIB);
     g[1] = base_guest("other", 2 * GIB, 2 * GIB - 432 * MIB);
     for (int i = 0; i < 2; i++) {
-        g[i].cache_bytes = 400 * MIB; /* under the streaming heuristic's 25% */
+        g[i].cache_bytes = g[i].reclaimable_cache_bytes = 400 * MIB; /* under the streaming heuristic's 25% */
         g[i].free_bytes = 32 * MIB;
     }
     if (second_lies) { /* claims everything an agent can claim */

@@ -134,7 +134,7 @@ static void observe(trace *s)
         if (t->r == IDLE) /* what it lost it does not read back */
             t->cache_want = t->cache;
         uint64_t anon_res = t->anon + KERNEL < g->actual_bytes ? t->anon : g->actual_bytes - KERNEL;
-        g->cache_bytes = t->cache;
+        g->cache_bytes = g->reclaimable_cache_bytes = t->cache; /* no Shmem in this model */
         g->free_bytes = g->actual_bytes - KERNEL - anon_res - t->cache;
         if (t->unbacked > g->free_bytes) /* used memory is backed */
             t->unbacked = g->free_bytes;
@@ -860,7 +860,7 @@ static void liar_claims_need(trace *s)
 {
     guest_view *g = &s->v[2];
     g->available_bytes = 0;
-    g->free_bytes = g->cache_bytes = 0;
+    g->free_bytes = g->cache_bytes = g->reclaimable_cache_bytes = 0;
     g->used_bytes = g->actual_bytes;
     g->used_growth_bps = 100.0 * MIB;
     classify_update(&s->t[2].cls, g, &s->cp);
@@ -935,17 +935,17 @@ static void liar_lies(trace *s)
     guest_view *g = &s->v[2];
     switch (current_lie) {
     case LIE_NEED:
-        g->available_bytes = g->free_bytes = g->cache_bytes = 0;
+        g->available_bytes = g->free_bytes = g->cache_bytes = g->reclaimable_cache_bytes = 0;
         g->used_bytes = g->actual_bytes;
         g->used_growth_bps = 100.0 * MIB;
         break;
     case LIE_OSCILLATE:
         g->used_growth_bps = (lie_tick++ % 2) ? 200.0 * MIB : -200.0 * MIB;
         g->available_bytes = g->free_bytes = 8 * MIB;
-        g->cache_bytes = 0;
+        g->cache_bytes = g->reclaimable_cache_bytes = 0;
         break;
     case LIE_ZERO_AVAIL:
-        g->available_bytes = g->free_bytes = g->cache_bytes = 0;
+        g->available_bytes = g->free_bytes = g->cache_bytes = g->reclaimable_cache_bytes = 0;
         g->used_bytes = g->actual_bytes;
         break;
     default:
@@ -1690,6 +1690,21 @@ START_TEST(drop_idle_cache_stopping_balancerd_gives_the_drop_back)
 }
 END_TEST
 
+/* The page cache a guest can drop is what MemAvailable holds beyond
+ * MemFree, never more than its cache: Shmem (tmpfs, shared buffers) is
+ * in disk-caches and not in MemAvailable. */
+START_TEST(reclaimable_cache_leaves_shmem_out)
+{
+    /* 300 MiB cached of which 250 MiB Shmem: 50 MiB droppable */
+    ck_assert_uint_eq(reclaimable_cache(300 * MIB, 100 * MIB, 50 * MIB), 50 * MIB);
+    /* no Shmem, and reclaimable slab on top: the cache bounds it */
+    ck_assert_uint_eq(reclaimable_cache(300 * MIB, 380 * MIB, 50 * MIB), 300 * MIB);
+    /* MemFree above MemAvailable (the watermarks): nothing droppable */
+    ck_assert_uint_eq(reclaimable_cache(100 * MIB, 50 * MIB, 80 * MIB), 0);
+    ck_assert_uint_eq(reclaimable_cache(0, 400 * MIB, 50 * MIB), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("need");
@@ -1698,6 +1713,7 @@ int main(void)
     tcase_add_test(tc, burst_reference_without_balancer_fits);
     tcase_add_test(tc, idle_then_burst_without_swap_gets_memory_in_time);
     tcase_add_test(tc, buffered_io_database_cache_is_not_streaming);
+    tcase_add_test(tc, reclaimable_cache_leaves_shmem_out);
     tcase_add_test(tc, database_warming_its_cache_is_not_a_donor);
     tcase_add_test(tc, streamer_sped_up_by_relief_is_not_a_refault);
     tcase_add_test(tc, growing_working_set_is_fed_before_it_thrashes);

@@ -61,6 +61,7 @@ static void model_refresh(sim *s)
         uint64_t rest = g->actual_bytes > s->anon[i] ? g->actual_bytes - s->anon[i] : 0;
         uint64_t keep_free = 16 * MIB < rest ? 16 * MIB : rest;
         g->cache_bytes = s->cache_want[i] < rest - keep_free ? s->cache_want[i] : rest - keep_free;
+        g->reclaimable_cache_bytes = g->cache_bytes; /* no Shmem in this model */
         g->free_bytes = rest - g->cache_bytes;
         if (s->free_override[i])
             g->free_bytes = s->free_override[i];
@@ -932,7 +933,7 @@ START_TEST(thrash_enters_and_exits_with_hysteresis)
     classify_params p;
     classify_params_default(&p);
     classify_state st = { 0 };
-    guest_view g = { .stats_valid = true, .actual_bytes = 2 * GIB, .cache_bytes = 64 * MIB };
+    guest_view g = { .stats_valid = true, .actual_bytes = 2 * GIB, .cache_bytes = 64 * MIB, .reclaimable_cache_bytes = 64 * MIB };
     classify_update(&st, &g, &p);
     ck_assert(!st.thrashing);
     g.swap_in_bps = 4 * MIB;
@@ -959,7 +960,7 @@ START_TEST(streaming_needs_big_cache_and_no_faults)
     classify_params p;
     classify_params_default(&p);
     classify_state st = { 0 };
-    guest_view g = { .stats_valid = true, .actual_bytes = 4 * GIB, .cache_bytes = 3 * GIB,
+    guest_view g = { .stats_valid = true, .actual_bytes = 4 * GIB, .cache_bytes = 3 * GIB, .reclaimable_cache_bytes = 3 * GIB,
                      .disk_read_bps = 50.0 * MIB };
     classify_update(&st, &g, &p);
     ck_assert(st.streaming);
@@ -967,12 +968,18 @@ START_TEST(streaming_needs_big_cache_and_no_faults)
     classify_update(&st, &g, &p);
     ck_assert(!st.streaming);
     g.major_faults_ps = 0;
-    g.cache_bytes = 256 * MIB;
+    g.cache_bytes = g.reclaimable_cache_bytes = 256 * MIB;
     classify_update(&st, &g, &p);
     ck_assert(!st.streaming);
+    /* a database whose 3 GiB of "cache" is its shared buffers (Shmem),
+     * reading its disk: 256 MiB of it can be dropped, so no stream */
+    g.cache_bytes = 3 * GIB;
+    classify_update(&st, &g, &p);
+    ck_assert(!st.streaming);
+    g.cache_bytes = g.reclaimable_cache_bytes = 256 * MIB;
     /* a big cache its guest does not read from disk (the host sees no
      * reads): a cache in use or at rest, e.g. a buffered-IO database */
-    g.cache_bytes = 3 * GIB;
+    g.cache_bytes = g.reclaimable_cache_bytes = 3 * GIB;
     g.disk_read_bps = 0;
     classify_update(&st, &g, &p);
     ck_assert(!st.streaming);
@@ -1033,7 +1040,7 @@ START_TEST(proactive_room_is_cold_used_memory)
      * kernel), 270 MiB free (never touched), 10 MiB of cache: 42 MiB of
      * its used memory is cold */
     v.free_bytes = 270 * MIB;
-    v.cache_bytes = 10 * MIB;
+    v.cache_bytes = v.reclaimable_cache_bytes = 10 * MIB;
     ck_assert_uint_eq(reclaim_proactive_room(&v, 190 * MIB, 60 * MIB, 0), 42 * MIB);
     /* what is in host swap already counts against it */
     ck_assert_uint_eq(reclaim_proactive_room(&v, 190 * MIB, 60 * MIB, 40 * MIB), 2 * MIB);
@@ -1043,15 +1050,15 @@ START_TEST(proactive_room_is_cold_used_memory)
     /* an idle guest whose cold memory is its page cache (300 MiB read
      * once) and free memory: the balloon's, hardly any of it host swap's */
     v.free_bytes = 150 * MIB;
-    v.cache_bytes = 300 * MIB;
+    v.cache_bytes = v.reclaimable_cache_bytes = 300 * MIB;
     ck_assert_uint_eq(reclaim_proactive_room(&v, 20 * MIB, 400 * MIB, 0), 42 * MIB);
     /* a guest claiming more free and cache than its balloon holds: nothing */
     v.free_bytes = 400 * MIB;
-    v.cache_bytes = 300 * MIB;
+    v.cache_bytes = v.reclaimable_cache_bytes = 300 * MIB;
     ck_assert_uint_eq(reclaim_proactive_room(&v, 0, 400 * MIB, 0), 0);
     /* used memory all hot: nothing */
     v.free_bytes = 100 * MIB;
-    v.cache_bytes = 12 * MIB;
+    v.cache_bytes = v.reclaimable_cache_bytes = 12 * MIB;
     ck_assert_uint_eq(reclaim_proactive_room(&v, 450 * MIB, 100 * MIB, 0), 0);
     /* no stats (no balloon driver): the balloon cannot take anything, so
      * everything cold may go to host swap */
