@@ -496,7 +496,12 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
     uint64_t supply;
     switch (t) {
     case TIER_FREE:
-        supply = g->free_bytes > w->reserve ? g->free_bytes - w->reserve : 0;
+        /* a balloon takes only memory the host gets back: a guest whose
+         * balloon driver reports its free pages (free page reporting) has
+         * handed them to the host already, and taking them frees nothing
+         * more -- it only shrinks the guest while host memory stays where
+         * it was, so the squeeze would go on */
+        supply = g->free_page_reporting_used == 1 ? 0 : g->free_bytes > w->reserve ? g->free_bytes - w->reserve : 0;
         break;
     case TIER_STREAM_CACHE:
         supply = g->streaming && !w->cache_hot ? g->reclaimable_cache_bytes : 0;
@@ -505,7 +510,9 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
         supply = g->streaming && !w->cache_hot ? 0 : g->reclaimable_cache_bytes / 2;
         break;
     default:
-        supply = g->policy.protect ? 0 : room;
+        /* all it can drop: its cache and free memory, but not free pages
+         * it has reported (see TIER_FREE) */
+        supply = g->policy.protect ? 0 : g->free_page_reporting_used == 1 ? min_u64(room, g->reclaimable_cache_bytes) : room;
         break;
     }
     /* a balloon still on its way down takes this much of what the guest

@@ -67,6 +67,9 @@ static void model_refresh(sim *s)
             g->free_bytes = s->free_override[i];
         g->available_bytes = g->free_bytes + g->cache_bytes;
         used += g->actual_bytes;
+        /* free page reporting: its free memory is the host's already */
+        if (g->free_page_reporting_used == 1)
+            used -= g->free_bytes;
     }
     s->in.host.total_bytes = s->host_base;
     s->in.host.available_bytes = s->host_base > used ? s->host_base - used : 0;
@@ -150,6 +153,38 @@ START_TEST(hysteresis_reclaims_to_high_then_stops)
     s.host_base -= 400 * MIB;
     ck_assert_uint_gt(sim_tick(&s), 0);
     ck_assert(s.out.reclaiming);
+    sim_free(&s);
+}
+END_TEST
+
+/* Only memory that frees host memory is a supply: a guest that reports its
+ * free pages keeps them (the host has them already), the one that does
+ * not gives its free memory, and host memory comes back. */
+START_TEST(reported_free_memory_is_not_a_supply)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "F", 4 * GIB, 1 * GIB, 0); /* free page reporting on */
+    guest_init(&s, 1, "N", 4 * GIB, 1 * GIB, 0);
+    s.v[0].free_page_reporting = s.v[0].free_page_reporting_used = 1;
+    model_refresh(&s);
+    s.host_base = 5 * GIB; /* in use: F 1 GiB (its free is the host's), N 4 GiB: available 0 */
+    for (int t = 0; t < 60; t++)
+        sim_tick(&s);
+    model_refresh(&s);
+    ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.high);
+    ck_assert_uint_eq(s.v[0].actual_bytes, 4 * GIB); /* nothing taken that frees nothing */
+    ck_assert_uint_le(s.v[1].actual_bytes, 4 * GIB - 768 * MIB);
+    /* alone, the reporting guest is never walked down: the squeeze would
+     * free nothing */
+    sim_free(&s);
+    sim_init(&s, &policy_split_lru, 1, 0);
+    guest_init(&s, 0, "F", 16 * GIB, 2 * GIB, 0);
+    s.v[0].free_page_reporting = s.v[0].free_page_reporting_used = 1;
+    s.host_base = 2 * GIB + 128 * MIB; /* below min, and nothing of F's would help */
+    for (int t = 0; t < 60; t++)
+        sim_tick(&s);
+    ck_assert_uint_eq(s.v[0].actual_bytes, 16 * GIB);
     sim_free(&s);
 }
 END_TEST
@@ -1171,6 +1206,7 @@ int main(void)
     tcase_add_test(tc, idle_between_watermarks);
     tcase_add_test(tc, hysteresis_reclaims_to_high_then_stops);
     tcase_add_test(tc, streaming_guest_gives_before_working_set);
+    tcase_add_test(tc, reported_free_memory_is_not_a_supply);
     tcase_add_test(tc, working_set_cache_only_after_streaming_cache);
     tcase_add_test(tc, thrashing_guest_is_protected_and_grows);
     tcase_add_test(tc, floor_ceiling_and_mode_off);
