@@ -139,6 +139,18 @@ static kdamond_leftover release(char **what)
     return r;
 }
 
+/* release(), which must end in expect and write nothing of the tree;
+ * what it said (g_free it). */
+static char *release_touching_nothing(kdamond_leftover expect)
+{
+    g_autofree char *before = snapshot();
+    char *what = NULL;
+    ck_assert_int_eq(release(&what), expect);
+    g_autofree char *after = snapshot();
+    ck_assert_str_eq(before, after);
+    return what;
+}
+
 static void done(void)
 {
     g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", root);
@@ -148,11 +160,7 @@ static void done(void)
 START_TEST(no_ledger_touches_nothing)
 {
     running_tree(108, "pageout\n", 500000, 5000000);
-    g_autofree char *before = snapshot(), *what = NULL;
-    ck_assert_int_eq(release(&what), KDAMOND_NONE);
-    ck_assert_ptr_null(what);
-    g_autofree char *after = snapshot();
-    ck_assert_str_eq(before, after);
+    ck_assert_ptr_null(release_touching_nothing(KDAMOND_NONE));
     done();
 }
 END_TEST
@@ -205,11 +213,8 @@ START_TEST(changed_since_is_not_ours)
     for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
         running_tree(cases[i].pid, cases[i].action, cases[i].sample, cases[i].aggr);
         ledger_of_a_dead_owner(4242, 10000, 200000);
-        g_autofree char *before = snapshot(), *what = NULL;
-        ck_assert_int_eq(release(&what), KDAMOND_NOT_OURS);
+        g_autofree char *what = release_touching_nothing(KDAMOND_NOT_OURS);
         ck_assert_ptr_nonnull(strstr(what, "left alone"));
-        g_autofree char *after = snapshot();
-        ck_assert_str_eq(before, after);
         ck_assert(!ledger_exists());
         done();
     }
@@ -236,11 +241,8 @@ START_TEST(owner_alive_is_left_alone)
     char ok = 0;
     ck_assert_int_eq(read(p[0], &ok, 1), 1);
     ck_assert(ok);
-    g_autofree char *before = snapshot(), *what = NULL;
-    ck_assert_int_eq(release(&what), KDAMOND_IN_USE);
+    g_autofree char *what = release_touching_nothing(KDAMOND_IN_USE);
     ck_assert_ptr_nonnull(strstr(what, "still runs"));
-    g_autofree char *after = snapshot();
-    ck_assert_str_eq(before, after);
     ck_assert(ledger_exists());
     /* GError-carrying start-up: DAMON is not ours while it runs */
     damon_params dp;
@@ -269,20 +271,13 @@ START_TEST(ledger_of_an_earlier_boot_or_garbage)
     g_key_file_set_string(kf, "kdamond", "boot_id", "00000000-0000-0000-0000-000000000000");
     g_autofree char *other = g_key_file_to_data(kf, NULL, NULL);
     ck_assert(g_file_set_contents(ledger, other, -1, NULL));
-    g_autofree char *before = snapshot(), *what = NULL;
-    ck_assert_int_eq(release(&what), KDAMOND_NONE);
+    g_autofree char *what = release_touching_nothing(KDAMOND_NONE);
     ck_assert_ptr_nonnull(strstr(what, "earlier boot"));
-    g_autofree char *after = snapshot();
-    ck_assert_str_eq(before, after);
     ck_assert(!ledger_exists());
 
     ck_assert(g_file_set_contents(ledger, "[kdamond]\nadmin=/\nowner_pid=banana\n", -1, NULL));
-    g_free(what);
-    what = NULL;
-    ck_assert_int_eq(release(&what), KDAMOND_NOT_OURS);
-    g_free(after);
-    after = snapshot();
-    ck_assert_str_eq(before, after);
+    g_autofree char *garbage = release_touching_nothing(KDAMOND_NOT_OURS);
+    ck_assert_ptr_nonnull(strstr(garbage, "not a kdamond ledger"));
     done();
 }
 END_TEST
