@@ -18,11 +18,15 @@ void classify_params_default(classify_params *p)
 }
 
 /* Need: used memory rising fast enough to eat the available memory above
- * the reserve within the horizon.  Growth smaller than half the reserve
- * over the horizon is noise (a reclaim leaves a guest at its reserve: a
- * page of jitter must not read as need).  need_bytes is what would restore
- * the reserve plus the growth over the horizon, measured against the
- * guest's balloon as it is. */
+ * the reserve within the horizon, or, however slowly it rose, having eaten
+ * half the reserve already.  Growth smaller than half the reserve over the
+ * horizon is noise for the first rule (a reclaim leaves a guest at its
+ * reserve: a page of jitter must not read as need); the second catches
+ * the slow growth the first lets through, which would otherwise run a
+ * squeezed guest out of memory while the host still has some (a swapless
+ * guest: its OOM killer).  need_bytes is what would restore the reserve
+ * plus the growth over the horizon, measured against the guest's balloon
+ * as it is. */
 static void need_update(classify_state *st, const guest_view *g, const classify_params *p)
 {
     uint64_t used = g->used_bytes;
@@ -32,7 +36,8 @@ static void need_update(classify_state *st, const guest_view *g, const classify_
         reserve = p->need_reserve_min;
     double growth = g->used_growth_bps > 0 ? g->used_growth_bps * p->need_horizon_s : 0;
     double want = (double)reserve + growth;
-    bool need = growth >= (double)reserve / 2 && (double)g->available_bytes < want;
+    bool eaten = (double)g->available_bytes < (double)reserve / 2;
+    bool need = (growth >= (double)reserve / 2 && (double)g->available_bytes < want) || eaten;
     if (need) {
         st->need = true;
         st->need_quiet = 0;

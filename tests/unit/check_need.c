@@ -354,6 +354,39 @@ START_TEST(idle_then_burst_without_swap_gets_memory_in_time)
 }
 END_TEST
 
+/* A swapless guest squeezed under host pressure, then growing slowly
+ * (8 MiB/s, under the need threshold of growth over the horizon) while
+ * the host still has memory above min: growth that eats the reserve is
+ * need however slow it is, and it is given memory before its kernel must
+ * kill.  With no balancer it keeps its 8 GiB and fits (the reference). */
+START_TEST(slow_growth_eating_the_reserve_is_need)
+{
+    trace s;
+    trace_init(&s, 2, 10752 * MIB);
+    trace_guest(&s, 0, "G", ANON, 8 * GIB, 3 * GIB, 0);
+    trace_guest(&s, 1, "W", ANON, 4 * GIB, 3584 * MIB, 0);
+    s.t[1].swap = true;
+    for (int k = 0; k < 30; k++)
+        trace_tick(&s);
+    uint64_t squeezed = s.v[0].actual_bytes;
+    ck_assert_uint_lt(squeezed, 7 * GIB);
+    uint64_t anon = 3 * GIB;
+    for (int k = 0; k < 200; k++) { /* 400 s: +3.1 GiB, into what the host has above min */
+        trace_tick(&s);
+        anon += 16 * MIB;
+        allocate(&s, 0, anon, 3 * GIB);
+    }
+    fprintf(stderr, "slow growth: G squeezed to %llu MiB, then %llu MiB for %llu MiB of anon; %u OOM kills; host "
+                    "available %llu MiB (min %llu)\n",
+            (unsigned long long)(squeezed / MIB), (unsigned long long)(s.v[0].actual_bytes / MIB),
+            (unsigned long long)(anon / MIB), s.t[0].ooms, (unsigned long long)(s.in.host.available_bytes / MIB),
+            (unsigned long long)(s.in.wm.min / MIB));
+    ck_assert_uint_eq(s.t[0].ooms, 0);
+    ck_assert_uint_ge(s.v[0].actual_bytes, anon + KERNEL);
+    trace_free(&s);
+}
+END_TEST
+
 /* The same burst with no balancer at all: B keeps 512 MiB and fits.  The
  * trace above must do no worse: this is the reference it is held to. */
 START_TEST(burst_reference_without_balancer_fits)
@@ -1712,6 +1745,7 @@ int main(void)
     tcase_set_timeout(tc, 600); /* the adversary's 1000 seeds: ~30 s */
     tcase_add_test(tc, burst_reference_without_balancer_fits);
     tcase_add_test(tc, idle_then_burst_without_swap_gets_memory_in_time);
+    tcase_add_test(tc, slow_growth_eating_the_reserve_is_need);
     tcase_add_test(tc, buffered_io_database_cache_is_not_streaming);
     tcase_add_test(tc, reclaimable_cache_leaves_shmem_out);
     tcase_add_test(tc, database_warming_its_cache_is_not_a_donor);

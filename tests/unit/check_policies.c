@@ -996,6 +996,7 @@ START_TEST(streaming_needs_big_cache_and_no_faults)
     classify_params_default(&p);
     classify_state st = { 0 };
     guest_view g = { .stats_valid = true, .actual_bytes = 4 * GIB, .cache_bytes = 3 * GIB, .reclaimable_cache_bytes = 3 * GIB,
+                     .available_bytes = 3 * GIB,
                      .disk_read_bps = 50.0 * MIB };
     classify_update(&st, &g, &p);
     ck_assert(st.streaming);
