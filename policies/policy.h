@@ -58,6 +58,8 @@ typedef struct {
     int64_t host_ws_bytes;     /* its working set as host reclaim measures it: resident guest RAM
                                 * accessed within the cold age; < 0 unknown (host reclaim off) */
     uint64_t pending_target_bytes; /* a balloon target asked for and not reached yet; 0: none */
+    bool rebooted;             /* its machine was reset (a reboot) since the last tick: it boots again,
+                                * at whatever size its balloon kept (QEMU keeps it across a reset) */
     uint64_t self_deflated_bytes;  /* the guest grew its balloon on its own since the last tick
                                     * (virtio-balloon deflate-on-oom): its OOM, not to be fought */
 

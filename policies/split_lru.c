@@ -75,7 +75,8 @@
 #define HOST_BOUND_FPS 256.0   /* its QEMU's major faults/s (1 MiB/s of host swap-in) that set its pace */
 #define PACE_WATCH_S 60.0      /* a reader's pace is known once it has been watched this long */
 #define MAX_TRACKED 65536
-#define SETTLE_TICKS 3      /* after filling its cache, a guest gives nothing for this many ticks */
+#define SETTLE_TICKS 3      /* new, rebooted, or after filling its cache, a guest gives nothing for
+                             * this many valid reports */
 #define SLOWED_AFTER_S 10.0 /* a trimmed stream's reads are judged this long after the trim began ... */
 #define SLOWED_FRACTION 0.75 /* ... and below this share of what they were, the trim slowed it */
 #define IDLE_CPU 0.05          /* a guest whose QEMU uses less of a CPU than this ... */
@@ -86,6 +87,12 @@
 #define DROP_WATCH_S 300.0     /* its disk reads this long after a drop ... */
 #define DROP_COST_FRACTION 0.25 /* ... reaching this share of what it took are the drop's cost ... */
 #define DROP_COST_S 3600.0     /* ... and it is not dropped again for this long */
+/* A rebooted guest's size back is this much short of its whole size: QEMU
+ * (7.2) keeps the balloon size the guest's driver last acknowledged across
+ * a reset, and a driver that loads with nothing to do acknowledges
+ * nothing, so at exactly its whole size the host would read the old
+ * squeeze until the next move; one MiB to inflate makes the driver report. */
+#define REBOOT_ACK_BYTES MIB
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -123,7 +130,8 @@ typedef struct {
     double disk_pace_bps;   /* the fastest it was seen reading (a tick), decaying; filling included */
     double disk_pace_at_s;  /* when disk_pace_bps was last updated */
     double watched_since_s; /* when it was first seen */
-    unsigned settled;       /* ticks since it last filled its cache (capped at SETTLE_TICKS) */
+    unsigned settled;       /* valid reports since it appeared, rebooted or last filled its cache
+                             * (capped at SETTLE_TICKS) */
     double seen_s;          /* when it was last observed */
     double idle_since_s;    /* idle (drop_idle_cache) since then; < 0 not idle */
     uint64_t drop_from;     /* a drop under way: its balloon before it, to go back to; 0 none */
@@ -204,6 +212,11 @@ static void split_state_free(void *p)
  * filled its cache. */
 static void memory_observe(split_guest *m, const guest_view *g, double now)
 {
+    if (g->rebooted) { /* a new guest in all but its name: what was learnt of it is void */
+        guest_table_key key = m->key;
+        memset(m, 0, sizeof(*m));
+        m->key = key;
+    }
     if (!m->known) { /* a new entry is all zeros */
         m->known = true;
         m->rss_seen = -1;
@@ -213,7 +226,7 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         /* without a disk-read rate yet (it takes two samples) nothing
          * says whether it is warming up: it gives nothing until it has
          * been watched for SETTLE_TICKS */
-        m->settled = g->disk_read_bps < 0 ? 0 : SETTLE_TICKS;
+        m->settled = g->disk_read_bps < 0 || g->rebooted ? 0 : SETTLE_TICKS;
         m->seen_s = now;
         m->idle_since_s = -1;
     }
@@ -247,7 +260,10 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         m->disk_avg_bps = -1;
         return;
     }
-    if (m->settled < SETTLE_TICKS)
+    /* a report the guest did not make (a booting guest without its
+     * balloon driver yet, stale stats), or made before its reboot,
+     * settles nothing */
+    if (m->settled < SETTLE_TICKS && g->stats_valid && !g->rebooted)
         m->settled++;
     if (g->disk_read_bps < 0)
         m->disk_avg_bps = -1;
@@ -652,6 +668,15 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         } else if (g->policy.mode == VM_MODE_OFF) {
             w->fixed = true;
             w->reason = "mode=off: left alone";
+        } else if (g->rebooted && g->actual_bytes < g->ceiling_bytes) {
+            /* it boots again: its start-up must not hit the wall its
+             * balloon kept from before, and with no balancer it would have
+             * its whole size; it gives again once settled */
+            w->fixed = true;
+            w->target = g->ceiling_bytes >= g->max_bytes && g->ceiling_bytes > REBOOT_ACK_BYTES
+                            ? g->ceiling_bytes - REBOOT_ACK_BYTES
+                            : g->ceiling_bytes;
+            w->reason = "rebooted: given its size back";
         } else if (g->actual_bytes > g->ceiling_bytes) {
             w->fixed = true;
             w->target = g->ceiling_bytes;

@@ -557,6 +557,14 @@ static bool tick_round(balancer *b)
         guest *g = g_ptr_array_index(b->guests, i);
         guest_sample s;
         g_autoptr(GError) serr = NULL;
+        /* a reset is a new boot: it gets its size back (the policy) and is
+         * judged afresh */
+        bool rebooted = g->hv.resets > 0;
+        if (rebooted) {
+            log_info("guest %s: its machine was reset (a reboot)", g->hv.name);
+            guest_rebooted(g);
+            g->hv.resets = 0;
+        }
         if (b->backend->agent_drain)
             b->backend->agent_drain(&b->hv, &g->hv, &g->agent, g->view.actual_bytes);
         if (b->backend->sample(&b->hv, &g->hv, &s, &serr) < 0) {
@@ -581,6 +589,12 @@ static bool tick_round(balancer *b)
                             mono_ms() - hs.at_ms <= 3000 * (int64_t)b->cfg.hr_scan_interval;
             s.host_ws_bytes = ws_fresh ? (int64_t)hs.ws_bytes : -1;
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
+            /* a report from before a reset describes the guest that was:
+             * the booting one has none until its balloon driver reports */
+            if (g->reset_report && s.last_update <= g->reset_report)
+                g->view.stats_valid = false;
+            else
+                g->reset_report = 0;
             note_job(g, s.job_ms);
             /* balloon changes are sent without waiting: refusals come back here */
             g->balloon_errors += s.balloon_failures;
@@ -606,6 +620,7 @@ static bool tick_round(balancer *b)
             g->view.pending_target_bytes = 0;
         }
         g->seen_actual = g->view.actual_bytes;
+        g->view.rebooted = rebooted;
         views[i] = g->view;
         if (g->job_ms >= 0)
             views[i].stats_valid = false; /* neither gives nor takes while the job runs */

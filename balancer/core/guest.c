@@ -139,6 +139,14 @@ static double used_of(const guest_sample *s, uint64_t cap, bool doo)
  * holds beyond MemFree bounds the droppable cache from above and Shmem
  * out; it is a little low (the watermarks), which errs on the side of
  * taking less. */
+void guest_rebooted(guest *g)
+{
+    memset(&g->cls, 0, sizeof(g->cls));
+    g->have_prev = false;
+    g->total_above = 0;
+    g->reset_report = g->have_cur && g->cur.last_update > 0 ? g->cur.last_update : 1;
+}
+
 uint64_t reclaimable_cache(uint64_t cache, uint64_t available, uint64_t free_bytes)
 {
     uint64_t beyond_free = available > free_bytes ? available - free_bytes : 0;

@@ -49,6 +49,8 @@ typedef struct guest {
     uint64_t self_deflations; /* times the guest grew its balloon on its own (deflate-on-oom) */
     int64_t last_grow_ms;     /* when we last asked its balloon to grow */
     unsigned total_above;     /* reports in a row whose MemTotal stays above the balloon */
+    int64_t reset_report;     /* after a reset: the last report from before it (its last_update),
+                               * which no longer describes the guest; 0 none */
     int64_t last_set_ms;
     uint64_t balloon_ops, balloon_errors;
     uint64_t reclaimed_bytes, returned_bytes;
@@ -69,6 +71,10 @@ void guest_init(guest *g, const char *name, const char *uuid);
  * from guest counters over the host timestamps of two distinct reports. */
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp);
+/* Its machine was reset (a reboot): what was learnt from its reports
+ * (classification, the previous sample, deflate-on-oom evidence) no longer
+ * describes the guest that boots. */
+void guest_rebooted(guest *g);
 /* The page cache a guest can drop, of cache (virtio-balloon's disk-caches,
  * Shmem included), given its MemAvailable and MemFree. */
 uint64_t reclaimable_cache(uint64_t cache, uint64_t available, uint64_t free_bytes);

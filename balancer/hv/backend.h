@@ -51,6 +51,8 @@ typedef struct {
     char name[256];
     char uuid[300];           /* libvirt's, or "qmp:SOCKET" for a QEMU without -uuid */
     bool seen;                /* present in the latest domain list */
+    unsigned resets;          /* its machine was reset (a reboot) since the core last looked: counted
+                               * by the backend (QMP RESET, libvirt's reboot event), cleared by the core */
     void *backend_data;       /* virDomainPtr or qmp target, owned by the backend */
 } hv_guest;
 

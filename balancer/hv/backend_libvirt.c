@@ -97,7 +97,7 @@ typedef struct {
     virConnectPtr conn;
     unsigned gen;             /* bumped at each new connection */
     bool ever_connected;
-    int cb_lifecycle, cb_metadata;
+    int cb_lifecycle, cb_metadata, cb_reboot;
     int64_t next_attempt;     /* monotonic s */
     unsigned backoff;
     gint closed;              /* atomic: libvirt told us the connection died */
@@ -200,7 +200,7 @@ static lv_state *state_of(hv_ctx *hv)
         lv_state *st = g_new0(lv_state, 1);
         g_mutex_init(&st->lock);
         g_cond_init(&st->done);
-        st->cb_lifecycle = st->cb_metadata = -1;
+        st->cb_lifecycle = st->cb_metadata = st->cb_reboot = -1;
         st->bulk_took_ms = -1;
         st->reread = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
         st->pool = g_thread_pool_new(lv_work, st, WORKERS, FALSE, NULL);
@@ -296,6 +296,7 @@ static void domain_xml_facts(virDomainPtr dom, char **agent_path, int *free_page
 
 static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
 static void on_metadata(virConnectPtr conn, virDomainPtr dom, int type, const char *nsuri, void *opaque);
+static void on_reboot(virConnectPtr conn, virDomainPtr dom, void *opaque);
 
 /* libvirt calls this from whichever thread notices the connection closed
  * (the main loop's event handling, the link or a worker in an RPC): it
@@ -316,7 +317,9 @@ static void link_disconnect(lv_state *st)
         virConnectDomainEventDeregisterAny(st->conn, st->cb_lifecycle);
     if (st->cb_metadata >= 0)
         virConnectDomainEventDeregisterAny(st->conn, st->cb_metadata);
-    st->cb_lifecycle = st->cb_metadata = -1;
+    if (st->cb_reboot >= 0)
+        virConnectDomainEventDeregisterAny(st->conn, st->cb_reboot);
+    st->cb_lifecycle = st->cb_metadata = st->cb_reboot = -1;
     virConnectUnregisterCloseCallback(st->conn, on_close);
     /* the guests' domain handles keep the old connection until the main
      * loop attaches them to the new one */
@@ -352,7 +355,9 @@ static int link_connect(lv_state *st, const lv_link_req *rq, lv_link_answer *a)
     st->cb_metadata = virConnectDomainEventRegisterAny(
         st->conn, NULL, VIR_DOMAIN_EVENT_ID_METADATA_CHANGE, VIR_DOMAIN_EVENT_CALLBACK(on_metadata), rq->hv,
         NULL);
-    if (st->cb_lifecycle < 0 || st->cb_metadata < 0)
+    st->cb_reboot = virConnectDomainEventRegisterAny(
+        st->conn, NULL, VIR_DOMAIN_EVENT_ID_REBOOT, VIR_DOMAIN_EVENT_CALLBACK(on_reboot), rq->hv, NULL);
+    if (st->cb_lifecycle < 0 || st->cb_metadata < 0 || st->cb_reboot < 0)
         g_ptr_array_add(a->warnings, g_strdup_printf("cannot register for domain events (%s): changes are "
                                                      "picked up each tick", last_error()));
     g_ptr_array_add(a->infos, g_strdup_printf("connected to %s", rq->uri));
@@ -644,6 +649,20 @@ static void on_metadata(virConnectPtr conn, virDomainPtr dom, int type, const ch
     log_info("guest %s: policy metadata changed", virDomainGetName(dom));
     g_hash_table_insert(st->reread, g_strdup(uuid), GUINT_TO_POINTER(++st->meta_seq));
     schedule_resync(hv);
+}
+
+/* The guest rebooted (or was reset): counted for the core, which gives it
+ * its size back.  On the main loop, as every event callback here. */
+static void on_reboot(virConnectPtr conn, virDomainPtr dom, void *opaque)
+{
+    (void)conn;
+    hv_ctx *hv = opaque;
+    char uuid[VIR_UUID_STRING_BUFLEN];
+    if (virDomainGetUUIDString(dom, uuid) < 0)
+        return;
+    hv_guest *g = hv->inv->find(hv->inv_ctx, uuid);
+    if (g)
+        g->resets++;
 }
 
 /* Queue a call for lg (locked).  false when one already runs for it. */

@@ -527,10 +527,14 @@ static int q_sync(hv_ctx *hv)
             t->g->seen = true; /* reconnecting: kept (and its state) while the join runs */
         if (t->conn && t->g && !t->joining) {
             t->g->seen = true;
-            /* nobody consumes events here: drop them so none pile up */
+            /* a reset (the guest rebooted, or was reset) is counted for the
+             * core; the other events are dropped so none pile up */
             qmp_event *ev;
-            while ((ev = qmp_next_event(t->conn)))
+            while ((ev = qmp_next_event(t->conn))) {
+                if (strcmp(ev->name, "RESET") == 0)
+                    t->g->resets++;
                 qmp_event_free(ev);
+            }
             ask(hv, t);
         }
     }

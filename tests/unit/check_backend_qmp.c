@@ -243,6 +243,32 @@ START_TEST(stop_with_nothing_unanswered_leaves_at_once)
 }
 END_TEST
 
+/* The guest reboots (QEMU's RESET event, also for system_reset): the
+ * backend counts it for the core, which gives the guest its size back. */
+START_TEST(reset_event_is_counted)
+{
+    static const fq_step script[] = {
+        JOIN_AND_FIRST_ROUND("db", DB_UUID),
+        { FQ_SEND, "{\"timestamp\": {\"seconds\": 1764748830, \"microseconds\": 5}, \"event\": \"RESET\", "
+                   "\"data\": {\"guest\": true, \"reason\": \"guest-reset\"}}\r\n", 0 },
+        { FQ_SEND, "{\"timestamp\": {\"seconds\": 1764748830, \"microseconds\": 9}, \"event\": \"BALLOON_CHANGE\", "
+                   "\"data\": {\"actual\": 536870912}}\r\n", 0 },
+        { FQ_SLEEP, NULL, 400 },
+        { FQ_GONE, NULL, 0 },
+        { FQ_END, NULL, 0 },
+    };
+    rig r;
+    rig_up(&r, script);
+    ck_assert_uint_eq(only_guest()->resets, 0);
+    for (int i = 0; i < 20 && !only_guest()->resets; i++) {
+        usleep(20 * 1000);
+        ck_assert_int_eq(backend_qmp.sync(&r.hv), 0);
+    }
+    ck_assert_uint_eq(only_guest()->resets, 1); /* the RESET, not the other event */
+    rig_stop(&r);
+}
+END_TEST
+
 /* Another VM comes up behind the same socket (its QEMU restarted with
  * another -uuid): the guest the socket served leaves the list in the same
  * sync the new one joins, and nothing of it is sampled or ballooned through
@@ -406,6 +432,7 @@ int main(void)
     tcase_add_test(tc, stop_does_not_wait_for_a_silent_qemu);
     tcase_add_test(tc, stop_with_nothing_unanswered_leaves_at_once);
     tcase_add_test(tc, another_vm_behind_the_same_socket);
+    tcase_add_test(tc, reset_event_is_counted);
     tcase_add_test(tc, slow_handshake_read_a_tick_late_joins);
     tcase_add_test(tc, stuck_qemu_is_asked_nothing_more);
     tcase_add_test(tc, guest_served_twice_is_handed_over);

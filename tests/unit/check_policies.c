@@ -189,6 +189,47 @@ START_TEST(reported_free_memory_is_not_a_supply)
 }
 END_TEST
 
+/* A squeezed guest that reboots gets its size back at once (its balloon
+ * kept the squeeze across the reset, and it boots into it), whatever the
+ * host's shortage; it gives again only from its third valid report on
+ * (SETTLE_TICKS), and a tick without one (a booting guest has no balloon driver yet)
+ * settles nothing. */
+START_TEST(rebooted_guest_gets_its_size_back_and_settles)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "R", 4 * GIB, 512 * MIB, 0);
+    guest_init(&s, 1, "N", 4 * GIB, 1 * GIB, 0);
+    s.host_base = 6 * GIB; /* short: both give free memory */
+    for (int t = 0; t < 40; t++)
+        sim_tick(&s);
+    ck_assert_uint_lt(s.v[0].actual_bytes, 3 * GIB);
+    s.v[0].rebooted = true;
+    sim_tick(&s);
+    s.v[0].rebooted = false;
+    ck_assert_str_eq(s.d[0].reason, "rebooted: given its size back");
+    uint64_t back = s.v[0].actual_bytes; /* a MiB short: the driver acknowledges it */
+    ck_assert_uint_eq(back, 4 * GIB - MIB);
+    /* booting: no stats for five ticks, then three valid reports */
+    for (int t = 0; t < 5; t++) {
+        s.v[0].stats_valid = false;
+        sim_tick(&s);
+        ck_assert_uint_eq(s.v[0].actual_bytes, back);
+    }
+    s.v[0].stats_valid = true;
+    for (int t = 0; t < 2; t++) { /* settled at its third */
+        s.host_base -= 64 * MIB; /* the host stays short */
+        sim_tick(&s);
+        ck_assert_msg(s.v[0].actual_bytes == back, "R gave at its valid report %d: %s", t + 1, s.d[0].reason);
+    }
+    /* settled: a donor again */
+    for (int t = 0; t < 10; t++)
+        sim_tick(&s);
+    ck_assert_uint_lt(s.v[0].actual_bytes, back);
+    sim_free(&s);
+}
+END_TEST
+
 START_TEST(streaming_guest_gives_before_working_set)
 {
     sim s;
@@ -1208,6 +1249,7 @@ int main(void)
     tcase_add_test(tc, hysteresis_reclaims_to_high_then_stops);
     tcase_add_test(tc, streaming_guest_gives_before_working_set);
     tcase_add_test(tc, reported_free_memory_is_not_a_supply);
+    tcase_add_test(tc, rebooted_guest_gets_its_size_back_and_settles);
     tcase_add_test(tc, working_set_cache_only_after_streaming_cache);
     tcase_add_test(tc, thrashing_guest_is_protected_and_grows);
     tcase_add_test(tc, floor_ceiling_and_mode_off);
