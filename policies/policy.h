@@ -53,6 +53,8 @@ typedef struct {
                                 * free-page-reporting=on): 1 yes, 0 no, -1 unknown */
     int free_page_reporting_used; /* ... and the guest's balloon driver took it: 1 yes, 0 no,
                                 * -1 unknown */
+    int deflate_on_oom;        /* its balloon deflates when the guest runs out of memory (QEMU
+                                * deflate-on-oom, libvirt autodeflate): 1 yes, 0 no, -1 unknown */
     int64_t host_rss_bytes;    /* what its QEMU has touched (resident + swapped), as the host
                                 * measures it; < 0 unknown */
     int64_t host_ws_bytes;     /* its working set as host reclaim measures it: resident guest RAM

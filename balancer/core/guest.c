@@ -22,7 +22,7 @@ void guest_init(guest *g, const char *name, const char *uuid)
     g->job_ms = -1;
     g->view.name = g->hv.name;
     g->view.uuid = g->hv.uuid;
-    g->view.free_page_reporting = g->view.free_page_reporting_used = -1;
+    g->view.free_page_reporting = g->view.free_page_reporting_used = g->view.deflate_on_oom = -1;
 }
 
 uint64_t guest_shown_target(const guest *g)
@@ -222,6 +222,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->host_cpu = g->qemu_cpu;
     v->free_page_reporting = s->free_page_reporting;
     v->free_page_reporting_used = s->free_page_reporting_used;
+    v->deflate_on_oom = s->deflate_on_oom;
     v->host_rss_bytes = s->rss_bytes;
     v->host_ws_bytes = s->host_ws_bytes;
     /* host reclaim's view: memory resident but idle for the cold age, or

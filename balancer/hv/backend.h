@@ -43,6 +43,9 @@ typedef struct {
                                * 1 yes, 0 no, -1 unknown */
     int free_page_reporting_used; /* ... and the guest's balloon driver took it (negotiated; QMP
                                * with QEMU 7.2+ only): 1 yes, 0 no, -1 unknown */
+    int deflate_on_oom;       /* its balloon deflates when the guest runs out of memory (QEMU's
+                               * deflate-on-oom, libvirt's autodeflate): the guest's safety net
+                               * against a balloon that took too much.  1 yes, 0 no, -1 unknown */
     unsigned balloon_failures; /* balloon changes the hypervisor refused since the last sample */
 } guest_sample;
 

@@ -68,6 +68,7 @@ typedef struct {
     bool attach;              /* new on this connection, or restarted: the domain XML read */
     char *agent_path;         /* NULL: no agent channel */
     int free_page_reporting;  /* <memballoon freePageReporting='on'>: 1, 0, -1 unknown */
+    int deflate_on_oom;       /* <memballoon autodeflate='on'>: 1, 0, -1 unknown */
     bool policy_read;         /* policy_xml is the domain's (NULL: it has none) */
     char *policy_xml;
     unsigned policy_seq;      /* the metadata change it answers (0: none asked) */
@@ -137,6 +138,7 @@ typedef struct {
     unsigned id;              /* libvirt's domain id when attached */
     agent_conn agent;       /* main loop only */
     int free_page_reporting; /* from the domain XML when attached: 1, 0, -1 unknown */
+    int deflate_on_oom;      /* ... and its autodeflate, the same */
     unsigned stats_period;  /* to set on the first call */
     bool period_set;        /* worker only */
     bool busy;              /* a call runs for it (locked) */
@@ -271,12 +273,12 @@ static char *xpath_string(xmlXPathContextPtr ctx, const char *expr)
 
 /* From the live domain XML: the unix socket of <channel type='unix'>
  * whose target is our agent port (NULL if the guest has none), and
- * whether its virtio balloon has free page reporting on (-1 when the
- * XML cannot be read). */
-static void domain_xml_facts(virDomainPtr dom, char **agent_path, int *free_page_reporting)
+ * whether its virtio balloon has free page reporting and autodeflate
+ * (deflate-on-oom) on (-1 when the XML cannot be read). */
+static void domain_xml_facts(virDomainPtr dom, char **agent_path, int *free_page_reporting, int *deflate_on_oom)
 {
     *agent_path = NULL;
-    *free_page_reporting = -1;
+    *free_page_reporting = *deflate_on_oom = -1;
     char *xml = virDomainGetXMLDesc(dom, 0);
     if (!xml)
         return;
@@ -288,6 +290,8 @@ static void domain_xml_facts(virDomainPtr dom, char **agent_path, int *free_page
             ctx, "/domain/devices/channel[@type='unix'][target/@name='org.membal.agent.0']/source/@path");
         g_autofree char *fpr = xpath_string(ctx, "/domain/devices/memballoon[starts-with(@model, 'virtio')]/@freePageReporting");
         *free_page_reporting = fpr && strcmp(fpr, "on") == 0;
+        g_autofree char *doo = xpath_string(ctx, "/domain/devices/memballoon[starts-with(@model, 'virtio')]/@autodeflate");
+        *deflate_on_oom = doo && strcmp(doo, "on") == 0;
     }
     xmlXPathFreeContext(ctx);
     xmlFreeDoc(doc);
@@ -393,9 +397,9 @@ static void link_list(lv_state *st, const lv_link_req *rq, lv_link_answer *a)
         gpointer seq = NULL;
         f->attach = !as || *as != ((guint64)st->gen << 32 | f->id);
         bool changed = g_hash_table_lookup_extended(rq->reread, f->uuid, NULL, &seq);
-        f->free_page_reporting = -1;
+        f->free_page_reporting = f->deflate_on_oom = -1;
         if (f->attach)
-            domain_xml_facts(f->dom, &f->agent_path, &f->free_page_reporting);
+            domain_xml_facts(f->dom, &f->agent_path, &f->free_page_reporting, &f->deflate_on_oom);
         if (f->attach || changed) {
             f->policy_seq = changed ? GPOINTER_TO_UINT(seq) : 0;
             f->policy_xml = virDomainGetMetadata(f->dom, VIR_DOMAIN_METADATA_ELEMENT, VM_POLICY_NS_URI,
@@ -480,6 +484,7 @@ static void attach(hv_ctx *hv, hv_guest *g, lv_found *f, unsigned gen)
     lg->stats_period = hv->stats_period; /* set by its first call: it reaches QEMU */
     agent_conn_init(&lg->agent, f->agent_path);
     lg->free_page_reporting = f->free_page_reporting;
+    lg->deflate_on_oom = f->deflate_on_oom;
     if (f->agent_path)
         log_info("guest %s: reading its agent at %s", g->name, f->agent_path);
     g->backend_data = lg;
@@ -1125,6 +1130,7 @@ static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
         *out = lg->sample;
         out->free_page_reporting = lg->free_page_reporting;
         out->free_page_reporting_used = -1; /* libvirt does not say what the guest's driver took */
+        out->deflate_on_oom = lg->deflate_on_oom;
         out->balloon_failures = lg->set_failures;
         lg->set_failures = 0;
         lg->have = false;

@@ -87,6 +87,7 @@ typedef struct {
     int64_t fpr_asked_ms;    /* when that was last asked, 0 not on this connection */
     bool fpr_asking;         /* ... and the answer is still to come */
     bool fpr_refused;        /* QEMU cannot say (before 7.2, or no such device): not asked again */
+    int deflate_on_oom;      /* the balloon's deflate-on-oom property: 1, 0, -1 unknown */
 } qmp_target;
 
 typedef struct {
@@ -101,7 +102,7 @@ static qmp_state *state_of(hv_ctx *hv)
         st->targets = g_ptr_array_new();
         for (char **p = hv->qmp_sockets; p && *p; p++) {
             qmp_target *t = g_new0(qmp_target, 1);
-            t->free_page_reporting = t->free_page_reporting_used = -1;
+            t->free_page_reporting = t->free_page_reporting_used = t->deflate_on_oom = -1;
             const char *comma = strstr(*p, ",agent=");
             t->path = comma ? g_strndup(*p, (gsize)(comma - *p)) : g_strdup(*p);
             agent_conn_init(&t->agent, comma ? comma + 7 : NULL);
@@ -194,6 +195,16 @@ static void on_free_page_reporting(qmp_conn *c, json_object *ret, const qmp_erro
         t->free_page_reporting = json_object_get_boolean(ret) ? 1 : 0;
 }
 
+/* The balloon device's deflate-on-oom property, asked as free page
+ * reporting is. */
+static void on_deflate_on_oom(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    if (!err && json_object_is_type(ret, json_type_boolean))
+        t->deflate_on_oom = json_object_get_boolean(ret) ? 1 : 0;
+}
+
 /* Whether the guest's balloon driver took free page reporting
  * (x-query-virtio-status, QEMU 7.2+: unstable, so QEMU's refusal is not an
  * error, only unknown). */
@@ -265,6 +276,11 @@ static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *
     json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH));
     json_object_object_add(args, "property", json_object_new_string("free-page-reporting"));
     qmp_execute_async(c, "qom-get", args, REQUEST_MS, on_free_page_reporting, t, &e); /* failed: unknown */
+    t->deflate_on_oom = -1;
+    args = json_object_new_object();
+    json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH));
+    json_object_object_add(args, "property", json_object_new_string("deflate-on-oom"));
+    qmp_execute_async(c, "qom-get", args, REQUEST_MS, on_deflate_on_oom, t, &e); /* failed: unknown */
 }
 
 static void target_connect(hv_ctx *hv, qmp_target *t)
@@ -583,6 +599,7 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     out->job_ms = -1; /* a bare QEMU's migrations are its operator's business */
     out->free_page_reporting = t->free_page_reporting;
     out->free_page_reporting_used = t->free_page_reporting == 1 ? t->free_page_reporting_used : -1;
+    out->deflate_on_oom = t->deflate_on_oom;
     return 0;
 }
 

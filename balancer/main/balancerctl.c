@@ -184,6 +184,12 @@ static void print_explain(json_object *r)
                : json_object_get_boolean(used) ? ", taken by the guest's driver"
                                                 : ", not taken by the guest's driver");
     }
+    json_object *doo;
+    if (json_object_object_get_ex(g, "deflate_on_oom", &doo))
+        printf("  deflate-on-oom on its balloon: %s\n",
+               !doo ? "unknown"
+               : json_object_get_boolean(doo) ? "on (the guest deflates it rather than kill)"
+                                              : "off (a balloon that took too much ends in its OOM killer)");
     printf("  policy: mode %s, priority %s, shares %s, protect %s, source %s\n", str(p, "mode"),
            str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
     json_object *h;

@@ -110,6 +110,8 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
                                : json_object_new_boolean(g->free_page_reporting));
         json_object_object_add(o, "free_page_reporting_used", g->free_page_reporting_used < 0 ? NULL
                                : json_object_new_boolean(g->free_page_reporting_used));
+        json_object_object_add(o, "deflate_on_oom", g->view.deflate_on_oom < 0 ? NULL
+                               : json_object_new_boolean(g->view.deflate_on_oom));
         json_object_object_add(o, "policy", policy_json(g));
         const host_swap_guest_stats hs = g->reclaim;
         if (hs.active) {

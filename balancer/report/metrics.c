@@ -74,6 +74,7 @@ static double gv_clamped(const snapshot_guest *g) { return (double)g->clamped_va
 static double gv_off(const snapshot_guest *g) { return g->policy.mode == VM_MODE_OFF; }
 static double gv_unbacked(const snapshot_guest *g) { return (double)g->unbacked_claims; }
 static double gv_self_deflations(const snapshot_guest *g) { return (double)g->self_deflations; }
+static double gv_deflate_on_oom(const snapshot_guest *g) { return g->view.deflate_on_oom; }
 GUEST_COUNTER(gv_ref_anon, agent_refaults_anon)
 GUEST_COUNTER(gv_ref_file, agent_refaults_file)
 static double gv_agent_msgs(const snapshot_guest *g) { return (double)g->agent_messages; }
@@ -187,6 +188,10 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_unbacked_claims_total", "counter", "Swap-in/fault rates the guest's disk reads could not explain (capped).", gv_unbacked);
     guest_family(s, b, "balancer_guest_self_deflations_total", "counter",
                  "Times the guest grew its own balloon (deflate-on-oom: it was about to OOM).", gv_self_deflations);
+    guest_family(s, b, "balancer_guest_deflate_on_oom", "gauge",
+                 "1 when the guest's balloon deflates rather than let it OOM (QEMU deflate-on-oom, libvirt "
+                 "autodeflate), 0 when not, -1 unknown.",
+                 gv_deflate_on_oom);
 
     guest_family(s, b, "balancer_guest_agent_up", "gauge", "1 while the in-guest agent reports.", gv_agent_up);
     guest_family(s, b, "balancer_guest_refaults_anon_total", "counter", "Anon workingset refaults, as the guest agent reports them.", gv_ref_anon);

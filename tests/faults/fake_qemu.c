@@ -151,8 +151,9 @@ static void handle(fake_guest *g, size_t idx, const char *line)
     } else if (!strcmp(c, "qom-get")) {
         json_object *prop;
         if (args && json_object_object_get_ex(args, "property", &prop) &&
-            !strcmp(json_object_get_string(prop), "free-page-reporting"))
-            ret = json_object_new_boolean(0); /* as a QEMU whose balloon does not report */
+            (!strcmp(json_object_get_string(prop), "free-page-reporting") ||
+             !strcmp(json_object_get_string(prop), "deflate-on-oom")))
+            ret = json_object_new_boolean(0); /* as a QEMU whose balloon does neither */
         else
             guest_stats(g, &ret);
         reply(g, id, ret);

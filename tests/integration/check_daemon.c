@@ -276,8 +276,9 @@ START_TEST(libvirt_metadata_drives_balloon)
             sleep(1);
     }
     ck_assert_msg(up == 1, "the guest agent never reported through the libvirt channel");
-    /* <memballoon freePageReporting='on'>, read from the domain XML */
+    /* <memballoon freePageReporting='on'> (and no autodeflate), read from the domain XML */
     explain_says(domname, "free page reporting on its balloon: on", 5);
+    explain_says(domname, "deflate-on-oom on its balloon: off", 5);
 
     /* raise the floor live: the metadata-change event gives memory back */
     set_policy("<policy min=\"448MiB\"/>");
@@ -679,7 +680,7 @@ START_TEST(qmp_stopped_or_held_qemu_delays_nobody)
     mkdir(workdir, 0700);
     guest_vm a, b;
     guest_vm_opts oa = { .mem_mib = 512, .append = "membal.report=1",
-                         .extra = "--name membal-qa --balloon-opts free-page-reporting=on" };
+                         .extra = "--name membal-qa --balloon-opts free-page-reporting=on,deflate-on-oom=on" };
     guest_vm_opts ob = { .mem_mib = 512, .append = "membal.report=1", .extra = "--name membal-qb" };
     ck_assert(guest_vm_start(&a, &oa) == 0);
     ck_assert(guest_vm_start(&b, &ob) == 0);
@@ -713,6 +714,9 @@ START_TEST(qmp_stopped_or_held_qemu_delays_nobody)
      * whether the guest's driver took it (the test guest's Linux does) */
     explain_says("membal-qa", "free page reporting on its balloon: on, taken by the guest's driver", 10);
     explain_says("membal-qb", "free page reporting on its balloon: off", 5);
+    /* and deflate-on-oom, the guest's safety net, as QEMU answers it */
+    explain_says("membal-qa", "deflate-on-oom on its balloon: on", 5);
+    explain_says("membal-qb", "deflate-on-oom on its balloon: off", 5);
 
     int b_moves = count_log("membal-qb: balloon");
     stop_and_time_ticks(a.pid, 8, "one bare QEMU");

@@ -96,7 +96,9 @@ static double mono_s_now(void)
     { FQ_EXPECT, "qom-set", 0 },                                                                                 \
     { FQ_REPLY, "{\"return\": {}, \"id\": %ID%}\r\n", 0 },                                                       \
     { FQ_EXPECT, "qom-get", 0 },                                                                                 \
-    { FQ_REPLY, "{\"return\": " fpr ", \"id\": %ID%}\r\n", 0 }
+    { FQ_REPLY, "{\"return\": " fpr ", \"id\": %ID%}\r\n", 0 },                                                   \
+    { FQ_EXPECT, "qom-get", 0 },                                                                                 \
+    { FQ_REPLY, "{\"return\": true, \"id\": %ID%}\r\n", 0 }
 
 /* Its first round: the balloon at actual (bytes, a string), and QEMU's
  * answer to guest-stats (stats, or its error for a driver that has sent
@@ -297,6 +299,7 @@ START_TEST(another_vm_behind_the_same_socket)
     if (backend_qmp.sample(&r.hv, only_guest(), &smp, &err) == 0) {
         ck_assert_int_eq(smp.actual_bytes, 384 * (int64_t)MIB); /* the new QEMU's */
         ck_assert_int_eq(smp.total_bytes, 390000000);
+        ck_assert_int_eq(smp.deflate_on_oom, 1); /* its balloon's property, as it answered */
     } else { /* its first round answered after the gather (a slow machine) */
         ck_assert_msg(strstr(err->message, "has not answered"), "%s", err->message);
         fprintf(stderr, "another VM: its first round came after the gather, its sample not checked\n");
