@@ -36,7 +36,13 @@ static void need_update(classify_state *st, const guest_view *g, const classify_
         reserve = p->need_reserve_min;
     double growth = g->used_growth_bps > 0 ? g->used_growth_bps * p->need_horizon_s : 0;
     double want = (double)reserve + growth;
-    bool eaten = (double)g->available_bytes < (double)reserve / 2;
+    /* what it has left by the host's account (used memory is clamped to
+     * what its QEMU touched, so a guest cannot claim need by reporting
+     * nothing available), and only below its ceiling: a guest at its
+     * whole size that runs this full (a database's shared buffers, a JVM
+     * sized to its RAM) has nothing to be given and is not in need */
+    uint64_t left = g->actual_bytes > used ? g->actual_bytes - used : 0;
+    bool eaten = g->actual_bytes < g->ceiling_bytes && (double)left < (double)reserve / 2;
     bool need = (growth >= (double)reserve / 2 && (double)g->available_bytes < want) || eaten;
     if (need) {
         st->need = true;

@@ -668,7 +668,8 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         } else if (g->policy.mode == VM_MODE_OFF) {
             w->fixed = true;
             w->reason = "mode=off: left alone";
-        } else if (g->rebooted && g->actual_bytes < g->ceiling_bytes) {
+        } else if (g->rebooted && (g->actual_bytes < g->ceiling_bytes ||
+                                   (g->pending_target_bytes && g->pending_target_bytes < g->ceiling_bytes))) {
             /* it boots again: its start-up must not hit the wall its
              * balloon kept from before, and with no balancer it would have
              * its whole size; it gives again once settled */

@@ -284,6 +284,9 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
                  "(virtio-balloon free page reporting): memory a guest gives back and touches again after "
                  "a few seconds or more faults there too, at a cost bare metal does not pay "
                  "(make bench-fault, aged-2m)");
+    /* a kdamond a balancerd before us left running is turned off whatever
+     * this one's [host_reclaim] says */
+    balancer_release_leftovers(b->cfg.state_dir);
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)
         b->hswap = host_swap_new(&b->cfg, &hr_err);
@@ -307,7 +310,7 @@ int balancer_release_leftovers(const char *state_dir)
     else if (what)
         log_info("DAMON: %s", what);
     else
-        log_info("nothing left behind (no kdamond recorded in %s)", ledger);
+        log_debug("nothing left behind (no kdamond recorded in %s)", ledger);
     return r == KDAMOND_FAILED ? -1 : 0;
 }
 
@@ -559,8 +562,7 @@ static bool tick_round(balancer *b)
         g_autoptr(GError) serr = NULL;
         /* a reset is a new boot: it gets its size back (the policy) and is
          * judged afresh */
-        bool rebooted = g->hv.resets > 0;
-        if (rebooted) {
+        if (g->hv.resets > 0) {
             log_info("guest %s: its machine was reset (a reboot)", g->hv.name);
             guest_rebooted(g);
             g->hv.resets = 0;
@@ -620,7 +622,7 @@ static bool tick_round(balancer *b)
             g->view.pending_target_bytes = 0;
         }
         g->seen_actual = g->view.actual_bytes;
-        g->view.rebooted = rebooted;
+        g->view.rebooted = g->reboot_pending;
         views[i] = g->view;
         if (g->job_ms >= 0)
             views[i].stats_valid = false; /* neither gives nor takes while the job runs */
@@ -641,6 +643,10 @@ static bool tick_round(balancer *b)
         guest *g = g_ptr_array_index(b->guests, i);
         actuate(b, g, &dec[i]);
         g->exit_bytes = dec[i].exit_bytes;
+        /* a reset is answered once the answer could be acted on: not while
+         * paused, in a dry run or during a libvirt job */
+        if (!b->paused && !b->dry_run && g->job_ms < 0)
+            g->reboot_pending = false;
         if (dec[i].change && views[i].policy.mode != VM_MODE_OFF && dec[i].target_bytes < views[i].actual_bytes)
             balloon_reclaim += views[i].actual_bytes - dec[i].target_bytes;
     }

@@ -131,6 +131,15 @@ static double used_of(const guest_sample *s, uint64_t cap, bool doo)
     return total > avail ? total - avail : 0;
 }
 
+void guest_rebooted(guest *g)
+{
+    memset(&g->cls, 0, sizeof(g->cls));
+    g->have_prev = false;
+    g->total_above = 0;
+    g->reset_report = g->have_cur && g->cur.last_update > 0 ? g->cur.last_update : 1;
+    g->reboot_pending = true;
+}
+
 /* The page cache a guest can drop.  virtio-balloon's disk-caches is the
  * guest's Cached, which counts Shmem (tmpfs, SysV and POSIX shared
  * memory: PostgreSQL's shared_buffers, Oracle's SGA), swap-backed pages
@@ -139,13 +148,6 @@ static double used_of(const guest_sample *s, uint64_t cap, bool doo)
  * holds beyond MemFree bounds the droppable cache from above and Shmem
  * out; it is a little low (the watermarks), which errs on the side of
  * taking less. */
-void guest_rebooted(guest *g)
-{
-    memset(&g->cls, 0, sizeof(g->cls));
-    g->have_prev = false;
-    g->total_above = 0;
-    g->reset_report = g->have_cur && g->cur.last_update > 0 ? g->cur.last_update : 1;
-}
 
 uint64_t reclaimable_cache(uint64_t cache, uint64_t available, uint64_t free_bytes)
 {
@@ -166,7 +168,9 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     g->qemu_cpu = cpu_ms_ps < 0 || cpu_reset ? -1 : cpu_ms_ps / 1000.0;
     guest_view *v = &g->view;
     bool fresh_report = !g->have_cur || s->last_update != g->cur.last_update;
-    if (g->have_cur && fresh_report && s->last_update > 0) {
+    /* (a report from before a reset is no "previous" of the booted guest's) */
+    if (g->have_cur && fresh_report && s->last_update > 0 &&
+        !(g->reset_report && g->cur.last_update <= g->reset_report)) {
         g->prev = g->cur;
         g->have_prev = g->prev.last_update > 0;
     }

@@ -51,6 +51,7 @@ typedef struct guest {
     unsigned total_above;     /* reports in a row whose MemTotal stays above the balloon */
     int64_t reset_report;     /* after a reset: the last report from before it (its last_update),
                                * which no longer describes the guest; 0 none */
+    bool reboot_pending;      /* reset, and the policy's answer not acted on yet (paused, a job) */
     int64_t last_set_ms;
     uint64_t balloon_ops, balloon_errors;
     uint64_t reclaimed_bytes, returned_bytes;

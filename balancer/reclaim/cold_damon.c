@@ -95,14 +95,13 @@ static int rd_u64(const char *dir, const char *file, uint64_t *out)
 
 static double kdamond_cpu(const damon_source *d);
 
-/* The ledger follows the kdamond's thread: a failure to write it is said
- * (a kdamond we cannot find again after a crash is one that may leak). */
-static void record(damon_source *d, int kdamond_pid)
+/* The ledger follows the kdamond's thread.  -1 with the reason when it
+ * cannot be written: a kdamond the ledger does not describe is one that
+ * would leak after a crash. */
+static int record(damon_source *d, int kdamond_pid, GError **error)
 {
-    g_autoptr(GError) err = NULL;
     d->ledger.kdamond_pid = kdamond_pid;
-    if (kdamond_ledger_save(d->ledger_path, &d->ledger, &err) < 0)
-        log_warn("DAMON: %s", err->message);
+    return kdamond_ledger_save(d->ledger_path, &d->ledger, error);
 }
 
 static void damon_stop(damon_source *d)
@@ -110,7 +109,9 @@ static void damon_stop(damon_source *d)
     d->cpu_done += kdamond_cpu(d); /* the next kdamond counts from 0 */
     if (d->running) {
         wr(d->dir, "state", "off");
-        record(d, 0);
+        g_autoptr(GError) err = NULL;
+        if (record(d, 0, &err) < 0) /* (off: a stale pid only makes it look not ours) */
+            log_warn("DAMON: %s", err->message);
     }
     d->running = false;
     d->kdamond_pid = 0;
@@ -258,7 +259,13 @@ static int damon_start(damon_source *d, uint64_t now_us, GError **error)
     d->started_us = now_us;
     uint64_t pid = 0;
     d->kdamond_pid = rd_u64(d->dir, "pid", &pid) == 0 ? (int)pid : 0;
-    record(d, d->kdamond_pid);
+    if (record(d, d->kdamond_pid, error) < 0) {
+        /* not left running undescribed */
+        wr(d->dir, "state", "off");
+        d->running = false;
+        d->kdamond_pid = 0;
+        return -1;
+    }
     return 0;
 }
 
@@ -503,6 +510,13 @@ cold_source *cold_source_damon_new(const char *admin_dir, const char *ledger_pat
     d->ledger_path = g_strdup(ledger_path);
     char ops[256] = "";
     d->created = wr(admin_dir, "kdamonds/nr_kdamonds", "1") == 0;
+    if (d->created) { /* which directory is ours, before anything is written into it */
+        kdamond_ledger_note_dir(&d->ledger);
+        if (kdamond_ledger_save(ledger_path, &d->ledger, error) < 0) {
+            damon_destroy(&d->base);
+            return NULL;
+        }
+    }
     if (!d->created || wr(d->dir, "contexts/nr_contexts", "1") ||
         small_file_read_at(d->dir, "contexts/0/avail_operations", ops, sizeof(ops)) < 0) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "DAMON: setting up a kdamond under %s: %s", admin_dir,

@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/error.h"
@@ -67,6 +69,19 @@ void kdamond_ledger_init(kdamond_ledger *l, const char *admin, unsigned index, u
     l->aggr_us = aggr_us;
 }
 
+static uint64_t dir_inode(const char *admin, unsigned index)
+{
+    char kd[320];
+    struct stat st;
+    snprintf(kd, sizeof(kd), "%s/kdamonds/%u", admin, index);
+    return stat(kd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+void kdamond_ledger_note_dir(kdamond_ledger *l)
+{
+    l->dir_ino = dir_inode(l->admin, l->index);
+}
+
 int kdamond_ledger_save(const char *path, const kdamond_ledger *l, GError **error)
 {
     g_autoptr(GKeyFile) kf = g_key_file_new();
@@ -76,6 +91,7 @@ int kdamond_ledger_save(const char *path, const kdamond_ledger *l, GError **erro
     g_key_file_set_uint64(kf, GROUP, "owner_start", l->owner_start);
     g_key_file_set_string(kf, GROUP, "boot_id", l->boot_id);
     g_key_file_set_int64(kf, GROUP, "kdamond_pid", l->kdamond_pid);
+    g_key_file_set_uint64(kf, GROUP, "dir_ino", l->dir_ino);
     g_key_file_set_uint64(kf, GROUP, "sample_us", l->sample_us);
     g_key_file_set_uint64(kf, GROUP, "aggr_us", l->aggr_us);
     gsize len = 0;
@@ -112,6 +128,7 @@ int kdamond_ledger_load(const char *path, kdamond_ledger *l, GError **error)
     int64_t kpid = err ? 0 : g_key_file_get_int64(kf, GROUP, "kdamond_pid", &err);
     uint64_t sample = err ? 0 : g_key_file_get_uint64(kf, GROUP, "sample_us", &err);
     uint64_t aggr = err ? 0 : g_key_file_get_uint64(kf, GROUP, "aggr_us", &err);
+    uint64_t ino = err ? 0 : g_key_file_get_uint64(kf, GROUP, "dir_ino", &err);
     if (err || !admin[0] || strlen(admin) >= sizeof(l->admin) || strlen(boot) >= sizeof(l->boot_id) ||
         index > 1024 || owner <= 0 || owner > INT32_MAX || kpid < 0 || kpid > INT32_MAX || sample > UINT32_MAX ||
         aggr > UINT32_MAX) {
@@ -127,6 +144,7 @@ int kdamond_ledger_load(const char *path, kdamond_ledger *l, GError **error)
     l->kdamond_pid = (int)kpid;
     l->sample_us = (uint32_t)sample;
     l->aggr_us = (uint32_t)aggr;
+    l->dir_ino = ino;
     return 1;
 }
 
@@ -136,11 +154,13 @@ void kdamond_ledger_forget(const char *path)
         log_warn("removing %s: %s", path, strerror(errno));
 }
 
-/* Why the kdamond at kd is not the one l recorded; NULL when it is.  A
- * kdamond that is off may still be unconfigured (balancerd died between
- * creating it and starting it); one that runs must show exactly what we
- * write: one context, paddr, our intervals, one "stat" scheme, and the
- * thread pid recorded when it started. */
+/* Why the kdamond at kd is not the one l recorded; NULL when it is.  Its
+ * directory must be the one created (its inode, once recorded; before
+ * that, only a kdamond never configured is taken for ours).  A kdamond
+ * that is off may still be unconfigured (balancerd died between creating
+ * it and starting it); one that runs must show exactly what we write: one
+ * context, paddr, our intervals, one "stat" scheme, and the thread pid
+ * recorded when it started. */
 static const char *mismatch(const kdamond_ledger *l, const char *kd, char *why, size_t len)
 {
     char state[32], ctx[400], word[64];
@@ -148,6 +168,10 @@ static const char *mismatch(const kdamond_ledger *l, const char *kd, char *why, 
     if (!read_word(kd, "state", state, sizeof(state)))
         return "its state cannot be read";
     bool on = strcmp(state, "off") != 0;
+    if (l->dir_ino && dir_inode(l->admin, l->index) != l->dir_ino)
+        return "it was removed and made again since";
+    if (!l->dir_ino && (!read_num(kd, "contexts/nr_contexts", &v) || v != 0 || on))
+        return "it was configured, and its creation was never recorded";
     if (on && l->kdamond_pid && (!read_num(kd, "pid", &v) || v != l->kdamond_pid)) {
         snprintf(why, len, "it runs as another thread than the pid %d recorded", l->kdamond_pid);
         return why;
@@ -219,7 +243,10 @@ kdamond_leftover kdamond_release_leftover(const char *path, char **what)
     char kd[320], kds[300];
     snprintf(kd, sizeof(kd), "%s/kdamonds/%u", l.admin, l.index);
     snprintf(kds, sizeof(kds), "%s/kdamonds", l.admin);
-    if (l.owner_pid != (int)getpid() && proc_start(l.owner_pid) == l.owner_start) {
+    /* the balancerd that made it runs still: its pid with its start time
+     * (a start time not read is no proof either way: the pid alone) */
+    bool owner_alive = l.owner_start ? proc_start(l.owner_pid) == l.owner_start : kill(l.owner_pid, 0) == 0;
+    if (l.owner_pid != (int)getpid() && owner_alive) {
         *what = g_strdup_printf("kdamond %u under %s belongs to balancerd pid %d, which still runs", l.index, kds,
                                 l.owner_pid);
         return KDAMOND_IN_USE;

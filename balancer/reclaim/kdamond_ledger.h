@@ -36,11 +36,16 @@ typedef struct {
     unsigned long long owner_start; /* its start time (/proc/PID/stat field 22) */
     char boot_id[40];               /* /proc/sys/kernel/random/boot_id when it was created */
     int kdamond_pid;                /* the kdamond thread while it runs, 0 when off or not read */
+    uint64_t dir_ino;               /* the inode of kdamonds/<index> once created (sysfs gives a
+                                     * directory made again a new one), 0 not yet */
     uint32_t sample_us, aggr_us;    /* the intervals written */
 } kdamond_ledger;
 
 /* A ledger for a kdamond this process is about to create. */
 void kdamond_ledger_init(kdamond_ledger *l, const char *admin, unsigned index, uint32_t sample_us, uint32_t aggr_us);
+/* The inode of l's kdamonds/<index> directory into l->dir_ino (0 when it
+ * cannot be read): call once the kdamond is created. */
+void kdamond_ledger_note_dir(kdamond_ledger *l);
 /* Write l to path (a whole new file, renamed into place).  0, or -1. */
 int kdamond_ledger_save(const char *path, const kdamond_ledger *l, GError **error);
 /* Read path into l.  1, 0 when there is none, -1 when it cannot be read

@@ -58,8 +58,12 @@ static void start_daemon_ex(const char *config, const char *extra, bool bare)
     snprintf(daemon_log, sizeof(daemon_log), "%s/balancerd.log", workdir);
     metrics_port = 20000 + (int)(getpid() % 20000);
     char args[2048];
-    snprintf(args, sizeof(args), "--metrics-listen 127.0.0.1:%d --control-socket '%s/ctl.sock' %s", metrics_port,
-             workdir, extra);
+    /* what it creates (a kdamond) is recorded in the test's directory and
+     * turned off through that record after a failed test: the cleanup,
+     * registered before the kill, runs after it */
+    snprintf(args, sizeof(args), "--metrics-listen 127.0.0.1:%d --control-socket '%s/ctl.sock' --state-dir '%s' %s",
+             metrics_port, workdir, workdir, extra);
+    cleanup_register("'%s/build/balancerd' --release-leftovers --state-dir '%s' >&2", test_top(), workdir);
     daemon_pid = test_start_daemon(config, args, daemon_log, bare);
     ck_assert_int_gt(daemon_pid, 0);
 }
@@ -1639,9 +1643,6 @@ START_TEST(kdamond_of_a_killed_daemon_is_taken_back)
     bool real = damon_check("/sys/kernel/mm/damon/admin", &why) == DAMON_FREE;
     reclaim_guest_up("kdamond", false, "min = 99%\nlow = 99.5%\nhigh = 99.8%\n", "source = damon\n", conf, &vm,
                      swapfile, sizeof(swapfile), &made_swap);
-    /* after the daemons' kills (registered later, run first), before the
-     * work directory goes */
-    cleanup_register("'%s/build/balancerd' --release-leftovers --state-dir '%s' >&2", test_top(), workdir);
     if (real) {
         snprintf(admin, sizeof(admin), "/sys/kernel/mm/damon/admin");
     } else {
@@ -1662,8 +1663,8 @@ START_TEST(kdamond_of_a_killed_daemon_is_taken_back)
     g_autofree char *state = g_strdup_printf("%s/kdamonds/0/state", admin);
     g_autofree char *nr = g_strdup_printf("%s/kdamonds/nr_kdamonds", admin);
     g_autofree char *ledger = g_strdup_printf("%s/kdamond.ledger", workdir);
-    snprintf(extra, sizeof(extra), "--qmp '%s' --state-dir '%s'%s%s%s", vm.qmp_path, workdir,
-             real ? "" : " --damon-admin '", real ? "" : admin, real ? "" : "'");
+    snprintf(extra, sizeof(extra), "--qmp '%s'%s%s%s", vm.qmp_path, real ? "" : " --damon-admin '",
+             real ? "" : admin, real ? "" : "'");
 
     /* (bare: valgrind 3.19 does not know process_madvise) */
     start_daemon_ex(conf, extra, true);

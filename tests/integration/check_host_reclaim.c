@@ -258,6 +258,8 @@ static void run_reclaim(cold_source *src, const char *label, second_set set, boo
     double cpu0 = cpu_seconds(), ext0 = src->ops->external_cpu_seconds(src);
     uint64_t t0 = mono_us();
     g_autofree long *majflt_at = g_new0(long, max_scans + 1);
+    r = latest(p[0], r);
+    majflt_at[0] = r.majflt; /* the faults of the setup are not the hot loop's */
     int s = 0;
     for (; s < max_scans; s++) {
         if (s >= scans) {

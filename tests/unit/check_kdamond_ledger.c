@@ -116,7 +116,8 @@ static char *snapshot(void)
 static bool ledger_exists(void) { return g_file_test(ledger, G_FILE_TEST_EXISTS); }
 
 /* A ledger written by a balancerd that has exited (a child that recorded
- * itself, then died), naming kdamond_pid as the running thread. */
+ * itself and the kdamond's directory, then died), naming kdamond_pid as
+ * the running thread. */
 static void ledger_of_a_dead_owner(int kdamond_pid, uint32_t sample_us, uint32_t aggr_us)
 {
     pid_t c = fork();
@@ -124,6 +125,7 @@ static void ledger_of_a_dead_owner(int kdamond_pid, uint32_t sample_us, uint32_t
     if (c == 0) {
         kdamond_ledger l;
         kdamond_ledger_init(&l, root, 0, sample_us, aggr_us);
+        kdamond_ledger_note_dir(&l);
         l.kdamond_pid = kdamond_pid;
         _exit(kdamond_ledger_save(ledger, &l, NULL) == 0 ? 0 : 1);
     }
@@ -232,6 +234,7 @@ START_TEST(owner_alive_is_left_alone)
     if (c == 0) {
         kdamond_ledger l;
         kdamond_ledger_init(&l, root, 0, 10000, 200000);
+        kdamond_ledger_note_dir(&l);
         l.kdamond_pid = 4242;
         char ok = kdamond_ledger_save(ledger, &l, NULL) == 0;
         (void)!write(p[1], &ok, 1);
@@ -278,6 +281,41 @@ START_TEST(ledger_of_an_earlier_boot_or_garbage)
     ck_assert(g_file_set_contents(ledger, "[kdamond]\nadmin=/\nowner_pid=banana\n", -1, NULL));
     g_autofree char *garbage = release_touching_nothing(KDAMOND_NOT_OURS);
     ck_assert_ptr_nonnull(strstr(garbage, "not a kdamond ledger"));
+    done();
+}
+END_TEST
+
+/* Ours was removed and another program made kdamond 0 again (and is
+ * still configuring it, off): a new directory, not ours.  And a ledger
+ * from before the creation was recorded names no directory: only a
+ * kdamond nobody configured yet is taken for ours then. */
+START_TEST(made_again_since_is_not_ours)
+{
+    free_tree();
+    put("kdamonds/nr_kdamonds", "1\n");
+    ledger_of_a_dead_owner(0, 10000, 200000);
+    g_autofree char *cmd = g_strdup_printf("cd '%s/kdamonds' && cp -a 0 0.new && rm -rf 0 && mv 0.new 0", root);
+    ck_assert_int_eq(system(cmd), 0);
+    g_autofree char *what = release_touching_nothing(KDAMOND_NOT_OURS);
+    ck_assert_ptr_nonnull(strstr(what, "made again"));
+
+    /* no directory recorded (died between the ledger and the creation's
+     * record): a configured kdamond is not ours */
+    put(K0 "contexts/nr_contexts", "1\n");
+    kdamond_ledger l;
+    kdamond_ledger_init(&l, root, 0, 10000, 200000);
+    l.owner_pid = 1 << 22; /* above pid_max: no such process */
+    l.owner_start = 0;
+    ck_assert_int_eq(kdamond_ledger_save(ledger, &l, NULL), 0);
+    g_free(what);
+    what = release_touching_nothing(KDAMOND_NOT_OURS);
+    ck_assert_ptr_nonnull(strstr(what, "never recorded"));
+    /* ... an unconfigured one is */
+    put(K0 "contexts/nr_contexts", "0\n");
+    ck_assert_int_eq(kdamond_ledger_save(ledger, &l, NULL), 0);
+    g_free(what);
+    what = NULL;
+    ck_assert_int_eq(release(&what), KDAMOND_RELEASED);
     done();
 }
 END_TEST
@@ -374,6 +412,7 @@ int main(void)
     tcase_add_test(tc, owner_alive_is_left_alone);
     tcase_add_test(tc, ledger_of_an_earlier_boot_or_garbage);
     tcase_add_test(tc, others_added_after_ours_are_kept);
+    tcase_add_test(tc, made_again_since_is_not_ours);
     tcase_add_test(tc, foreign_kdamond_is_described_not_touched);
     tcase_add_test(tc, killed_owner_then_next_start_takes_it_back);
     suite_add_tcase(s, tc);

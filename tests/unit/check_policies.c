@@ -226,6 +226,16 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     for (int t = 0; t < 10; t++)
         sim_tick(&s);
     ck_assert_uint_lt(s.v[0].actual_bytes, back);
+    /* reset while its balloon was on its way down (the driver of the
+     * guest that shut down never acknowledged it): the size comes back all
+     * the same, or it boots into where the balloon was going */
+    s.v[0].actual_bytes = 4 * GIB;
+    s.v[0].pending_target_bytes = 1 * GIB;
+    s.v[0].rebooted = true;
+    model_refresh(&s);
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert_str_eq(s.d[0].reason, "rebooted: given its size back");
+    ck_assert_uint_eq(s.d[0].target_bytes, 4 * GIB - MIB);
     sim_free(&s);
 }
 END_TEST
@@ -1031,6 +1041,36 @@ START_TEST(thrash_enters_and_exits_with_hysteresis)
 }
 END_TEST
 
+/* A guest that has eaten half its reserve is in need however slowly it
+ * got there, by the host's account of its used memory; not at its
+ * ceiling, where it has nothing to be given (a database whose shared
+ * buffers fill its RAM would be in need for ever, and never a donor). */
+START_TEST(reserve_half_eaten_is_need_below_the_ceiling)
+{
+    classify_params p;
+    classify_params_default(&p);
+    classify_state st = { 0 };
+    guest_view g = { .stats_valid = true, .actual_bytes = 4 * GIB, .ceiling_bytes = 8 * GIB,
+                     .used_bytes = 4 * GIB - 64 * MIB, .available_bytes = 64 * MIB };
+    classify_update(&st, &g, &p); /* reserve 5%: 205 MiB, 64 MiB left */
+    ck_assert(st.need);
+    ck_assert_uint_ge(st.need_bytes, 140 * MIB);
+    classify_state full = { 0 };
+    g.ceiling_bytes = 4 * GIB;
+    classify_update(&full, &g, &p);
+    ck_assert(!full.need);
+    /* what it reports available is not the host's account: a guest that
+     * says nothing is left while its used memory (clamped to what its QEMU
+     * touched) leaves plenty is not in need */
+    classify_state liar = { 0 };
+    g.ceiling_bytes = 8 * GIB;
+    g.used_bytes = 1 * GIB;
+    g.available_bytes = 0;
+    classify_update(&liar, &g, &p);
+    ck_assert(!liar.need);
+}
+END_TEST
+
 START_TEST(streaming_needs_big_cache_and_no_faults)
 {
     classify_params p;
@@ -1284,6 +1324,7 @@ int main(void)
     TCase *tcl = tcase_create("classify");
     tcase_add_test(tcl, thrash_enters_and_exits_with_hysteresis);
     tcase_add_test(tcl, streaming_needs_big_cache_and_no_faults);
+    tcase_add_test(tcl, reserve_half_eaten_is_need_below_the_ceiling);
     suite_add_tcase(s, tcl);
     TCase *tr = tcase_create("reclaim_plan");
     tcase_add_test(tr, reclaim_shortfall_only_below_low);
