@@ -76,7 +76,8 @@
 #define PACE_WATCH_S 60.0      /* a reader's pace is known once it has been watched this long */
 #define MAX_TRACKED 65536
 #define SETTLE_TICKS 3      /* new, rebooted, or after filling its cache, a guest gives nothing for
-                             * this many valid reports */
+                             * this many ticks with valid stats (a report
+                             * at least every tick at the shipped 5 s tick and 2 s stats period) */
 #define SLOWED_AFTER_S 10.0 /* a trimmed stream's reads are judged this long after the trim began ... */
 #define SLOWED_FRACTION 0.75 /* ... and below this share of what they were, the trim slowed it */
 #define IDLE_CPU 0.05          /* a guest whose QEMU uses less of a CPU than this ... */
@@ -130,7 +131,7 @@ typedef struct {
     double disk_pace_bps;   /* the fastest it was seen reading (a tick), decaying; filling included */
     double disk_pace_at_s;  /* when disk_pace_bps was last updated */
     double watched_since_s; /* when it was first seen */
-    unsigned settled;       /* valid reports since it appeared, rebooted or last filled its cache
+    unsigned settled;       /* ticks with valid stats since it appeared, rebooted or last filled its cache
                              * (capped at SETTLE_TICKS) */
     double seen_s;          /* when it was last observed */
     double idle_since_s;    /* idle (drop_idle_cache) since then; < 0 not idle */
