@@ -33,7 +33,7 @@ static void quiet(void *ctx, const char *msg, ...)
 }
 
 static int parse_attr(xmlAttrPtr a, const char *val, vm_policy *p, bool *shares_set,
-                      bool *min_set, bool *max_set, GError **error)
+                      bool *min_set, bool *max_set, GString *ignored, GError **error)
 {
     const char *name = (const char *)a->name;
     if (a->ns)
@@ -92,15 +92,18 @@ static int parse_attr(xmlAttrPtr a, const char *val, vm_policy *p, bool *shares_
             return fail(error, "promotion_budget=\"%.32s\": expected a percentage from 0 to 100, such as 0.2%%", val);
         p->promotion_budget = d;
     } else {
-        return fail(error,
-                    "unknown attribute '%.32s' (known: priority, shares, min, max, mode, protect, promotion_budget)",
-                    name);
+        /* forward compatible: a VM whose policy a newer balancerd wrote
+         * (migrated here, say) keeps the rest of it; the caller says what
+         * was ignored */
+        g_string_append_printf(ignored, "%s'%.32s'", ignored->len ? ", " : "", name);
     }
     return 0;
 }
 
-int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, GError **error)
+int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, char **ignored_out, GError **error)
 {
+    if (ignored_out)
+        *ignored_out = NULL;
     if (!xml || len == 0)
         return fail(error, "empty policy metadata");
     if (len > METADATA_XML_MAX)
@@ -120,6 +123,7 @@ int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, GError **
     vm_policy p;
     vm_policy_default(&p);
     bool shares_set = false, min_set = false, max_set = false;
+    g_autoptr(GString) ignored = g_string_new(NULL);
     if (doc->intSubset || doc->extSubset) {
         fail(error, "policy metadata must not contain a DOCTYPE");
         goto out;
@@ -147,7 +151,7 @@ int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, GError **
     }
     for (xmlAttrPtr a = root->properties; a; a = a->next) {
         xmlChar *val = xmlNodeGetContent((xmlNodePtr)a);
-        int r = parse_attr(a, val ? (const char *)val : "", &p, &shares_set, &min_set, &max_set,
+        int r = parse_attr(a, val ? (const char *)val : "", &p, &shares_set, &min_set, &max_set, ignored,
                            error);
         xmlFree(val);
         if (r < 0)
@@ -161,6 +165,8 @@ int metadata_policy_parse(const char *xml, size_t len, vm_policy *out, GError **
         goto out;
     }
     *out = p;
+    if (ignored_out && ignored->len)
+        *ignored_out = g_strdup(ignored->str);
     rc = 0;
 out:
     xmlFreeDoc(doc);

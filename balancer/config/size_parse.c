@@ -8,13 +8,27 @@
 #include <string.h>
 #include <strings.h>
 
+/* libvirt's units (its domain XML and virsh): KB, MB, GB, TB are powers of
+ * 1000, K/KiB, M/MiB, G/GiB, T/TiB powers of 1024 */
 static const struct {
     const char *suffix;
-    unsigned shift;
+    uint64_t unit;
 } suffixes[] = {
-    { "", 0 },     { "b", 0 },    { "k", 10 },   { "kb", 10 },  { "kib", 10 },
-    { "m", 20 },   { "mb", 20 },  { "mib", 20 }, { "g", 30 },   { "gb", 30 },
-    { "gib", 30 }, { "t", 40 },   { "tb", 40 },  { "tib", 40 },
+    { "", 1 },
+    { "b", 1 },
+    { "bytes", 1 },
+    { "k", 1ULL << 10 },
+    { "kib", 1ULL << 10 },
+    { "kb", 1000ULL },
+    { "m", 1ULL << 20 },
+    { "mib", 1ULL << 20 },
+    { "mb", 1000000ULL },
+    { "g", 1ULL << 30 },
+    { "gib", 1ULL << 30 },
+    { "gb", 1000000000ULL },
+    { "t", 1ULL << 40 },
+    { "tib", 1ULL << 40 },
+    { "tb", 1000000000000ULL },
 };
 
 int size_parse(const char *text, uint64_t *bytes)
@@ -43,10 +57,10 @@ int size_parse(const char *text, uint64_t *bytes)
     for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
         if (strcasecmp(suffix, suffixes[i].suffix) != 0)
             continue;
-        unsigned shift = suffixes[i].shift;
-        if (shift && n > (UINT64_MAX >> shift))
+        uint64_t unit = suffixes[i].unit;
+        if (n > UINT64_MAX / unit)
             return -1;
-        *bytes = (uint64_t)n << shift;
+        *bytes = (uint64_t)n * unit;
         return 0;
     }
     return -1;

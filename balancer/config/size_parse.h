@@ -5,10 +5,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Bytes with an optional binary suffix: B, K/KiB, M/MiB, G/GiB, T/TiB
- * (case-insensitive, "KB" etc. are taken as binary too, as libvirt does).
- * Returns 0, or -1 for empty, negative, fractional-bytes, unknown suffix
- * or overflow. */
+/* Bytes with an optional suffix, as libvirt reads them (case-insensitive):
+ * B or bytes; K/KiB, M/MiB, G/GiB, T/TiB binary; KB, MB, GB, TB decimal
+ * (powers of 1000).  Returns 0, or -1 for empty, negative, fractional,
+ * unknown suffix or overflow. */
 int size_parse(const char *text, uint64_t *bytes);
 
 /* A size, or a percentage ("5%", "2.5%") of total. */

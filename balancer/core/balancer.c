@@ -383,7 +383,8 @@ static void apply_policy_xml(balancer *b, guest *g, const char *xml)
     }
     vm_policy p;
     g_autoptr(GError) err = NULL;
-    if (metadata_policy_parse(xml, strlen(xml), &p, &err) < 0) {
+    g_autofree char *ignored = NULL;
+    if (metadata_policy_parse(xml, strlen(xml), &p, &ignored, &err) < 0) {
         snprintf(g->policy_error, sizeof(g->policy_error), "%s", err->message);
         g->policy_errors++;
         b->policy_errors++;
@@ -397,6 +398,12 @@ static void apply_policy_xml(balancer *b, guest *g, const char *xml)
     g->policy_error[0] = '\0';
     describe_policy(&p, desc, sizeof(desc));
     log_info("guest %s: policy %s", g->hv.name, desc);
+    if (ignored) {
+        /* shown by explain with the policy, as a rejection is */
+        snprintf(g->policy_error, sizeof(g->policy_error),
+                 "attribute(s) %s not known to this balancerd (written by a newer one?): ignored", ignored);
+        log_warn("guest %s: policy metadata: %s", g->hv.name, g->policy_error);
+    }
 }
 
 /* Apply one decision within the safety bounds every policy gets:

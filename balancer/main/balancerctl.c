@@ -139,7 +139,7 @@ static void print_policy(json_object *p)
     printf("ceiling:  %s%s\n", sz(num(p, "ceiling_bytes"), b), num(p, "max_bytes") ? "" : " (domain maximum)");
     printf("protect:  %s\n", flag(p, "protect") ? "yes" : "no");
     if (*str(p, "last_error"))
-        printf("last rejected metadata: %s (%s errors)\n", str(p, "last_error"), str(p, "errors"));
+        printf("policy metadata: %s (%s rejected in all)\n", str(p, "last_error"), str(p, "errors"));
 }
 
 static void print_explain(json_object *r)

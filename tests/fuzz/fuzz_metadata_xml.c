@@ -14,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     vm_policy p;
     g_autoptr(GError) err = NULL;
-    if (metadata_policy_parse((const char *)data, size, &p, &err) == 0) {
+    g_autofree char *ignored = NULL;
+    if (metadata_policy_parse((const char *)data, size, &p, &ignored, &err) == 0) {
         if (p.min_bytes && p.max_bytes && p.min_bytes > p.max_bytes)
             abort();
         if (p.shares < 1 || p.shares > 1000000)
