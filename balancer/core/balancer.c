@@ -666,7 +666,12 @@ void balancer_tick(balancer *b)
 {
     int64_t t0 = mono_ms();
     b->ticks++;
-    if (tick_round(b)) {
+    bool ran = tick_round(b);
+    /* the main loop is alive even when the round found nothing to do it
+     * with (libvirtd down): /metrics, served from its own thread, shows this
+     * standing still when the loop is wedged */
+    b->last_tick_unix = (double)g_get_real_time() / 1e6;
+    if (ran) {
         double seconds = (double)(mono_ms() - t0) / 1000.0;
         tick_histogram_observe(&b->tick_hist, seconds);
         log_debug("tick %llu: %s (%.3f s)", (unsigned long long)b->ticks, b->summary, seconds);

@@ -35,6 +35,7 @@ struct balancer {
     bool reclaiming;
     char summary[128];
     uint64_t ticks;
+    double last_tick_unix;          /* when the last round ended (Unix time, s) */
     tick_histogram tick_hist;
     snapshot *snap;
     bool snap_stale;                /* state changed since snap was built (events, reload) */

@@ -52,6 +52,8 @@ snapshot *balancer_snapshot_build(const balancer *b)
     s->policy_name = b->policy->name;
     s->backend_name = b->backend->name;
     s->ticks = b->ticks;
+    s->last_tick_unix = b->last_tick_unix;
+    s->tick_seconds = b->cfg.tick_seconds;
     s->paused = b->paused;
     s->dry_run = b->dry_run;
     s->reclaiming = b->reclaiming;

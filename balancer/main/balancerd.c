@@ -56,6 +56,15 @@ static const control_ops control = {
     .set_paused = ctl_set_paused,
 };
 
+/* systemd's watchdog (WatchdogSec): fed from the main loop, so a wedged
+ * loop stops feeding it and systemd restarts balancerd. */
+static gboolean on_watchdog(gpointer data)
+{
+    (void)data;
+    sd_notify(0, "WATCHDOG=1");
+    return G_SOURCE_CONTINUE;
+}
+
 static gboolean on_tick(gpointer data)
 {
     tick(data);
@@ -317,6 +326,9 @@ int main(int argc, char **argv)
         tick(&d);
         schedule_ticks(&d);
         sd_notify(0, "READY=1"); /* Type=notify: started and balancing */
+        uint64_t wd_usec = 0;
+        if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec >= 2000)
+            g_timeout_add((guint)(wd_usec / 2000), on_watchdog, NULL); /* twice per period */
         g_main_loop_run(d.loop);
         g_main_loop_unref(d.loop);
     }

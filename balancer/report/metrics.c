@@ -156,6 +156,12 @@ GString *metrics_render(const snapshot *b)
     header(s, "balancer_info", "gauge", "Version and active policy.");
     g_string_append_printf(s, "balancer_info{version=\"%s\",policy=\"%s\",backend=\"%s\"} 1\n",
                            MEMBAL_VERSION, b->policy_name, b->backend_name);
+    header(s, "balancer_last_tick_timestamp_seconds", "gauge",
+           "When balancerd's main loop last ran a balancing round (Unix time). /metrics is served from its own "
+           "thread: a wedged main loop still answers, with this standing still.");
+    g_string_append_printf(s, "balancer_last_tick_timestamp_seconds %.3f\n", b->last_tick_unix);
+    header(s, "balancer_tick_interval_seconds", "gauge", "The configured time between balancing rounds.");
+    g_string_append_printf(s, "balancer_tick_interval_seconds %u\n", b->tick_seconds);
 
     guest_family(s, b, "balancer_guest_actual_bytes", "gauge", "Current balloon size.", gv_actual);
     guest_family(s, b, "balancer_guest_target_bytes", "gauge", "Balloon size the policy chose last tick.", gv_target);

@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1720,6 +1723,65 @@ START_TEST(kdamond_of_a_killed_daemon_is_taken_back)
 }
 END_TEST
 
+/* ---- a hang is visible: systemd's watchdog and the last round's time ---- */
+
+/* balancerd under a unit with WatchdogSec: it feeds the watchdog from its
+ * main loop (WATCHDOG=1 on NOTIFY_SOCKET, twice per WATCHDOG_USEC), and
+ * /metrics says when its main loop last ran a round, which a wedged loop
+ * leaves standing while /metrics (its own thread) still answers. */
+START_TEST(hang_is_visible)
+{
+    snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
+    mkdir(workdir, 0700);
+    cleanup_register("rm -rf '%s'", workdir);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    g_autofree char *notify_path = g_strdup_printf("%s/notify.sock", workdir);
+    ck_assert_uint_lt(strlen(notify_path), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, notify_path, strlen(notify_path) + 1);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    char conf[512], extra[512];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n");
+    snprintf(extra, sizeof(extra), "--qmp '%s/no-qemu.sock'", workdir); /* no guest: the loop runs all the same */
+    setenv("NOTIFY_SOCKET", sa.sun_path, 1);
+    setenv("WATCHDOG_USEC", "1000000", 1);
+    start_daemon(conf, extra);
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+    int ready = 0, watchdog = 0;
+    gint64 until = g_get_monotonic_time() + 20 * G_USEC_PER_SEC; /* valgrind starts slowly */
+    while (g_get_monotonic_time() < until && watchdog < 4) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, 1, 500) <= 0)
+            continue;
+        char msg[256];
+        ssize_t n = recv(fd, msg, sizeof(msg) - 1, 0);
+        if (n <= 0)
+            continue;
+        msg[n] = '\0';
+        ready += strstr(msg, "READY=1") != NULL;
+        watchdog += strstr(msg, "WATCHDOG=1") != NULL;
+    }
+    close(fd);
+    if (watchdog < 4)
+        dump_log();
+    ck_assert_int_eq(ready, 1);
+    ck_assert_msg(watchdog >= 4, "%d watchdog notifications", watchdog);
+    /* the last round's time, fresh, and moving on */
+    g_autofree char *m1 = try_metrics();
+    double t1 = metric_value(m1, "\nbalancer_last_tick_timestamp_seconds ");
+    double now = (double)g_get_real_time() / 1e6;
+    ck_assert_msg(t1 > now - 10 && t1 <= now + 1, "last round at %.0f, now %.0f", t1, now);
+    ck_assert(metric_value(m1, "\nbalancer_tick_interval_seconds ") == 1);
+    sleep(3);
+    g_autofree char *m2 = try_metrics();
+    ck_assert(metric_value(m2, "\nbalancer_last_tick_timestamp_seconds ") > t1);
+    ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* ---- a squeezed guest that reboots gets its size back ---- */
 
 /* QEMU keeps a balloon's target across a reset, so a squeezed guest boots
@@ -1838,6 +1900,7 @@ int main(void)
     tcase_add_test(tc, daemon_killed_and_restarted);
     tcase_add_test(tc, qemu_killed_under_the_daemon);
     tcase_add_test(tc, rebooted_guest_gets_its_size_back);
+    tcase_add_test(tc, hang_is_visible);
     tcase_add_test(tc, host_reclaim_pages_out_cold_guest_memory);
     tcase_add_test(tc, host_reclaim_proactive_within_slo);
     tcase_add_test(tc, host_reclaim_probe_keeps_huge_pages_of_a_real_guest);
