@@ -355,8 +355,12 @@ START_TEST(stuck_qemu_is_asked_nothing_more)
         FQ_HANDSHAKE,
         { FQ_EXPECT, "query-memory-size-summary", 0 },
         IDENTITY_ANSWERS("db", DB_UUID, "true"),
-        /* the driver is not ready yet: asked again 5 s later */
-        { FQ_EXPECT, "x-query-virtio-status", 0 },
+        /* the driver is not ready yet: asked again 5 s later.  (A first
+         * round may come before it when the answer to free-page-reporting
+         * is read after that round was asked -- valgrind beside a busy core:
+         * it is answered with errors, and the next round is the one left
+         * unanswered) */
+        { FQ_EXPECT_SKIPPING, "x-query-virtio-status", 0 },
         { FQ_REPLY, "{\"return\": {\"status\": {\"statuses\": [\"VIRTIO_CONFIG_S_ACKNOWLEDGE\"]}, "
                     "\"guest-features\": {\"dev-features\": []}}, \"id\": %ID%}\r\n", 0 },
         /* the first round, never answered */
@@ -369,7 +373,7 @@ START_TEST(stuck_qemu_is_asked_nothing_more)
     };
     rig r;
     rig_up(&r, script);
-    for (int i = 0; i < 13; i++) { /* ticks of 0.5 s past the 5 s */
+    for (int i = 0; i < 17; i++) { /* ticks of 0.5 s well past the 5 s (and the fake's 6.5 s) */
         usleep(500 * 1000);
         ck_assert_int_eq(backend_qmp.sync(&r.hv), 0);
     }
