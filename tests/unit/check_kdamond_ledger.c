@@ -21,7 +21,9 @@
 #include "reclaim/cold_source.h"
 #include "reclaim/kdamond_ledger.h"
 
-static char root[128], ledger[200];
+/* every test's tree lives under one directory of this run, removed at the
+ * end whatever the tests' outcome (a failed test ends before its done()) */
+static char top[64], root[128], ledger[200];
 
 static void put(const char *rel, const char *text)
 {
@@ -48,7 +50,7 @@ static char *get(const char *rel)
  * nr_kdamonds to a plain file makes none). */
 static void free_tree(void)
 {
-    snprintf(root, sizeof(root), "/var/tmp/membal-ledger-%d", (int)getpid());
+    snprintf(root, sizeof(root), "%s/%d", top, (int)getpid());
     snprintf(ledger, sizeof(ledger), "%s/state/" KDAMOND_LEDGER_FILE, root);
     put("kdamonds/nr_kdamonds", "0\n");
     put(K0 "state", "off\n");
@@ -416,5 +418,10 @@ int main(void)
     tcase_add_test(tc, foreign_kdamond_is_described_not_touched);
     tcase_add_test(tc, killed_owner_then_next_start_takes_it_back);
     suite_add_tcase(s, tc);
-    return check_run_suite(s, CK_FORK);
+    snprintf(top, sizeof(top), "/var/tmp/membal-ledger-%d", (int)getpid());
+    int rc = check_run_suite(s, CK_FORK);
+    g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", top);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", top);
+    return rc;
 }
