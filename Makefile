@@ -325,7 +325,7 @@ DEB_PKGS := build-essential pkg-config clang libclang-rt-14-dev valgrind \
   libmicrohttpd-dev libsystemd-dev check \
   qemu-system-x86 qemu-utils linux-image-amd64 busybox-static cpio xz-utils zstd kmod \
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients curl procps iproute2 \
-  prometheus gnuplot-nox python3 bash-completion groff-base \
+  prometheus gnuplot-nox python3 python3-pyroute2 bash-completion groff-base \
   debhelper dpkg-dev fakeroot lintian
 
 deps:

@@ -55,6 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from scenarios import CONFIGS, SCENARIOS, SMOKE_CONFIGS, SMOKE_SCENARIOS  # noqa: E402
+import memory  # noqa: E402
 
 BOOT = os.path.join(TOP, "tests/guest/boot-guest.sh")
 BALANCERD = os.path.join(TOP, "build/balancerd")
@@ -64,7 +65,10 @@ FIELDS = ["scenario", "config", "run", "order", "accel", "guest", "metric", "val
           "oom_kills", "guest_swapin_bytes", "host_swapin_bytes", "host_swapped_bytes",
           "balloon_moves", "balloon_flips", "balloon_final_mib", "daemon_ok", "daemon_cpu_s",
           "daemon_cpu_pct", "daemon_rss_bytes", "host_swapout_bytes", "host_rss_bytes", "wall_s",
-          "qemu_minflt", "qemu_user_s", "qemu_sys_s", "qemu_wait_s", "qemu_huge_start_bytes"]
+          "qemu_minflt", "qemu_user_s", "qemu_sys_s", "qemu_wait_s", "qemu_huge_start_bytes",
+          # bench/memory.py: what a balancer changes
+          "stall_s", "guest_psi_some_s", "guest_psi_full_s", "guest_refault_pages", "vcpu_wait_s",
+          "value_cpu", "footprint_gib_s", "host_oom_kills", "qemu_died"]
 
 
 def log(msg):
@@ -335,6 +339,10 @@ class Run:
         return ok
 
     def write_config(self, path):
+        if self.conf.get("shipped"):  # the defaults a new user gets: only the host is the bench's
+            with open(path, "w") as f:
+                f.write("[host]\nmemory_cgroup = %s\n" % self.cg)
+            return
         text = """[balancer]
 tick = 2
 stats_period = 1
@@ -444,12 +452,16 @@ step_percent = 20
                     lines = console_lines(self.serial(g))
                     pid = self.qemu[g["name"]]
                     start[g["name"]] = (len(lines), last_pswpin(lines), proc_stat(pid), proc_wait_s(pid),
-                                        proc_huge_bytes(pid))
+                                        proc_huge_bytes(pid), memory.Probe(self.args.acct, pid))
                 swout0 = vmstat("pswpout")
+                oom0 = memory.cgroup_oom_kills(self.cg)
                 profiler = self.start_profile()
                 rss = self.sample_rss(measure)
-                end = {g["name"]: (proc_stat(self.qemu[g["name"]]), proc_wait_s(self.qemu[g["name"]]))
+                end = {g["name"]: (proc_stat(self.qemu[g["name"]]), proc_wait_s(self.qemu[g["name"]]),
+                                   memory.Probe(self.args.acct, self.qemu[g["name"]]),
+                                   os.path.exists("/proc/%d" % self.qemu[g["name"]]))
                        for g in self.guests()}
+                d_oom = memory.cgroup_oom_kills(self.cg) - oom0
                 self.stop_profile(profiler)
                 swout = (vmstat("pswpout") - swout0) * PAGE
                 d = dict(daemon_ok="", daemon_cpu_s="", daemon_cpu_pct="", daemon_rss_bytes="")
@@ -472,7 +484,8 @@ step_percent = 20
                 for g in self.guests():
                     rss_g = rss[g["name"]]
                     rows.append(self.measure_guest(g, start[g["name"]], end[g["name"]], swout, d,
-                                                   rss_bytes=int(rss_g) if rss_g is not None else ""))
+                                                   rss_bytes=int(rss_g) if rss_g is not None else "",
+                                                   host_oom_kills=d_oom))
         finally:
             self.stop_profile(profiler)
             self.stop()
@@ -567,10 +580,12 @@ step_percent = 20
         r.update(kw)
         return r
 
-    def measure_guest(self, g, start, end, swout, d, rss_bytes):
+    def measure_guest(self, g, start, end, swout, d, rss_bytes, host_oom_kills):
         lines = console_lines(self.serial(g))
-        nlines, pswpin0, stat0, wait0, huge0 = start
-        stat1, wait1 = end
+        nlines, pswpin0, stat0, wait0, huge0, probe0 = start
+        stat1, wait1, probe1, alive = end
+        _, measure = self.timing()
+        counted = None
         pid = self.qemu[g["name"]]
 
         def delta(a, b, fmt):  # "" when the QEMU was gone at the end (its counters read 0)
@@ -592,11 +607,11 @@ step_percent = 20
             else:
                 # the rate of a cumulative counter over the window: a workload
                 # that stalls or dies counts as doing nothing for that time
-                _, measure = self.timing()
                 before = [field(line, key) for i, line in mine if i < nlines and field(line, key) is not None]
                 inside = [field(line, key) for i, line in mine if i >= nlines and field(line, key) is not None]
                 if inside:
-                    value, done = "%g" % ((inside[-1] - (before[-1] if before else 0)) / measure), 1
+                    counted = inside[-1] - (before[-1] if before else 0)
+                    value, done = "%g" % (counted / measure), 1
         moves = flips = 0
         final = None
         if self.daemon:
@@ -612,7 +627,10 @@ step_percent = 20
             host_swapped_bytes=proc_status_kb(pid, "VmSwap") * 1024,
             balloon_moves=moves, balloon_flips=flips,
             balloon_final_mib="%.0f" % (final / (1 << 20)) if final else g["mem"],
-            host_swapout_bytes=swout, host_rss_bytes=rss_bytes, **d)
+            host_swapout_bytes=swout, host_rss_bytes=rss_bytes,
+            footprint_gib_s="%.2f" % (rss_bytes * measure / 2**30) if rss_bytes != "" else "",
+            host_oom_kills=host_oom_kills, qemu_died=int(not alive),
+            **probe1.window(probe0, self.args.acct.why, lines, nlines, measure, counted), **d)
 
 
 # ---- summary ----
@@ -953,6 +971,15 @@ def report(rows, scenarios, configs, runs, out):
     """The tables (stdout), summary.csv and the plots of the rows of a
     bench; returns how many gates were missed."""
     summary, gates = summarize(rows, scenarios, configs, runs, out)
+    memory.memory_tables(rows, scenarios, configs, SCENARIOS)
+    for s in scenarios:
+        present = [c for c in configs if any(r["scenario"] == s and r["config"] == c for r in rows)]
+        gates += memory.memory_gates(rows, s, SCENARIOS[s], present)
+    lines = memory.resolution(rows, scenarios, configs, SCENARIOS)
+    if lines:
+        print("\nhow wide each measure's 95% interval is (working-set guests, every scenario x configuration):")
+        for line in lines:
+            print("  " + line)
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         keys = sorted({k for r in summary for k in r}, key=lambda k: (k not in ("scenario", "config"), k))
         w = csv.DictWriter(f, keys)
@@ -964,6 +991,11 @@ def report(rows, scenarios, configs, runs, out):
         tag = "met:   " if met else ("n/a:   " if met is None else "MISSED:")
         missed += met is False
         print("  %s %s: %s" % (tag, s, text))
+    lines = memory.goals(rows, scenarios, SCENARIOS)
+    if lines:
+        print("\ngoal: the working-set guest's stall and refaults <= 5% of none's (issue 33):")
+        for s, text, met in lines:
+            print("  %s %s: %s" % ("met:   " if met else "not yet:", s, text))
     lines = savings(rows, summary, scenarios)
     if lines:
         print("\nmemory saved against none (the guests' mean RSS in the window), and the gated guests' cost:")
@@ -1081,12 +1113,16 @@ def main():
     os.makedirs(images, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="membal-bench-", dir="/var/tmp")
     swap = Swap()
+    args.acct = memory.DelayAccounting()
     results = os.path.join(args.out, "results.csv")
     rows = []
     started = time.time()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
     try:
         swap.ensure()
+        args.acct.start()
+        if args.acct.why:
+            log("memory stall time not measured: %s" % args.acct.why)
         with open(results, "w", newline="") as f:
             w = csv.DictWriter(f, FIELDS)
             w.writeheader()
@@ -1112,6 +1148,7 @@ def main():
                                                 " OOM=%s" % r["oom_kills"] if r["oom_kills"] else "")
                                 for r in new if r["metric"])))
     finally:
+        args.acct.close()
         swap.remove()
         shutil.rmtree(workdir, ignore_errors=True)
     elapsed = time.time() - started

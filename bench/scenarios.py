@@ -115,7 +115,9 @@ SCENARIOS = {
 # Configuration -> how it runs.  daemon: balancerd's --policy (None: no
 # daemon); balloon_opts: extra virtio-balloon-pci properties; host_reclaim:
 # [host_reclaim] enabled; trim_streams, drop_idle_cache: the [policy]
-# keys; solo: only the scenario's solo guests.
+# keys; solo: only the scenario's solo guests; shipped: balancerd at its
+# shipped defaults (5 s tick, 2/5/8 % watermarks, 10 % step, default floor)
+# instead of the bench's quicker settings (bench.py write_config).
 CONFIGS = {
     "solo": dict(daemon=None, solo=True),
     "none": dict(daemon=None),
@@ -124,6 +126,7 @@ CONFIGS = {
     "mom-vdsm": dict(daemon="mom-vdsm"),
     "proxmox": dict(daemon="proxmox"),
     "split-lru": dict(daemon="split-lru"),
+    "split-lru-shipped": dict(daemon="split-lru", shipped=True),
     "split-lru+host": dict(daemon="split-lru", host_reclaim=True),
     "split-lru+trim": dict(daemon="split-lru", trim_streams=True),
     "split-lru+drop": dict(daemon="split-lru", drop_idle_cache=True),

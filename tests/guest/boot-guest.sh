@@ -60,7 +60,8 @@ start_qemu() { # $1 = kvm|tcg, then extra qemu args
     for d in $disks; do
         drive="$drive -drive file=$d,if=virtio,format=raw,cache=none,aio=threads"
     done
-    [ -n "$name" ] && drive="$drive -name $name"
+    # debug-threads: the vCPU thread is named ("CPU 0/KVM", "ALL CPUs/TCG"), for the bench
+    [ -n "$name" ] && drive="$drive -name $name,debug-threads=on"
     if [ -n "$agent" ]; then
         drive="$drive -device virtio-serial-pci,id=vser0"
         drive="$drive -chardev socket,id=agent0,path=$run_dir/agent.sock,server=on,wait=off"

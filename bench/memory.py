@@ -1,0 +1,431 @@
+"""What a memory balancer changes, read per guest over a run's measure window.
+
+Under TCG on two cores a guest's ops/s is set mostly by the CPU it gets; what
+a balancer changes is memory: how long the guest waited for it, how much of
+its working set came back from swap or was read again, what it cost the host,
+and whether anything was killed.  bench.py reads these at the window's start
+and end (the `Probe` below) and reports them (`memory_report`).
+
+Per guest, in the window:
+  stall_s          its QEMU's memory stall: the host's delay accounting
+                   (taskstats, summed over its threads) for swap-in, direct
+                   reclaim (freepages), thrashing and compaction.  Needs
+                   kernel.task_delayacct, which the bench turns on for the run
+                   and restores, and python3-pyroute2 (Debian's taskstats
+                   client).  Threads that ended inside the window are not
+                   counted (their delays leave with them).
+  guest_psi_some_s / guest_psi_full_s
+                   the guest's own memory pressure: PSI memory totals from its
+                   /proc/pressure/memory (the MEMINFO line, tests/guest/init)
+  guest_refault_pages
+                   workingset refaults in the guest (anon + file): pages it
+                   evicted and then needed again
+  host_swapin_bytes its QEMU's major faults x 4 KiB (bench.py, as before)
+  vcpu_wait_s      how long its vCPU thread waited for a CPU (schedstat run
+                   delay); value_cpu is the workload's rate per second of
+                   window the vCPU was not waiting: ops/s with the CPU queue
+                   taken out
+Per run: footprint_gib_s (the guests' QEMU resident memory integrated over
+the window), host_oom_kills (the host cgroup's oom_kill count), qemu_died
+(a QEMU that was gone at the end: the worst harm).
+
+Every figure is reported as the median over rounds with a bootstrap 95 %
+interval (resampling the rounds; with 3 rounds that interval is [min, max]).
+"""
+
+import math
+import os
+import random
+import statistics
+
+STALL_FIELDS = ("swapin_delay_total", "freepages_delay_total", "thrashing_delay_total",
+                "compact_delay_total")
+
+
+def _taskstats_client():
+    """Debian's taskstats client (python3-pyroute2 0.7) knows the struct up to
+    version 8; the kernel's grew since (linux/taskstats.h).  The fields after
+    cpu_scaled_run_real_total, in the kernel's order, are appended here: they
+    are all __u64 up to compact_delay_total, so no padding comes between."""
+    from pyroute2.netlink.taskstats import TaskStats, taskstatsmsg, tstats
+    later = (("freepages_count", "Q"), ("freepages_delay_total", "Q"),
+             ("thrashing_count", "Q"), ("thrashing_delay_total", "Q"),
+             ("ac_btime64", "Q"), ("compact_count", "Q"), ("compact_delay_total", "Q"))
+    if "freepages_delay_total" not in dict(tstats.fields):
+        for cls in (taskstatsmsg.stats, taskstatsmsg.aggr_id.stats, taskstatsmsg.aggr_pid.stats,
+                    taskstatsmsg.aggr_tgid.stats):
+            cls.fields = tstats.fields + later
+    ts = TaskStats()
+    ts.bind()
+    return ts
+
+
+class DelayAccounting:
+    """kernel.task_delayacct on for the bench, restored at the end; memory
+    stall seconds of a thread.  `why` says why nothing can be measured."""
+
+    SYSCTL = "/proc/sys/kernel/task_delayacct"
+
+    def __init__(self):
+        self.old = None
+        self.client = None
+        self.why = None
+
+    def start(self):
+        try:
+            self.client = _taskstats_client()
+        except ImportError:
+            self.why = "no python3-pyroute2 (make deps installs it)"
+            return
+        except Exception as e:  # noqa: BLE001 -- netlink: no TASKSTATS family, permission
+            self.why = "taskstats: %s" % e
+            return
+        try:
+            with open(self.SYSCTL) as f:
+                self.old = f.read().strip()
+            if self.old != "1":
+                with open(self.SYSCTL, "w") as f:
+                    f.write("1")
+        except OSError as e:
+            self.why = "%s: %s" % (self.SYSCTL, e.strerror)
+            self.close()
+
+    def close(self):
+        if self.old is not None and self.old != "1":
+            try:
+                with open(self.SYSCTL, "w") as f:
+                    f.write(self.old)
+            except OSError:
+                pass
+        self.old = None
+        if self.client:
+            self.client.close()
+            self.client = None
+
+    def thread_stall_ns(self, tid):
+        """Nanoseconds one thread waited for memory; None when it is gone."""
+        if not self.client:
+            return None
+        try:
+            msg = self.client.get_pid_stat(tid)[0]
+        except Exception:  # noqa: BLE001 -- ESRCH: the thread ended
+            return None
+        for name, aggr in msg["attrs"]:
+            if name == "TASKSTATS_TYPE_AGGR_PID":
+                st = dict(aggr["attrs"]).get("TASKSTATS_TYPE_STATS")
+                if st:
+                    return sum(st.get(k, 0) for k in STALL_FIELDS)
+        return None
+
+
+def threads(pid):
+    try:
+        return [int(t) for t in os.listdir("/proc/%d/task" % pid)]
+    except OSError:
+        return []
+
+
+def vcpu_threads(pid):
+    """QEMU's vCPU threads: named "CPU n/KVM", "CPU n/TCG" or, with one TCG
+    thread for all, "ALL CPUs/TCG" (QEMU -name ...,debug-threads=on)."""
+    out = []
+    for tid in threads(pid):
+        try:
+            with open("/proc/%d/task/%d/comm" % (pid, tid)) as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm.endswith("/TCG") or comm.endswith("/KVM"):
+            out.append(tid)
+    return out
+
+
+def run_delay_s(pid, tids):
+    total = 0
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%d/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
+
+
+def cgroup_oom_kills(cg):
+    """The OOM kills inside a memory cgroup (v1 memory.oom_control, v2
+    memory.events), 0 when it cannot be read."""
+    for name in ("memory.oom_control", "memory.events"):
+        try:
+            with open(os.path.join(cg, name)) as f:
+                for line in f:
+                    k, _, v = line.partition(" ")
+                    if k == "oom_kill":
+                        return int(v)
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def guest_line(lines, upto=None):
+    """The last MEMINFO line of a console (before line `upto`) as a dict of
+    its fields; {} when there is none."""
+    part = lines if upto is None else lines[:upto]
+    for line in reversed(part):
+        if line.startswith("MEMINFO "):
+            out = {}
+            for kv in line.split()[1:]:
+                k, _, v = kv.partition("=")
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    pass
+            return out
+    return {}
+
+
+class Probe:
+    """One guest's counters at a moment: taken at the window's start and end."""
+
+    def __init__(self, acct, pid):
+        self.pid = pid
+        self.stall = {}
+        for tid in threads(pid):
+            ns = acct.thread_stall_ns(tid)
+            if ns is not None:
+                self.stall[tid] = ns
+        self.vcpus = vcpu_threads(pid)
+        self.run_delay = run_delay_s(pid, self.vcpus)
+
+    def window(self, start, acct_why, lines, nlines, measure, counted):
+        """The row fields of the window from `start` (a Probe) to this one.
+        `counted`: the workload's cumulative count over the window (or None)."""
+        out = {}
+        if acct_why is None and self.stall:
+            out["stall_s"] = "%.3f" % (sum(ns - start.stall.get(tid, 0) for tid, ns in self.stall.items())
+                                       / 1e9)
+        if self.vcpus and start.vcpus:
+            wait = max(0.0, self.run_delay - start.run_delay)
+            out["vcpu_wait_s"] = "%.2f" % wait
+            if counted is not None and measure - wait > 0.5:
+                out["value_cpu"] = "%g" % (counted / (measure - wait))
+        a, b = guest_line(lines, nlines), guest_line(lines)
+        if "psi_some_us" in b:
+            for k in ("some", "full"):
+                out["guest_psi_%s_s" % k] = "%.3f" % ((b["psi_%s_us" % k] - a.get("psi_%s_us" % k, 0)) / 1e6)
+            out["guest_refault_pages"] = "%d" % (b["wsr_anon"] + b["wsr_file"] - a.get("wsr_anon", 0)
+                                                 - a.get("wsr_file", 0))
+        return out
+
+
+# ---- summary ----
+
+def median_interval(vals, rounds=2000, seed=1):
+    """The median and a bootstrap 95 % interval of it (the rounds resampled
+    with replacement); (nan, nan, nan) for no values."""
+    vals = [v for v in vals if v == v]
+    if not vals:
+        return float("nan"), float("nan"), float("nan")
+    rng = random.Random(seed)  # the same data gives the same interval
+    meds = sorted(statistics.median(rng.choices(vals, k=len(vals))) for _ in range(rounds))
+    return statistics.median(vals), meds[int(0.025 * rounds)], meds[int(0.975 * rounds) - 1]
+
+
+def per_run(rows, scen, conf, guest, key, scale=1.0):
+    """A field of one guest over the runs (None: every guest's, summed per run)."""
+    runs = {}
+    for r in rows:
+        if r["scenario"] != scen or r["config"] != conf or (guest and r["guest"] != guest):
+            continue
+        v = r.get(key) or ""
+        if v in ("", "nan"):
+            runs.setdefault(r["run"], None)
+            continue
+        if r["run"] in runs and runs[r["run"]] is None:
+            continue
+        runs[r["run"]] = runs.get(r["run"], 0.0) + float(v) * scale
+    return [v for v in runs.values() if v is not None]
+
+
+def cell(vals, unit=""):
+    m, lo, hi = median_interval(vals)
+    if m != m:
+        return "-"
+    return "%s [%s-%s]%s" % (num(m), num(lo), num(hi), unit)
+
+
+def num(v):
+    if v == math.inf:
+        return "inf"
+    if abs(v) >= 1e6:
+        return "%.2fM" % (v / 1e6)
+    if abs(v) >= 1e4:
+        return "%.1fk" % (v / 1e3)
+    if abs(v) >= 100:
+        return "%.0f" % v
+    return "%.3g" % v
+
+
+def width(vals):
+    """The 95 % interval's width as a share of the median (nan: no data, or
+    a median of 0 with no spread)."""
+    m, lo, hi = median_interval(vals)
+    if m != m:
+        return float("nan")
+    if m == 0:
+        return 0.0 if hi == lo else math.inf
+    return (hi - lo) / abs(m)
+
+
+MiB = 1 / 2**20
+
+# (column, row field, scale, per guest?)
+MEASURES = [
+    ("stall s", "stall_s", 1.0, True),
+    ("PSI some s", "guest_psi_some_s", 1.0, True),
+    ("host sw-in MiB", "host_swapin_bytes", MiB, True),
+    ("refault MiB", "guest_refault_pages", 4096 * MiB, True),
+    ("gst sw-in MiB", "guest_swapin_bytes", MiB, True),
+]
+
+
+def memory_tables(rows, scenarios, configs, scenario_defs):
+    """Print, per scenario, every measure of the working-set guests (the
+    gated ones) and the run-wide harm and footprint, median [95 % interval]."""
+    for s in scenarios:
+        scen = scenario_defs[s]
+        present = [c for c in configs if any(r["scenario"] == s and r["config"] == c for r in rows)]
+        if not present:
+            continue
+        gated = [g for g in scen["guests"] if g.get("gated")]
+        print("\n== %s: memory, median [95%% interval] over the rounds" % s)
+        head = ["config"]
+        for g in gated:
+            head += ["%s %s" % (g["name"], m[0]) for m in MEASURES]
+            if g.get("window") != "once":
+                head += ["%s ops/s" % g["name"], "%s ops/s of CPU" % g["name"]]
+        head += ["GiB*s", "guest OOM", "host OOM", "QEMU died"]
+        table = [head]
+        for c in present:
+            line = [c]
+            for g in gated:
+                for _, key, scale, _ in MEASURES:
+                    line.append(cell(per_run(rows, s, c, g["name"], key, scale)))
+                if g.get("window") != "once":
+                    line.append(cell(per_run(rows, s, c, g["name"], "value")))
+                    line.append(cell(per_run(rows, s, c, g["name"], "value_cpu")))
+            line.append(cell(per_run(rows, s, c, None, "footprint_gib_s")))
+            line.append(fmt_sum(rows, s, c, "oom_kills"))
+            line.append(fmt_max(rows, s, c, "host_oom_kills"))
+            line.append(fmt_sum(rows, s, c, "qemu_died"))
+            table.append(line)
+        print_table(table)
+
+
+def fmt_sum(rows, s, c, key):
+    vals = [int(float(r[key])) for r in rows if r["scenario"] == s and r["config"] == c
+            and (r.get(key) or "") != ""]
+    return str(sum(vals)) if vals else "-"
+
+
+def fmt_max(rows, s, c, key):
+    """A per-run count every guest's row repeats: summed over runs."""
+    by_run = {}
+    for r in rows:
+        if r["scenario"] == s and r["config"] == c and (r.get(key) or "") != "":
+            by_run[r["run"]] = int(float(r[key]))
+    return str(sum(by_run.values())) if by_run else "-"
+
+
+def print_table(table):
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  " + "  ".join(cell_.rjust(w) if i else cell_.ljust(w)
+                               for i, (cell_, w) in enumerate(zip(row, widths))))
+
+
+def resolution(rows, scenarios, configs, scenario_defs):
+    """How wide each measure's 95 % interval is, as a share of its median,
+    over every (scenario, configuration, working-set guest) with data: the
+    median and the largest.  A measure resolves a 5 % difference when its
+    interval is under 5 % of the median."""
+    widths = {}
+    for s in scenarios:
+        for g in [g for g in scenario_defs[s]["guests"] if g.get("gated")]:
+            keys = [(m[0], m[1], m[2]) for m in MEASURES]
+            if g.get("window") != "once":
+                keys += [("ops/s", "value", 1.0), ("ops/s of CPU", "value_cpu", 1.0)]
+            else:
+                keys += [("burst s", "value", 1.0)]
+            for c in configs:
+                for name, key, scale in keys:
+                    vals = per_run(rows, s, c, g["name"], key, scale)
+                    if len(vals) >= 2 and median_interval(vals)[0] > 0:
+                        widths.setdefault(name, []).append(width(vals))
+    out = []
+    for name, ws in widths.items():
+        finite = [w for w in ws if w == w]
+        if not finite:
+            continue
+        out.append("%-15s interval / median: median %5.0f %%, largest %5.0f %% (%d cells)" % (
+            name, 100 * statistics.median(finite), 100 * max(finite), len(finite)))
+    return out
+
+
+def memory_gates(rows, s, scen, present):
+    """split-lru against none on the memory measures: (scenario, text, met).
+    Missed when split-lru's median lies above none's 95 % interval (stall,
+    host swap-in, refaults), on any host OOM kill or dead QEMU, and on
+    throughput only when split-lru's whole interval lies below none's."""
+    out = []
+    if "split-lru" not in present or "none" not in present:
+        return out
+    for key in ("host_oom_kills", "qemu_died"):
+        v = fmt_max(rows, s, "split-lru", key) if key == "host_oom_kills" else fmt_sum(rows, s, "split-lru", key)
+        if v != "-":
+            out.append((s, "%s: split-lru %s" % ("host OOM kills" if key == "host_oom_kills" else
+                                                 "QEMUs that died", v), v == "0"))
+    for g in [g for g in scen["guests"] if g.get("gated")]:
+        for name, key, scale, _ in MEASURES[:4]:
+            a = per_run(rows, s, "split-lru", g["name"], key, scale)
+            b = per_run(rows, s, "none", g["name"], key, scale)
+            if not a or not b:
+                continue
+            ma = median_interval(a)[0]
+            mb, _, hb = median_interval(b)
+            out.append((s, "%s %s not above none's interval: %s vs %s [..%s]" % (
+                g["name"], name, num(ma), num(mb), num(hb)), ma <= hb))
+        if g.get("window") != "once":
+            key = "value_cpu" if per_run(rows, s, "none", g["name"], "value_cpu") else "value"
+            a, b = per_run(rows, s, "split-lru", g["name"], key), per_run(rows, s, "none", g["name"], key)
+            if a and b:
+                ma, _, ha = median_interval(a)
+                mb, lb, _ = median_interval(b)
+                out.append((s, "%s %s: split-lru's interval not wholly below none's: %s [..%s] vs %s [%s..]" % (
+                    g["name"], "ops/s of CPU" if key == "value_cpu" else "ops/s", num(ma), num(ha), num(mb),
+                    num(lb)), ha >= lb))
+    return out
+
+
+GOAL_SCENARIOS = ("seed", "cachedb", "many-small")
+
+
+def goals(rows, scenarios, scenario_defs, conf="split-lru"):
+    """Issue 33's first goal, as it stands: the working-set guest's stall
+    time and refaults (host swap-in + guest refaults) at most 5 % of none's
+    in seed, cachedb and many-small."""
+    out = []
+    for s in scenarios:
+        base = s.split("@")[0]
+        if base not in GOAL_SCENARIOS:
+            continue
+        for g in [g for g in scenario_defs[s]["guests"] if g.get("gated")]:
+            for name, key, scale in (("stall", "stall_s", 1.0), ("host swap-in", "host_swapin_bytes", MiB),
+                                     ("guest refaults", "guest_refault_pages", 4096 * MiB)):
+                a, b = per_run(rows, s, conf, g["name"], key, scale), per_run(rows, s, "none", g["name"], key, scale)
+                if not a or not b:
+                    continue
+                ma, mb = median_interval(a)[0], median_interval(b)[0]
+                pct = 100 * ma / mb if mb else (0.0 if ma == 0 else math.inf)
+                out.append((s, "%s %s %s of none's: %s vs %s (%s %%)" % (
+                    g["name"], name, conf, num(ma), num(mb), num(pct)), pct <= 5))
+    return out
