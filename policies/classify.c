@@ -31,9 +31,7 @@ static void need_update(classify_state *st, const guest_view *g, const classify_
 {
     uint64_t used = g->used_bytes;
     st->peak_used = (double)used > st->peak_used * p->peak_decay ? (double)used : st->peak_used * p->peak_decay;
-    uint64_t reserve = (uint64_t)((double)g->actual_bytes * p->need_reserve_percent / 100.0);
-    if (reserve < p->need_reserve_min)
-        reserve = p->need_reserve_min;
+    uint64_t reserve = guest_reserve(g, p->need_reserve_percent, p->need_reserve_min);
     double growth = g->used_growth_bps > 0 ? g->used_growth_bps * p->need_horizon_s : 0;
     double want = (double)reserve + growth;
     /* what it has left by the host's account (used memory is clamped to

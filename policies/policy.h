@@ -167,6 +167,20 @@ static inline const char *guest_key_of(const guest_view *g)
     return g->uuid && *g->uuid ? g->uuid : g->name ? g->name : "";
 }
 
+/* The reserve of free memory a guest keeps beyond its used memory:
+ * percent of its whole size (its ceiling), at least min_bytes.  Of its
+ * whole size, not of its balloon: a squeezed guest keeps the same room to
+ * allocate in before balancerd can answer as a full one (a reserve that
+ * shrank with the balloon would be smallest exactly when the guest has
+ * least), and the reclaim bound, the need rule and the default floor all
+ * follow what the guest uses rather than a share of its size. */
+static inline uint64_t guest_reserve(const guest_view *g, double percent, uint64_t min_bytes)
+{
+    uint64_t size = g->ceiling_bytes ? g->ceiling_bytes : g->actual_bytes;
+    uint64_t r = (uint64_t)((double)size * percent / 100.0);
+    return r > min_bytes ? r : min_bytes;
+}
+
 /* A fixed cadence for baselines that run on their own clock: true when
  * now_s has reached *next_s (less CADENCE_SLACK_S, for timers that fire a
  * little early); *next_s then advances by interval_s, skipping intervals

@@ -581,6 +581,43 @@ static uint64_t reclaim_tier(const policy_input *in, work *ws, tier t, uint64_t 
     return taken;
 }
 
+/* A guest whose working set the host is swapping: its QEMU faults its
+ * memory back in from host swap at HOST_BOUND_FPS or more, and it is not
+ * a stream (a streamer's faults are its own cache, read once). */
+static bool host_swapped(const guest_view *g, const work *w)
+{
+    return g->host_faults_ps >= HOST_BOUND_FPS && !(g->streaming && !w->cache_hot);
+}
+
+/* The stream tier's step while the host swaps a working set: every tick
+ * of a step-a-tick reclaim is a tick the host swaps someone's working set
+ * instead of a cache that will not be read again, so a stream gives what
+ * the host is short of at once (the seed mails' page cache, one level
+ * up).  Its balloon's own speed paces it: a move still on its way counts
+ * as supply to come, and nothing more is asked until it arrives.  Raises
+ * the stream donors' step to what they gave so far plus the shortfall and
+ * returns whether it did; stream_step_restore puts the steps back. */
+static bool stream_step_raise(const policy_input *in, work *ws, uint64_t shortfall, uint64_t *saved)
+{
+    bool swapped = false;
+    for (size_t i = 0; i < in->n_guests && !swapped; i++)
+        swapped = host_swapped(&in->guests[i], &ws[i]);
+    if (!swapped || !shortfall)
+        return false;
+    for (size_t i = 0; i < in->n_guests; i++) {
+        saved[i] = ws[i].step;
+        if (in->guests[i].streaming && !ws[i].cache_hot)
+            ws[i].step = max_u64(ws[i].step, ws[i].changed + shortfall);
+    }
+    return true;
+}
+
+static void stream_step_restore(const policy_input *in, work *ws, const uint64_t *saved)
+{
+    for (size_t i = 0; i < in->n_guests; i++)
+        ws[i].step = saved[i];
+}
+
 static int by_shares_desc(const void *a, const void *b, void *ctx)
 {
     const guest_view *g = ctx;
@@ -646,7 +683,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         w->moving = g->pending_target_bytes && g->pending_target_bytes < g->actual_bytes;
         w->moving_to = g->pending_target_bytes;
         w->step = max_u64(tun->step_min_bytes, pct(g->actual_bytes, tun->step_percent));
-        w->reserve = max_u64(tun->reserve_min_bytes, pct(g->actual_bytes, tun->reserve_percent));
+        w->reserve = guest_reserve(g, tun->reserve_percent, tun->reserve_min_bytes);
         w->reason = "steady";
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m) {
@@ -807,6 +844,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
      * step is what holds them back now), as kswapd escalates priority
      * only when scanning the cheap lists did not free enough. */
     uint64_t reclaimed = 0, later = 0;
+    uint64_t *saved = malloc((in->n_guests ? in->n_guests : 1) * sizeof(*saved));
     for (tier t = TIER_STREAM_CACHE; t < TIER_COUNT && reclaimed < need; t++) {
         if (t == TIER_ANON && !critical)
             break;
@@ -821,10 +859,21 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         uint64_t want = need - reclaimed;
         if (want <= later)
             break;
+        bool raised = t == TIER_STREAM_CACHE && saved && stream_step_raise(in, ws, want - later, saved);
         uint64_t got = reclaim_tier(in, ws, t, want - later);
+        if (raised) {
+            stream_step_restore(in, ws, saved);
+            for (size_t i = 0; got && i < in->n_guests; i++) {
+                if (ws[i].tier_taken > ws[i].step)
+                    ws[i].reason = "reclaim: streaming page cache, at once (the host swaps a working set)";
+                else if (host_swapped(&in->guests[i], &ws[i]) && strcmp(ws[i].reason, "steady") == 0)
+                    ws[i].reason = "the host swaps its memory: streams give their cache at once";
+            }
+        }
         reclaimed += got;
         later += unbounded > got ? unbounded - got : 0;
     }
+    free(saved);
 
     /* Proactive (trim_streams): with the host not short, a stream's page
      * cache, which it will not read again, goes anyway, so that the room is

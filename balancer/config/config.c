@@ -20,8 +20,11 @@ void config_defaults(balancer_config *c)
     c->wm_min = g_strdup("2%");
     c->wm_low = g_strdup("5%");
     c->wm_high = g_strdup("8%");
-    c->default_floor_percent = 25.0;
-    c->default_floor_min = 256 * MIB;
+    /* the floor follows what a guest uses (split-lru's reclaim bound: used
+     * memory and its decaying peak plus the reserve); the default floor is
+     * only what a guest's kernel needs to stay up whatever its reports say */
+    c->default_floor_percent = 0.0;
+    c->default_floor_min = 128 * MIB;
     policy_tunables_default(&c->tun);
     c->metrics_listen = g_strdup("127.0.0.1:9640");
     c->control_socket = g_strdup(CONTROL_DEFAULT_SOCKET);

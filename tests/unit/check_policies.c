@@ -262,6 +262,46 @@ START_TEST(streaming_guest_gives_before_working_set)
 }
 END_TEST
 
+/* issue 36: while the host swaps a working set (its QEMU's major
+ * faults), a stream's cache goes at the rate the host needs -- the whole
+ * shortfall in one tick -- not a step a tick; without host swapping, or
+ * when only the streamer itself faults, it stays a step a tick */
+static uint64_t stream_gives_in_one_tick(double w_faults, double s_faults)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "W", 4 * GIB, 3584 * MIB, 512 * MIB);
+    guest_init(&s, 1, "S", 4 * GIB, 256 * MIB, 8 * GIB);
+    s.v[1].streaming = true;
+    s.v[0].host_faults_ps = w_faults;
+    s.v[1].host_faults_ps = s_faults;
+    s.host_base = 8 * GIB; /* available 0: 768 MiB short of high */
+    sim_tick(&s);
+    ck_assert_uint_eq(s.v[0].actual_bytes, 4 * GIB); /* the working set gives nothing */
+    uint64_t given = 4 * GIB - s.v[1].actual_bytes;
+    if (w_faults >= 256) { /* explain says so, for both */
+        ck_assert_str_eq(s.d[1].reason, "reclaim: streaming page cache, at once (the host swaps a working set)");
+        ck_assert_str_eq(s.d[0].reason, "the host swaps its memory: streams give their cache at once");
+    } else {
+        ck_assert_str_eq(s.d[1].reason, "reclaim: streaming page cache");
+        ck_assert_str_eq(s.d[0].reason, "steady");
+    }
+    sim_free(&s);
+    return given;
+}
+
+START_TEST(host_swapping_a_working_set_takes_stream_cache_at_once)
+{
+    uint64_t step = 4 * GIB / 10;
+    /* the host swaps W: S gives the whole 768 MiB shortfall now */
+    ck_assert_uint_eq(stream_gives_in_one_tick(1000, 0), 768 * MIB);
+    /* nobody swapped, a few faults, or only the streamer's own: a step */
+    ck_assert_uint_eq(stream_gives_in_one_tick(-1, -1), step);
+    ck_assert_uint_eq(stream_gives_in_one_tick(100, 0), step);
+    ck_assert_uint_eq(stream_gives_in_one_tick(0, 5000), step);
+}
+END_TEST
+
 START_TEST(working_set_cache_only_after_streaming_cache)
 {
     sim s;
@@ -1288,6 +1328,7 @@ int main(void)
     tcase_add_test(tc, idle_between_watermarks);
     tcase_add_test(tc, hysteresis_reclaims_to_high_then_stops);
     tcase_add_test(tc, streaming_guest_gives_before_working_set);
+    tcase_add_test(tc, host_swapping_a_working_set_takes_stream_cache_at_once);
     tcase_add_test(tc, reported_free_memory_is_not_a_supply);
     tcase_add_test(tc, rebooted_guest_gets_its_size_back_and_settles);
     tcase_add_test(tc, working_set_cache_only_after_streaming_cache);
