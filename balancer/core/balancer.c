@@ -556,7 +556,8 @@ static bool tick_round(balancer *b)
         log_err("%s: skipping this tick", err->message);
         return false;
     }
-    if (b->backend->sync(&b->hv) < 0)
+    b->backend_up = b->backend->sync(&b->hv) >= 0;
+    if (!b->backend_up)
         return false; /* the backend logged why; guests are kept for when it returns */
 
     int64_t now = time(NULL);

@@ -36,6 +36,7 @@ struct balancer {
     char summary[128];
     uint64_t ticks;
     double last_tick_unix;          /* when the last round ended (Unix time, s) */
+    bool backend_up;                /* the last round reached the hypervisor (libvirtd, the QMP sockets) */
     tick_histogram tick_hist;
     snapshot *snap;
     bool snap_stale;                /* state changed since snap was built (events, reload) */

@@ -54,6 +54,7 @@ snapshot *balancer_snapshot_build(const balancer *b)
     s->ticks = b->ticks;
     s->last_tick_unix = b->last_tick_unix;
     s->tick_seconds = b->cfg.tick_seconds;
+    s->backend_up = b->backend_up;
     s->paused = b->paused;
     s->dry_run = b->dry_run;
     s->reclaiming = b->reclaiming;

@@ -162,6 +162,11 @@ GString *metrics_render(const snapshot *b)
     g_string_append_printf(s, "balancer_last_tick_timestamp_seconds %.3f\n", b->last_tick_unix);
     header(s, "balancer_tick_interval_seconds", "gauge", "The configured time between balancing rounds.");
     g_string_append_printf(s, "balancer_tick_interval_seconds %u\n", b->tick_seconds);
+    header(s, "balancer_backend_up", "gauge",
+           "1 when the last round reached libvirtd, 0 when it could not: then no guest is sampled or balanced, "
+           "whatever its own metrics last said.  Always 1 with --qmp (a socket is one guest's: its "
+           "balancer_guest_stats_stale says when it does not answer).");
+    g_string_append_printf(s, "balancer_backend_up{backend=\"%s\"} %d\n", b->backend_name, b->backend_up ? 1 : 0);
 
     guest_family(s, b, "balancer_guest_actual_bytes", "gauge", "Current balloon size.", gv_actual);
     guest_family(s, b, "balancer_guest_target_bytes", "gauge", "Balloon size the policy chose last tick.", gv_target);

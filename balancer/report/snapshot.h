@@ -65,6 +65,7 @@ typedef struct {
     uint64_t ticks;
     double last_tick_unix;      /* when the main loop last ran a round (Unix time, s); 0 none yet */
     unsigned tick_seconds;      /* the configured tick */
+    bool backend_up;            /* the last round reached the hypervisor */
     bool paused, dry_run, reclaiming;
     bool huge_refault;          /* host/huge_refault.h, as last probed */
     bool own_reporting;         /* host/own_reporting.h */

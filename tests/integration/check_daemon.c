@@ -93,6 +93,18 @@ static char *capture(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 static double metric_value(const char *text, const char *prefix);
 static char *try_metrics(void);
 
+/* balancer_backend_up{backend="libvirt"} reads `want` within `seconds`. */
+static bool backend_up_becomes(int want, int seconds)
+{
+    for (int i = 0; i < seconds * 5; i++) {
+        g_autofree char *m = try_metrics();
+        if (metric_value(m, "balancer_backend_up{backend=\"libvirt\"} ") == want)
+            return true;
+        usleep(200 * 1000);
+    }
+    return false;
+}
+
 /* balancer_backend_stats_calls_total of the libvirt backend, scope "all"
  * (bulk) or "guest". */
 static double stats_calls(const char *scope)
@@ -329,6 +341,9 @@ START_TEST(libvirt_metadata_drives_balloon)
                              "while [ -e /run/membal-test-libvirtd.pid ] && "
                              "kill -0 $(cat /run/membal-test-libvirtd.pid) 2>/dev/null; do sleep 0.1; done"), 0);
         ck_assert(wait_log("libvirt connection closed", 20));
+        /* one metric says so for the host (MembalBackendDown), not a stale
+         * alert per guest */
+        ck_assert_msg(backend_up_becomes(0, 10), "libvirtd is gone and balancer_backend_up does not say so");
         char cmd[512], line[256] = "";
         snprintf(cmd, sizeof(cmd), "'%s/tests/integration/libvirtd-up.sh'", test_top());
         FILE *p = popen(cmd, "r");
@@ -341,6 +356,7 @@ START_TEST(libvirt_metadata_drives_balloon)
         for (int i = 0; i < 150 && count_log("connected to qemu:///system") < 2; i++)
             usleep(100 * 1000);
         ck_assert_int_ge(count_log("connected to qemu:///system"), 2);
+        ck_assert_msg(backend_up_becomes(1, 10), "libvirtd is back and balancer_backend_up still says 0");
         set_policy("<policy min=\"448MiB\"/>");
         if (!wait_actual(d, 448 * MIB, 30)) {
             dump_log();
