@@ -44,6 +44,7 @@ struct hswap_guest {
     uint64_t majflt;             /* its QEMU's major faults at the last round */
     bool majflt_known;
     double promoted_bps, foreign_bps;
+    uint64_t promoted_total, foreign_total; /* bytes, since it was first scanned */
     reclaim_slo slo;
 };
 
@@ -456,9 +457,12 @@ static void judge_slo(hswap_guest *h, const round_guest *t, bool host_short, int
     double dt = h->last_round_ms ? (double)(now_ms - h->last_round_ms) / 1000.0 : 0;
     if (dt > 0) {
         h->promoted_bps = reclaim_rate_average(h->promoted_bps, (double)(g->promoted_pages * page), dt);
+        h->promoted_total += g->promoted_pages * page;
         if (known && h->majflt_known && majflt >= h->majflt) {
             uint64_t ours = g->promoted_pages + g->probe_back_pages, faults = majflt - h->majflt;
-            h->foreign_bps = reclaim_rate_average(h->foreign_bps, (double)((faults > ours ? faults - ours : 0) * page), dt);
+            uint64_t foreign = (faults > ours ? faults - ours : 0) * page;
+            h->foreign_bps = reclaim_rate_average(h->foreign_bps, (double)foreign, dt);
+            h->foreign_total += foreign;
         }
     }
     h->majflt = majflt;
@@ -537,6 +541,8 @@ static void publish_guest(hswap_guest *h)
         p.proactive_bytes = h->proactive_bytes;
         p.promoted_bps = h->promoted_bps;
         p.foreign_fault_bps = h->majflt_known ? h->foreign_bps : -1;
+        p.promoted_total = h->promoted_total;
+        p.foreign_fault_total = h->foreign_total;
     }
     p.slo = reclaim_slo_name(h->slo);
     p.at_ms = mono_ms();

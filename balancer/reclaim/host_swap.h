@@ -51,6 +51,8 @@ typedef struct {
     double promoted_bps;         /* promotions (paged-out memory coming back), a one-minute average */
     double budget_percent;       /* its promotion budget, % of ws_bytes per minute */
     double foreign_fault_bps;    /* its QEMU's major faults that are not ours, bytes/s; < 0 unknown */
+    uint64_t promoted_total;     /* promotions since it was first scanned, bytes (/metrics' counter) */
+    uint64_t foreign_fault_total; /* its QEMU's major faults that are not ours since then, bytes */
     const char *slo;             /* "within", "over-budget", "pressure" (a static string) */
 } host_swap_guest_stats;
 

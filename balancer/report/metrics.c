@@ -72,6 +72,9 @@ static double gv_errs(const snapshot_guest *g) { return (double)g->balloon_error
 static double gv_perrs(const snapshot_guest *g) { return (double)g->policy_errors; }
 static double gv_clamped(const snapshot_guest *g) { return (double)g->clamped_values; }
 static double gv_off(const snapshot_guest *g) { return g->policy.mode == VM_MODE_OFF; }
+static double gv_shares(const snapshot_guest *g) { return g->policy.shares; }
+static double gv_priority(const snapshot_guest *g) { return (double)g->policy.priority; }
+static double gv_protect(const snapshot_guest *g) { return g->policy.protect; }
 static double gv_unbacked(const snapshot_guest *g) { return (double)g->unbacked_claims; }
 static double gv_self_deflations(const snapshot_guest *g) { return (double)g->self_deflations; }
 static double gv_deflate_on_oom(const snapshot_guest *g) { return g->view.deflate_on_oom; }
@@ -80,7 +83,7 @@ GUEST_COUNTER(gv_ref_file, agent_refaults_file)
 static double gv_agent_msgs(const snapshot_guest *g) { return (double)g->agent_messages; }
 static double gv_agent_resets(const snapshot_guest *g) { return (double)g->agent_resets; }
 static double gv_agent_clamped(const snapshot_guest *g) { return (double)g->agent_clamped; }
-static double gv_agent_psi(const snapshot_guest *g) { return g->agent_psi_some >= 0 ? g->agent_psi_some : 0; }
+static double gv_agent_psi(const snapshot_guest *g) { return g->agent_psi_some >= 0 ? g->agent_psi_some / 100.0 : 0; }
 static double gv_agent_up(const snapshot_guest *g) { return g->view.agent_fresh; }
 
 /* Host-side reclaim, per guest (0 for a guest not being scanned). */
@@ -99,9 +102,9 @@ HSWAP_VALUE(hs_budget, budget_bytes)
 HSWAP_VALUE(hs_protected, protected_bytes)
 HSWAP_VALUE(hs_ws, ws_bytes)
 HSWAP_VALUE(hs_proactive, proactive_bytes)
-HSWAP_VALUE(hs_promoted, promoted_bps)
-HSWAP_VALUE(hs_slo_budget, budget_percent)
-static double hs_foreign(const snapshot_guest *g) { return g->reclaim.foreign_fault_bps > 0 ? g->reclaim.foreign_fault_bps : 0; }
+HSWAP_VALUE(hs_promoted, promoted_total)
+HSWAP_VALUE(hs_foreign, foreign_fault_total)
+static double hs_slo_budget(const snapshot_guest *g) { return g->reclaim.budget_percent / 100.0; }
 static double hs_slo_ok(const snapshot_guest *g) { return g->reclaim.slo && strcmp(g->reclaim.slo, "within") == 0; }
 
 static void host_reclaim_metrics(GString *s, const snapshot *b)
@@ -143,9 +146,9 @@ static void host_reclaim_metrics(GString *s, const snapshot *b)
     guest_family(s, b, "balancer_guest_host_reclaim_budget_bytes", "gauge", "Most host reclaim may page out of the guest per scan (feedback-controlled).", hs_budget);
     guest_family(s, b, "balancer_guest_host_working_set_bytes", "gauge", "Working set as the host measures it: resident guest RAM that is not cold.", hs_ws);
     guest_family(s, b, "balancer_guest_host_proactive_bytes_total", "counter", "Guest RAM paged out proactively.", hs_proactive);
-    guest_family(s, b, "balancer_guest_host_promotion_bytes_per_second", "gauge", "Paged-out guest RAM coming back from host swap (a one-minute average).", hs_promoted);
-    guest_family(s, b, "balancer_guest_host_promotion_budget_percent", "gauge", "The guest's promotion budget: % of its working set per minute.", hs_slo_budget);
-    guest_family(s, b, "balancer_guest_host_foreign_fault_bytes_per_second", "gauge", "Its QEMU's major faults that are not host reclaim's promotions or probes (a one-minute average).", hs_foreign);
+    guest_family(s, b, "balancer_guest_host_promoted_bytes_total", "counter", "Paged-out guest RAM that came back from host swap (promotions; the SLO judges their one-minute rate).", hs_promoted);
+    guest_family(s, b, "balancer_guest_host_promotion_budget_ratio", "gauge", "The guest's promotion budget: the share of its working set that may come back per minute (0.002 = 0.2%).", hs_slo_budget);
+    guest_family(s, b, "balancer_guest_host_foreign_fault_bytes_total", "counter", "Its QEMU's major faults that are not host reclaim's promotions or probes, in bytes.", hs_foreign);
     guest_family(s, b, "balancer_guest_host_slo_within", "gauge", "1 while the guest is inside its host-reclaim SLO (promotions under budget, no pressure).", hs_slo_ok);
     guest_family(s, b, "balancer_guest_host_protected_bytes", "gauge", "Working set protected in the guest's memory cgroup (memory.low or soft limit).", hs_protected);
 }
@@ -190,6 +193,9 @@ GString *metrics_render(const snapshot *b)
                  gv_peak_used);
     guest_family(s, b, "balancer_guest_stats_stale", "gauge", "1 when the guest's balloon stats are missing or stale.", gv_stale);
     guest_family(s, b, "balancer_guest_mode_off", "gauge", "1 when the guest's policy is mode=off.", gv_off);
+    guest_family(s, b, "balancer_guest_shares", "gauge", "The guest's shares (its policy): it gives in inverse proportion.", gv_shares);
+    guest_family(s, b, "balancer_guest_priority", "gauge", "The guest's priority (its policy): 0 low, 1 normal, 2 high.", gv_priority);
+    guest_family(s, b, "balancer_guest_protect", "gauge", "1 when its policy says protect=yes: never forced below its available memory.", gv_protect);
     guest_family(s, b, "balancer_guest_balloon_reclaimed_bytes_total", "counter", "Bytes taken from the guest by ballooning.", gv_reclaimed);
     guest_family(s, b, "balancer_guest_balloon_returned_bytes_total", "counter", "Bytes given back to the guest by ballooning.", gv_returned);
     guest_family(s, b, "balancer_guest_balloon_operations_total", "counter", "Balloon target changes applied.", gv_ops);
@@ -207,7 +213,7 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_agent_up", "gauge", "1 while the in-guest agent reports.", gv_agent_up);
     guest_family(s, b, "balancer_guest_refaults_anon_total", "counter", "Anon workingset refaults, as the guest agent reports them.", gv_ref_anon);
     guest_family(s, b, "balancer_guest_refaults_file_total", "counter", "File workingset refaults, as the guest agent reports them.", gv_ref_file);
-    guest_family(s, b, "balancer_guest_psi_some_avg10", "gauge", "Guest memory PSI some avg10 (%), from the agent.", gv_agent_psi);
+    guest_family(s, b, "balancer_guest_agent_psi_some_avg10_ratio", "gauge", "Guest memory PSI some avg10 as a ratio (0.1 = 10% of the time some task waited for memory), from the agent.", gv_agent_psi);
     guest_family(s, b, "balancer_guest_agent_messages_total", "counter", "Agent messages accepted.", gv_agent_msgs);
     guest_family(s, b, "balancer_guest_agent_resets_total", "counter", "Agent counters that went backwards.", gv_agent_resets);
     guest_family(s, b, "balancer_guest_agent_clamped_values_total", "counter", "Agent sizes above the guest's memory.", gv_agent_clamped);

@@ -1028,6 +1028,11 @@ START_TEST(operate_metrics_ctl_reload)
     ck_assert_ptr_nonnull(strstr(metrics, "balancer_info{version=\"0.1.0\",policy=\"split-lru\",backend=\"qmp\"} 1"));
     ck_assert_ptr_nonnull(strstr(metrics, "balancer_guest_floor_bytes{domain=\"qmp.sock\""));
     ck_assert_ptr_nonnull(strstr(metrics, "balancer_host_reclaiming 1"));
+    ck_assert_ptr_nonnull(strstr(metrics, "balancer_backend_up{backend=\"qmp\"} 1"));
+    /* its policy (the defaults: no metadata over QMP) */
+    ck_assert(metric_value(metrics, "balancer_guest_shares{") == 1000);
+    ck_assert(metric_value(metrics, "balancer_guest_priority{") == 1);
+    ck_assert(metric_value(metrics, "balancer_guest_protect{") == 0);
     ck_assert_ptr_nonnull(strstr(metrics, "balancer_tick_duration_seconds_bucket{le=\"+Inf\"}"));
     const char *ops = strstr(metrics, "balancer_guest_balloon_operations_total{");
     ck_assert_ptr_nonnull(ops);
@@ -1471,13 +1476,13 @@ START_TEST(host_reclaim_proactive_within_slo)
     m = rescrape_after_faults(m, vm.pid, 8, &maj);
     double ws = metric_value(m, "balancer_guest_host_working_set_bytes{");
     double within = metric_value(m, "balancer_guest_host_slo_within{");
-    double promoted = metric_value(m, "balancer_guest_host_promotion_bytes_per_second{");
-    double budget = metric_value(m, "balancer_guest_host_promotion_budget_percent{");
+    double promoted = metric_value(m, "balancer_guest_host_promoted_bytes_total{");
+    double budget = 100 * metric_value(m, "balancer_guest_host_promotion_budget_ratio{");
     double round_s = metric_value(m, "\nbalancer_host_reclaim_round_seconds ");
     int ticks = 0;
     double worst = test_longest_tick(daemon_log, 0, &ticks);
     fprintf(stderr, "proactive: %.0f MiB paged out proactively, working set %.0f MiB, SLO within %.0f, promotions "
-                    "%.0f B/s (budget %.2f%%/min), QEMU major faults in 8 s: %ld, last round %.3f s, longest of %d "
+                    "%.0f B in all (budget %.2f%%/min), QEMU major faults in 8 s: %ld, last round %.3f s, longest of %d "
                     "ticks %.3f s\n",
             proactive / MIB, ws / MIB, within, promoted, budget, maj, round_s, ticks, worst);
     /* the 60 MiB hot set (and the guest kernel's own) is the working set */
