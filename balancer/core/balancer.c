@@ -1,11 +1,13 @@
 /* The balancer core; see balancer.h. */
 #include "core/balancer_priv.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config/metadata_xml.h"
 #include "config/size_parse.h"
@@ -287,9 +289,17 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     /* a kdamond a balancerd before us left running is turned off whatever
      * this one's [host_reclaim] says */
     balancer_release_leftovers(b->cfg.state_dir);
+    g_autofree char *paused_file = g_build_filename(b->cfg.state_dir, PAUSED_FILE, NULL);
+    if (g_file_test(paused_file, G_FILE_TEST_EXISTS)) {
+        b->paused = true;
+        log_info("starting paused: balancing was paused before this start (%s); balancerctl resume balances "
+                 "again", paused_file);
+    }
     g_autoptr(GError) hr_err = NULL;
     if (balancer_set_policy(b, b->cfg.policy, error) == 0)
         b->hswap = host_swap_new(&b->cfg, &hr_err);
+    if (b->hswap)
+        host_swap_hold(b->hswap, b->paused);
     if (!b->policy || hr_err) {
         if (hr_err)
             g_propagate_error(error, g_steal_pointer(&hr_err));
@@ -348,11 +358,54 @@ const snapshot *balancer_snapshot(balancer *b)
     return b->snap;
 }
 
+/* The pause outlives this balancerd (a restart, an upgrade) as a file in
+ * the state directory; what cannot be written is logged, and the pause
+ * holds for this run anyway. */
+static void actuate(balancer *b, guest *g, const guest_decision *d);
+
+static void record_pause(const balancer *b, bool paused)
+{
+    g_autofree char *path = g_build_filename(b->cfg.state_dir, PAUSED_FILE, NULL);
+    if (!paused) {
+        if (unlink(path) < 0 && errno != ENOENT)
+            log_warn("%s: %s: the next balancerd will start paused", path, g_strerror(errno));
+        return;
+    }
+    g_autoptr(GError) err = NULL;
+    g_autofree char *text = g_strdup_printf("paused by balancerctl at %lld (Unix time); balancerctl resume "
+                                            "balances again\n", (long long)time(NULL));
+    if (g_mkdir_with_parents(b->cfg.state_dir, 0700) < 0 || !g_file_set_contents(path, text, -1, &err))
+        log_warn("%s: %s: a restarted balancerd will not know it was paused", path,
+                 err ? err->message : g_strerror(errno));
+}
+
 void balancer_set_paused(balancer *b, bool paused)
 {
     b->paused = paused;
     host_swap_hold(b->hswap, paused);
     b->snap_stale = true;
+    record_pause(b, paused);
+}
+
+unsigned balancer_give_back_all(balancer *b)
+{
+    balancer_set_paused(b, true);
+    unsigned moved = 0;
+    for (guint i = 0; i < b->guests->len; i++) {
+        guest *g = g_ptr_array_index(b->guests, i);
+        if (g->view.policy.mode == VM_MODE_OFF || !g->view.ceiling_bytes)
+            continue; /* never ours to move; or not sampled yet */
+        uint64_t before = g->balloon_ops;
+        /* made as a drop's way back up is (an undo: while paused too, and
+         * never shrinking a guest) */
+        guest_decision d = { .target_bytes = g->view.ceiling_bytes, .change = true, .undo = true };
+        snprintf(d.reason, sizeof(d.reason), "give-back: its memory given back, balancing paused");
+        actuate(b, g, &d);
+        g->exit_bytes = 0;
+        moved += g->balloon_ops != before;
+    }
+    log_info("give-back: %u guest(s) given their memory back; balancing paused until balancerctl resume", moved);
+    return moved;
 }
 
 static void describe_policy(const vm_policy *p, char *buf, size_t len)

@@ -42,8 +42,17 @@ const balancer_config *balancer_config_get(const balancer *b);
 int balancer_replace_config(balancer *b, balancer_config *cfg, GError **error);
 /* Switch policy (config reload); the new policy starts with fresh state. */
 int balancer_set_policy(balancer *b, const char *name, GError **error);
-/* balancerctl pause/resume: keep observing, stop actuating. */
+/* balancerctl pause/resume: keep observing, stop actuating.  Recorded in
+ * the state directory (PAUSED_FILE): a balancerd started while it is
+ * there starts paused (a restart or an upgrade does not resume what the
+ * operator paused). */
+#define PAUSED_FILE "paused"
 void balancer_set_paused(balancer *b, bool paused);
+/* balancerctl give-back: every guest not in mode=off is given its whole
+ * size back (its ceiling) now, and balancing is paused (recorded as
+ * above) so that nothing takes it again until balancerctl resume.
+ * Returns how many guests were moved. */
+unsigned balancer_give_back_all(balancer *b);
 
 void balancer_tick(balancer *b);
 /* What the last tick saw and did, with what changed since (a pause, a

@@ -4,7 +4,9 @@
  *   balancerctl status            table of guests and the last decision
  *   balancerctl policy DOMAIN     the effective per-VM policy and its source
  *   balancerctl explain DOMAIN    why the last decision was taken
- *   balancerctl pause | resume    stop / restart ballooning (observing goes on)
+ *   balancerctl pause | resume    stop / restart ballooning (observing goes on); a pause
+ *                                 holds across restarts until resume
+ *   balancerctl give-back         every guest its whole size back now, and pause
  *
  * --json prints the daemon's reply as is; --socket PATH picks the socket.
  */
@@ -212,7 +214,7 @@ static void print_explain(json_object *r)
 
 static int usage(FILE *to)
 {
-    fprintf(to, "usage: balancerctl [--json] [--socket PATH] status | policy DOMAIN | explain DOMAIN | pause | resume\n");
+    fprintf(to, "usage: balancerctl [--json] [--socket PATH] status | policy DOMAIN | explain DOMAIN | pause | resume | give-back\n");
     return to == stdout ? 0 : 2;
 }
 
@@ -237,7 +239,7 @@ int main(int argc, char **argv)
     const char *dom = i + 1 < argc ? argv[i + 1] : NULL;
     bool needs_dom = strcmp(cmd, "policy") == 0 || strcmp(cmd, "explain") == 0;
     bool known = needs_dom || strcmp(cmd, "status") == 0 || strcmp(cmd, "pause") == 0 ||
-                 strcmp(cmd, "resume") == 0;
+                 strcmp(cmd, "resume") == 0 || strcmp(cmd, "give-back") == 0;
     if (!known || (needs_dom && !dom) || argc > i + (needs_dom ? 2 : 1)) {
         if (!known)
             fprintf(stderr, "balancerctl: unknown command '%s'\n", cmd);
@@ -277,6 +279,9 @@ int main(int argc, char **argv)
         print_policy(p);
     } else if (strcmp(cmd, "explain") == 0) {
         print_explain(r);
+    } else if (strcmp(cmd, "give-back") == 0) {
+        printf("%s guest(s) given their memory back; balancing paused (balancerctl resume balances again)\n",
+               str(r, "guests"));
     } else {
         printf("balancing %s\n", flag(r, "paused") ? "paused" : "resumed");
     }

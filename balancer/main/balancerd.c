@@ -51,9 +51,15 @@ static void ctl_set_paused(void *ctx, bool paused)
     balancer_set_paused(ctx, paused);
 }
 
+static unsigned ctl_give_back(void *ctx)
+{
+    return balancer_give_back_all(ctx);
+}
+
 static const control_ops control = {
     .snapshot = ctl_snapshot,
     .set_paused = ctl_set_paused,
+    .give_back = ctl_give_back,
 };
 
 /* systemd's watchdog (WatchdogSec): fed from the main loop, so a wedged

@@ -6,6 +6,7 @@
  *   {"cmd":"policy","domain":"NAME"}   effective per-VM policy and its source
  *   {"cmd":"explain","domain":"NAME"}  why the last decision was taken
  *   {"cmd":"pause"} / {"cmd":"resume"} stop / restart actuating (still observing)
+ *   {"cmd":"give-back"}               every guest its whole size back, and pause
  *
  * Requests are read from the main loop without blocking and are capped
  * at CONTROL_MAX_REQUEST bytes.
@@ -201,6 +202,12 @@ static char *control_handle(const control_server *srv, const char *line)
         r = json_object_new_object();
         json_object_object_add(r, "ok", json_object_new_boolean(1));
         json_object_object_add(r, "paused", json_object_new_boolean(paused));
+    } else if (strcmp(cmd, "give-back") == 0) {
+        unsigned moved = srv->ops->give_back(srv->ctx);
+        r = json_object_new_object();
+        json_object_object_add(r, "ok", json_object_new_boolean(1));
+        json_object_object_add(r, "paused", json_object_new_boolean(1));
+        json_object_object_add(r, "guests", json_object_new_int64(moved));
     } else if (strcmp(cmd, "policy") == 0 || strcmp(cmd, "explain") == 0) {
         const snapshot *b = srv->ops->snapshot(srv->ctx);
         const snapshot_guest *g = snapshot_find(b, dom);
@@ -221,7 +228,7 @@ static char *control_handle(const control_server *srv, const char *line)
             }
         }
     } else {
-        r = error_reply("unknown command '%.64s' (status, policy, explain, pause, resume)", cmd);
+        r = error_reply("unknown command '%.64s' (status, policy, explain, pause, resume, give-back)", cmd);
     }
 out:
     json_object_put(req);

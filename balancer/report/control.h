@@ -13,6 +13,8 @@ typedef struct control_server control_server;
 typedef struct {
     const snapshot *(*snapshot)(void *ctx);
     void (*set_paused)(void *ctx, bool paused);
+    /* every guest its memory back, and pause: how many guests moved */
+    unsigned (*give_back)(void *ctx);
 } control_ops;
 
 control_server *control_start(const char *path, const control_ops *ops, void *ctx, GError **error);

@@ -1075,6 +1075,35 @@ START_TEST(operate_metrics_ctl_reload)
     g_free(m2);
     g_free(capture("'%s/build/balancerctl' --socket '%s/ctl.sock' resume", test_top(), workdir));
 
+    /* give-back: the squeezed guest gets its whole size back at once and
+     * balancing pauses; the pause outlives a restart; resume squeezes again */
+    ck_assert_msg(wait_log("-> 400 MiB", 20), "not squeezed to its floor again after resume");
+    char *gb = capture("'%s/build/balancerctl' --socket '%s/ctl.sock' give-back", test_top(), workdir);
+    ck_assert_str_eq(gb, "1 guest(s) given their memory back; balancing paused (balancerctl resume balances again)\n");
+    g_free(gb);
+    ck_assert(wait_log("-> 512 MiB (give-back: its memory given back, balancing paused)", 10));
+    ck_assert_int_eq(stop_daemon(), 0);
+    /* the guest's balloon, read over its QMP socket (balancerd's, while it runs) */
+    qmp_error qerr;
+    qmp_conn *qc = qmp_connect_unix(vm.qmp_path, 5000, &qerr);
+    ck_assert_msg(qc != NULL, "%s", qerr.msg);
+    uint64_t back = 0;
+    for (int i = 0; i < 100 && back != 512 * MIB; i++) {
+        ck_assert_int_eq(qmp_query_balloon(qc, &back, 5000, &qerr), 0);
+        if (back != 512 * MIB)
+            usleep(200 * 1000);
+    }
+    qmp_close(qc);
+    ck_assert_msg(back == 512 * MIB, "the balloon is at %llu MiB after give-back", (unsigned long long)(back / MIB));
+    char extra[1024];
+    snprintf(extra, sizeof(extra), "--qmp '%s'", vm.qmp_path);
+    start_daemon(conf, extra);
+    ck_assert_msg(wait_log("starting paused", 20), "a restarted balancerd did not start paused");
+    ck_assert(wait_log("[paused]", 20)); /* it would squeeze, and does not */
+    ck_assert_int_eq(count_log(": balloon "), 0); /* only "would balloon ... [paused]" */
+    g_free(capture("'%s/build/balancerctl' --socket '%s/ctl.sock' resume", test_top(), workdir));
+    ck_assert_msg(wait_log("-> 400 MiB", 20), "resume did not balance again");
+
     /* SIGHUP: a bad file is refused with key and line; a good one applies */
     write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\npolicy = best\n");
     kill(daemon_pid, SIGHUP);
