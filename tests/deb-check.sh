@@ -48,9 +48,12 @@ for f in /lib/systemd/system/balancer.service /lib/systemd/system/balancer-agent
 done
 dpkg-query -W -f='${Conffiles}\n' membal | grep -q "/etc/balancer/balancer.conf" \
     && ok "/etc/balancer/balancer.conf is a conffile" || bad "/etc/balancer/balancer.conf is not a conffile"
-# enabled by the maintainer scripts (started only where systemd runs)
+# installing does not start ballooning the host's guests: balancer.service is
+# neither enabled nor started by the maintainer scripts (the operator enables it)
 [ -L /etc/systemd/system/multi-user.target.wants/balancer.service ] \
-    && ok "balancer.service enabled" || bad "balancer.service not enabled"
+    && bad "balancer.service enabled by the package" || ok "balancer.service left for the operator to enable"
+grep -q 'try-restart' /var/lib/dpkg/info/membal.postinst \
+    && ok "an upgrade restarts balancer.service only where it runs" || bad "membal.postinst does not try-restart"
 # an edited conffile survives remove, and purge takes it
 echo "# edited" >> /etc/balancer/balancer.conf
 dpkg -r membal >/dev/null 2>&1 || bad "dpkg -r membal"
