@@ -660,22 +660,20 @@ static void share_budget(const policy_input *in, uint64_t *claim, uint64_t budge
     }
 }
 
-static void split_decide(const policy_input *in, void *state, policy_output *out)
-{
-    split_state *st = state;
-    const policy_tunables *tun = &in->tun;
-    work *ws = calloc(in->n_guests ? in->n_guests : 1, sizeof(*ws));
-    if (!ws) {
-        for (size_t i = 0; i < in->n_guests; i++) {
-            const guest_view *g = &in->guests[i];
-            decision_set(&out->decisions[i], g->actual_bytes, g->actual_bytes, 1, "out of memory: no decision");
-            const split_guest *m = guest_table_lookup(&st->memory, i, guest_key_of(g));
-            out->decisions[i].exit_bytes = m ? exit_size(m, g) : 0;
-        }
-        return;
-    }
+/* The host's account this tick: its available memory with balloons on
+ * their way counted as arrived (signed: growth already asked for and not
+ * yet funded is a debt), and where it stands against the watermarks. */
+typedef struct {
+    int64_t avail_s;
+    uint64_t avail;    /* avail_s, at least 0 */
+    bool critical;     /* below min */
+    bool relieved;     /* short within PACE_WATCH_S */
+} host_account;
 
-    /* Hard rules first: off, ceiling, floor. */
+/* Stage 1. Hard rules first: off, ceiling, floor. */
+static void hard_rules(const policy_input *in, split_state *st, work *ws)
+{
+    const policy_tunables *tun = &in->tun;
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
@@ -729,22 +727,28 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         }
     }
 
-    /* balloons on their way count as arrived; not a drop's way back up
-     * (the pages it hands back cost the host nothing until used) */
+}
+
+/* Stage 2. The host's account, and the watermarks' hysteresis: reclaim
+ * from below low until above high.  Balloons on their way count as
+ * arrived; not a drop's way back up (the pages it hands back cost the host
+ * nothing until used). */
+static host_account account_host(const policy_input *in, split_state *st, const work *ws)
+{
     int64_t in_flight = 0;
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         if (g->pending_target_bytes && !ws[i].restoring)
             in_flight += (int64_t)g->actual_bytes - (int64_t)g->pending_target_bytes;
     }
-    int64_t avail_s = (int64_t)in->host.available_bytes + in_flight;
-    uint64_t avail = avail_s > 0 ? (uint64_t)avail_s : 0;
+    host_account h = { .avail_s = (int64_t)in->host.available_bytes + in_flight };
+    h.avail = h.avail_s > 0 ? (uint64_t)h.avail_s : 0;
 
-    if (!st->reclaiming && avail < in->wm.low)
+    if (!st->reclaiming && h.avail < in->wm.low)
         st->reclaiming = true;
-    else if (st->reclaiming && avail + tun->min_change_bytes >= in->wm.high)
+    else if (st->reclaiming && h.avail + in->tun.min_change_bytes >= in->wm.high)
         st->reclaiming = false; /* what is left is smaller than a balloon move */
-    bool critical = avail < in->wm.min;
+    h.critical = h.avail < in->wm.min;
     if (st->reclaiming) {
         st->was_short = true;
         st->short_at_s = in->now_s;
@@ -752,14 +756,23 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     /* a proactive reclaim's experiment is strict (its usual reads, not its
      * pace) only once the host has not been short for PACE_WATCH_S: the
      * average still holds a stream slowed by a shortage just relieved */
-    bool relieved = st->was_short && in->now_s - st->short_at_s < PACE_WATCH_S;
+    h.relieved = st->was_short && in->now_s - st->short_at_s < PACE_WATCH_S;
+    return h;
+}
 
-    /* What the others could give without touching a working set: the
-     * budget for need that is only the guest's word (available memory
-     * running out is reported by the guest; thrashing is backed by its disk
-     * reads).  Need beyond it is not granted: a lying guest can take the
-     * host's headroom and others' free memory and cache, never their anon
-     * (mm: an allocation may reclaim cache, not another process's pages). */
+/* Stage 3. Need first: a guest in need (thrashing, its available memory running
+ * out, or a reclaim that cost it) is given memory now.  The grant is
+ * measured from its balloon as it is (need_bytes is against actual),
+ * so asking again while the balloon moves asks for nothing more.
+ *
+ * What the others could give without touching a working set is the
+ * budget for need that is only the guest's word (available memory
+ * running out is reported by the guest; thrashing is backed by its disk
+ * reads).  Need beyond it is not granted: a lying guest can take the
+ * host's headroom and others' free memory and cache, never their anon
+ * (mm: an allocation may reclaim cache, not another process's pages). */
+static uint64_t grant_need(const policy_input *in, work *ws, const host_account *h)
+{
     uint64_t cheap = 0;
     for (size_t i = 0; i < in->n_guests; i++)
         if (is_adjustable(&in->guests[i], &ws[i]))
@@ -767,14 +780,9 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
                 cheap += tier_supply(&in->guests[i], &ws[i], t, false);
     /* signed: growth already asked for and not yet funded has pushed the
      * host's account below zero, and that debt comes first */
-    int64_t budget_s = avail_s - (int64_t)in->wm.min + (int64_t)cheap;
+    int64_t budget_s = h->avail_s - (int64_t)in->wm.min + (int64_t)cheap;
     uint64_t need_budget = budget_s > 0 ? (uint64_t)budget_s : 0;
-    uint64_t headroom = avail > in->wm.min ? avail - in->wm.min : 0;
 
-    /* Need first: a guest in need (thrashing, its available memory running
-     * out, or a reclaim that cost it) is given memory now.  The grant is
-     * measured from its balloon as it is (need_bytes is against actual),
-     * so asking again while the balloon moves asks for nothing more. */
     uint64_t *claim = calloc(in->n_guests ? in->n_guests : 1, sizeof(*claim)); /* on its word, before the budget */
     uint64_t grown = 0;
     for (size_t i = 0; claim && i < in->n_guests; i++) {
@@ -832,11 +840,16 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
                                    : "in need (available memory running out): given memory";
     }
     free(claim);
+    return grown;
+}
 
-    /* Reclaim to the high watermark, plus whatever the growth above costs
-     * beyond what the host has down to min. */
-    uint64_t surplus = avail > in->wm.high ? avail - in->wm.high : 0;
-    uint64_t need = st->reclaiming && avail_s < (int64_t)in->wm.high ? (uint64_t)((int64_t)in->wm.high - avail_s) : 0;
+/* Stage 4. Reclaim to the high watermark, plus whatever the growth above costs
+ * beyond what the host has down to min. */
+static uint64_t reclaim_to_high(const policy_input *in, const split_state *st, work *ws, const host_account *h,
+                                uint64_t grown)
+{
+    uint64_t headroom = h->avail > in->wm.min ? h->avail - in->wm.min : 0;
+    uint64_t need = st->reclaiming && h->avail_s < (int64_t)in->wm.high ? (uint64_t)((int64_t)in->wm.high - h->avail_s) : 0;
     if (grown > headroom)
         need += grown - headroom;
     /* A costlier tier is used only for the part of the need that the
@@ -846,7 +859,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     uint64_t reclaimed = 0, later = 0;
     uint64_t *saved = malloc((in->n_guests ? in->n_guests : 1) * sizeof(*saved));
     for (tier t = TIER_STREAM_CACHE; t < TIER_COUNT && reclaimed < need; t++) {
-        if (t == TIER_ANON && !critical)
+        if (t == TIER_ANON && !h->critical)
             break;
         /* what this tier holds beyond this tick: a donor whose balloon
          * is still moving gives again once it has arrived */
@@ -874,14 +887,18 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         later += unbounded > got ? unbounded - got : 0;
     }
     free(saved);
+    return reclaimed;
+}
 
-    /* Proactive (trim_streams): with the host not short, a stream's page
-     * cache, which it will not read again, goes anyway, so that the room is
-     * there before anyone needs it; the same bound as under pressure
-     * (floor, used and its decaying peak plus the reserve, what a reclaim
-     * proved it needs), a step a tick.  Only a guest whose disk reads the
-     * host measures: a stream is a guest reading them. */
-    for (size_t i = 0; tun->trim_streams && !st->reclaiming && i < in->n_guests; i++) {
+/* Stage 5. Proactive (trim_streams): with the host not short, a stream's page
+ * cache, which it will not read again, goes anyway, so that the room is
+ * there before anyone needs it; the same bound as under pressure
+ * (floor, used and its decaying peak plus the reserve, what a reclaim
+ * proved it needs), a step a tick.  Only a guest whose disk reads the
+ * host measures: a stream is a guest reading them. */
+static void trim_streams(const policy_input *in, work *ws)
+{
+    for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
         /* not one that gave this tick already (the step is shared), nor
@@ -898,20 +915,23 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         w->trimmed = true;
         w->reason = "proactive: streaming page cache";
     }
+}
 
-    /* Proactive (drop_idle_cache): an idle guest's page cache is cold (no
-     * one in it runs to read it): its balloon goes down to the bound the
-     * cache tier leaves (floor; used and its decaying peak plus the
-     * reserve; what host reclaim measured in use; what a reclaim proved it
-     * needs) in one move, and back up once there (the hard rules above):
-     * the guest keeps its size, the host the memory the balloon freed,
-     * until the guest touches it again.  Not a guest watched less than
-     * PACE_WATCH_S, a stream (trim_streams' part), one whose cache
-     * refaulted, one a drop cost, nor one with protect="yes" (host
-     * reclaim leaves it alone too); none while balancerd only observes
-     * (paused, a dry run: a drop not made would be "given back" later,
-     * over what the operator did meanwhile). */
-    for (size_t i = 0; tun->drop_idle_cache && !in->observing && !st->reclaiming && !relieved && i < in->n_guests; i++) {
+/* Stage 6. Proactive (drop_idle_cache): an idle guest's page cache is cold (no
+ * one in it runs to read it): its balloon goes down to the bound the
+ * cache tier leaves (floor; used and its decaying peak plus the
+ * reserve; what host reclaim measured in use; what a reclaim proved it
+ * needs) in one move, and back up once there (the hard rules above):
+ * the guest keeps its size, the host the memory the balloon freed,
+ * until the guest touches it again.  Not a guest watched less than
+ * PACE_WATCH_S, a stream (trim_streams' part), one whose cache
+ * refaulted, one a drop cost, nor one with protect="yes" (host
+ * reclaim leaves it alone too); none while balancerd only observes
+ * (paused, a dry run: a drop not made would be "given back" later,
+ * over what the operator did meanwhile). */
+static void drop_idle_cache(const policy_input *in, split_state *st, work *ws)
+{
+    for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
@@ -947,7 +967,14 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         w->reason = "proactive: dropping idle page cache";
     }
 
-    /* Plenty: guests short of available memory grow from the surplus. */
+}
+
+/* Stage 7. Plenty: guests short of available memory grow from the surplus. */
+static void grow_for_comfort(const policy_input *in, const split_state *st, work *ws, const host_account *h,
+                             uint64_t grown)
+{
+    const policy_tunables *tun = &in->tun;
+    uint64_t surplus = h->avail > in->wm.high ? h->avail - in->wm.high : 0;
     if (!st->reclaiming && surplus > grown) {
         uint64_t budget = surplus - grown;
         size_t *order = malloc(in->n_guests * sizeof(*order) + 1);
@@ -976,6 +1003,14 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         free(order);
     }
 
+}
+
+/* Stage 8: the decisions, and what each one starts (a reclaim's
+ * experiment, a trim, a drop) remembered. */
+static void emit_decisions(const policy_input *in, split_state *st, const work *ws, const host_account *h,
+                           policy_output *out)
+{
+    const policy_tunables *tun = &in->tun;
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         uint64_t min_change = min_change_of(tun, g);
@@ -1011,26 +1046,54 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
              * the average, not this tick's (it may already refault); a
              * proactive one extended with the host short is asked again
              * as one taken under pressure (the relief may speed it up) */
-            if (running && (m->disk_before_bps < 0 || !m->reads_prove || (m->proactive && (!ws[i].trimmed || relieved))) &&
+            if (running && (m->disk_before_bps < 0 || !m->reads_prove || (m->proactive && (!ws[i].trimmed || h->relieved))) &&
                 m->disk_avg_bps >= 0)
-                experiment_before(m, g, m->disk_avg_bps, in->now_s, ws[i].trimmed && !relieved);
+                experiment_before(m, g, m->disk_avg_bps, in->now_s, ws[i].trimmed && !h->relieved);
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
                 m->proactive = false; /* a new experiment: a trim begins now */
                 /* the usual rate, not one tick's: a bursty streamer idle
                  * at this moment must not look like a refault later */
                 experiment_before(m, g, g->disk_read_bps < 0 ? -1 : max_d(m->disk_avg_bps, g->disk_read_bps),
-                                  in->now_s, ws[i].trimmed && !relieved);
+                                  in->now_s, ws[i].trimmed && !h->relieved);
                 m->free_before = g->free_bytes;
             }
             m->shrunk_at_s = in->now_s;
         }
     }
+}
+
+/* One tick: the stages in order, cheapest and safest first (need before
+ * reclaim, reclaim before proactive moves, growth from what is left). */
+static void split_decide(const policy_input *in, void *state, policy_output *out)
+{
+    split_state *st = state;
+    work *ws = calloc(in->n_guests ? in->n_guests : 1, sizeof(*ws));
+    if (!ws) {
+        for (size_t i = 0; i < in->n_guests; i++) {
+            const guest_view *g = &in->guests[i];
+            decision_set(&out->decisions[i], g->actual_bytes, g->actual_bytes, 1, "out of memory: no decision");
+            const split_guest *m = guest_table_lookup(&st->memory, i, guest_key_of(g));
+            out->decisions[i].exit_bytes = m ? exit_size(m, g) : 0;
+        }
+        return;
+    }
+    hard_rules(in, st, ws);
+    host_account h = account_host(in, st, ws);
+    uint64_t grown = grant_need(in, ws, &h);
+    uint64_t reclaimed = reclaim_to_high(in, st, ws, &h, grown);
+    if (in->tun.trim_streams && !st->reclaiming)
+        trim_streams(in, ws);
+    /* none while balancerd only observes, nor right after a shortage */
+    if (in->tun.drop_idle_cache && !in->observing && !st->reclaiming && !h.relieved)
+        drop_idle_cache(in, st, ws);
+    grow_for_comfort(in, st, ws, &h, grown);
+    emit_decisions(in, st, ws, &h, out);
     guest_table_sweep(&st->memory); /* forget guests that are gone */
     out->reclaiming = st->reclaiming;
     snprintf(out->summary, sizeof(out->summary), "%s: host available %llu MiB, %s %llu MiB",
-             critical ? "critical" : st->reclaiming ? "reclaiming" : "idle",
-             (unsigned long long)(avail / MIB), st->reclaiming ? "reclaimed" : "grown",
+             h.critical ? "critical" : st->reclaiming ? "reclaiming" : "idle",
+             (unsigned long long)(h.avail / MIB), st->reclaiming ? "reclaimed" : "grown",
              (unsigned long long)((st->reclaiming ? reclaimed : grown) / MIB));
     free(ws);
 }
