@@ -68,7 +68,8 @@ FIELDS = ["scenario", "config", "run", "order", "accel", "guest", "metric", "val
           "qemu_minflt", "qemu_user_s", "qemu_sys_s", "qemu_wait_s", "qemu_huge_start_bytes",
           # bench/memory.py: what a balancer changes
           "stall_s", "guest_psi_some_s", "guest_psi_full_s", "guest_refault_pages", "vcpu_wait_s",
-          "value_cpu", "footprint_gib_s", "host_oom_kills", "qemu_died"]
+          "value_cpu", "footprint_gib_s", "host_oom_kills", "qemu_died", "stall_swapin_s", "stall_reclaim_s",
+          "stall_thrash_s", "stall_compact_s"]
 
 
 def log(msg):
@@ -974,7 +975,12 @@ def report(rows, scenarios, configs, runs, out):
     memory.memory_tables(rows, scenarios, configs, SCENARIOS)
     for s in scenarios:
         present = [c for c in configs if any(r["scenario"] == s and r["config"] == c for r in rows)]
-        gates += memory.memory_gates(rows, s, SCENARIOS[s], present)
+        gates += memory.memory_gates(rows, s, SCENARIOS[s], present, SCENARIOS[s]["measure"])
+    lines = memory.stall_kinds(rows, scenarios, configs, SCENARIOS)
+    if lines:
+        print("\nthe working-set guests' memory stall by kind (median over the rounds):")
+        for line in lines:
+            print("  " + line)
     lines = memory.resolution(rows, scenarios, configs, SCENARIOS)
     if lines:
         print("\nhow wide each measure's 95% interval is (working-set guests, every scenario x configuration):")
