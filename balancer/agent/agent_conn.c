@@ -30,13 +30,17 @@ void agent_conn_clear(agent_conn *c)
 static int try_connect(agent_conn *c)
 {
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
-    if (strlen(c->path) >= sizeof(addr.sun_path))
+    if (strlen(c->path) >= sizeof(addr.sun_path)) {
+        errno = ENAMETOOLONG;
         return -1;
+    }
     strcpy(addr.sun_path, c->path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        int err = errno;
         if (fd >= 0)
             close(fd);
+        errno = err;
         return -1;
     }
     c->fd = fd;
@@ -45,14 +49,26 @@ static int try_connect(agent_conn *c)
     return 0;
 }
 
-void agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes)
+void agent_conn_feed(agent_conn *c, const char *buf, size_t n, agent_state *st, uint64_t guest_bytes)
 {
-    if (!c->path || (c->fd < 0 && try_connect(c) < 0))
-        return;
-    char buf[4096];
     double now = mono_seconds();
-    /* at most 64 KiB a tick: a flooding guest cannot make us spin */
-    for (int i = 0; i < 16; i++) {
+    qmp_framer_feed(&c->in, buf, n);
+    const char *line;
+    size_t len;
+    unsigned long too_long = 0;
+    while (qmp_framer_next_skipping(&c->in, &line, &len, &too_long) == 0)
+        agent_feed_line(st, line, len, now, guest_bytes);
+    st->rejected[AGENT_REJ_TOO_LONG] += too_long;
+}
+
+int agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes)
+{
+    if (!c->path)
+        return 0;
+    if (c->fd < 0 && try_connect(c) < 0)
+        return -1;
+    char buf[4096];
+    for (size_t got = 0; got < AGENT_DRAIN_MAX;) {
         ssize_t n = read(c->fd, buf, sizeof(buf));
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             break;
@@ -61,12 +77,8 @@ void agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes)
             c->fd = -1;
             break;
         }
-        qmp_framer_feed(&c->in, buf, (size_t)n);
-        const char *line;
-        size_t len;
-        unsigned long too_long = 0;
-        while (qmp_framer_next_skipping(&c->in, &line, &len, &too_long) == 0)
-            agent_feed_line(st, line, len, now, guest_bytes);
-        st->rejected[AGENT_REJ_TOO_LONG] += too_long;
+        agent_conn_feed(c, buf, (size_t)n, st, guest_bytes);
+        got += (size_t)n;
     }
+    return 0;
 }

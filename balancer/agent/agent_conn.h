@@ -15,10 +15,18 @@ typedef struct {
     qmp_framer in;
 } agent_conn;
 
+/* What one drain takes at most: a flooding guest cannot make us spin, and a
+ * channel read some other way (libvirt's stream) is cut off beyond it. */
+#define AGENT_DRAIN_MAX (64 * 1024)
+
 void agent_conn_init(agent_conn *c, const char *path);
 void agent_conn_clear(agent_conn *c);
 /* Connect if needed and feed every complete line received into st (at
- * most 64 KiB per call).  guest_bytes bounds the sizes the guest claims. */
-void agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes);
+ * most AGENT_DRAIN_MAX per call).  guest_bytes bounds the sizes the guest
+ * claims.  0, or -1 with errno when the socket cannot be reached. */
+int agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes);
+/* Feed bytes of the agent's channel that came some other way (libvirt's
+ * channel stream), as agent_conn_drain feeds what it reads. */
+void agent_conn_feed(agent_conn *c, const char *buf, size_t n, agent_state *st, uint64_t guest_bytes);
 
 #endif

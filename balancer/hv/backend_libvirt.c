@@ -33,8 +33,10 @@
 #include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
@@ -67,6 +69,8 @@ typedef struct {
     unsigned id;              /* libvirt's domain id: a new one is a restarted domain */
     bool attach;              /* new on this connection, or restarted: the domain XML read */
     char *agent_path;         /* NULL: no agent channel */
+    virStreamPtr agent_stream; /* its channel opened through libvirtd, when its socket is out of reach */
+    char *agent_note;         /* how its agent is reached, or why it is not: logged once */
     int free_page_reporting;  /* <memballoon freePageReporting='on'>: 1, 0, -1 unknown */
     int deflate_on_oom;       /* <memballoon autodeflate='on'>: 1, 0, -1 unknown */
     bool policy_read;         /* policy_xml is the domain's (NULL: it has none) */
@@ -137,6 +141,11 @@ typedef struct {
     unsigned gen;             /* the connection dom belongs to */
     unsigned id;              /* libvirt's domain id when attached */
     agent_conn agent;       /* main loop only */
+    virStreamPtr agent_stream; /* its agent's channel through libvirtd, NULL: the socket (main loop only) */
+    GByteArray *agent_in;   /* what the stream brought since the last drain, at most AGENT_DRAIN_MAX */
+    const char *agent_end;  /* why the stream ended (a static string), NULL: it runs (main loop only) */
+    bool agent_cb;          /* its stream's event callback is registered (main loop only) */
+    bool agent_warned;      /* its agent socket's failure was logged (main loop only) */
     int free_page_reporting; /* from the domain XML when attached: 1, 0, -1 unknown */
     int deflate_on_oom;      /* ... and its autodeflate, the same */
     unsigned stats_period;  /* to set on the first call */
@@ -220,6 +229,9 @@ static void found_free(gpointer p)
         virDomainFree(f->dom);
     g_free(f->name);
     g_free(f->agent_path);
+    if (f->agent_stream)
+        virStreamFree(f->agent_stream);
+    g_free(f->agent_note);
     free(f->policy_xml); /* libvirt's allocation */
     g_free(f);
 }
@@ -245,6 +257,84 @@ static void req_free(lv_link_req *rq)
     g_free(rq);
 }
 
+/* ---- the agent's channel through libvirtd ----
+ *
+ * The unit runs balancerd as root without capabilities: libvirt's channel
+ * sockets (/var/lib/libvirt/qemu/channel/target, libvirt-qemu's, 0750) are
+ * out of its reach, so the link opens the channel through libvirtd instead
+ * (virDomainOpenChannel, which needs no capability).  Its events come on
+ * the main loop (libvirt-glib's event loop): what arrives is kept, at most
+ * AGENT_DRAIN_MAX until the next drain; a guest that sends more is cut off
+ * (its agent stays down until its domain restarts), so that it can neither
+ * grow balancerd's memory nor keep it busy. */
+
+#define AGENT_PORT "org.membal.agent.0"
+
+/* On the link: the agent's socket when this process may open it, else its
+ * channel through libvirtd; f->agent_note says which, or why neither. */
+static void agent_channel_open(virConnectPtr conn, lv_found *f)
+{
+    if (access(f->agent_path, R_OK | W_OK) == 0)
+        return; /* agent_conn connects to it on the main loop */
+    int err = errno;
+    virStreamPtr s = virStreamNew(conn, VIR_STREAM_NONBLOCK);
+    if (s && virDomainOpenChannel(f->dom, AGENT_PORT, s, VIR_DOMAIN_CHANNEL_FORCE) == 0) {
+        f->agent_stream = s;
+        f->agent_note = g_strdup_printf("reading its agent through libvirt's channel API (its socket %s: %s)",
+                                        f->agent_path, g_strerror(err));
+        return;
+    }
+    f->agent_note = g_strdup_printf("cannot reach its agent: its socket %s: %s; libvirt's channel API: %s",
+                                    f->agent_path, g_strerror(err), last_error());
+    if (s)
+        virStreamFree(s);
+}
+
+static void on_agent_stream(virStreamPtr s, int events, void *opaque)
+{
+    (void)events;
+    lv_guest *lg = opaque;
+    char buf[4096];
+    for (;;) {
+        int n = virStreamRecv(s, buf, sizeof(buf));
+        if (n == -2)
+            return; /* nothing more for now */
+        if (n <= 0) {
+            lg->agent_end = n == 0 ? "the channel closed" : "the channel failed";
+            break;
+        }
+        if (lg->agent_in->len + (guint)n > AGENT_DRAIN_MAX) {
+            lg->agent_end = "it sent more than 64 KiB between two ticks: cut off until its domain restarts";
+            break;
+        }
+        g_byte_array_append(lg->agent_in, (const guint8 *)buf, (guint)n);
+    }
+    virStreamEventRemoveCallback(s);
+    lg->agent_cb = false;
+}
+
+/* Ending a stream is a call to libvirtd (finish or abort), which may never
+ * answer: not made on the main loop, but in a thread of its own. */
+static gpointer stream_end(gpointer p)
+{
+    virStreamPtr s = p;
+    if (virStreamAbort(s) < 0)
+        virResetLastError(); /* ended already (the domain stopped) */
+    virStreamFree(s);
+    return NULL;
+}
+
+static void agent_stream_close(lv_guest *lg)
+{
+    if (lg->agent_stream) {
+        if (lg->agent_cb)
+            virStreamEventRemoveCallback(lg->agent_stream);
+        lg->agent_cb = false;
+        g_thread_unref(g_thread_new("agent-stream-end", stream_end, lg->agent_stream));
+        lg->agent_stream = NULL;
+    }
+}
+
 static void release(hv_guest *g)
 {
     lv_guest *lg = g->backend_data;
@@ -252,6 +342,9 @@ static void release(hv_guest *g)
         return;
     g->backend_data = NULL;
     agent_conn_clear(&lg->agent); /* main loop only: not left to a stuck call */
+    agent_stream_close(lg);
+    if (lg->agent_in)
+        g_byte_array_unref(lg->agent_in);
     lg_unref(lg); /* a call still running keeps it until it returns */
 }
 
@@ -400,6 +493,8 @@ static void link_list(lv_state *st, const lv_link_req *rq, lv_link_answer *a)
         f->free_page_reporting = f->deflate_on_oom = -1;
         if (f->attach)
             domain_xml_facts(f->dom, &f->agent_path, &f->free_page_reporting, &f->deflate_on_oom);
+        if (f->attach && f->agent_path)
+            agent_channel_open(st->conn, f);
         if (f->attach || changed) {
             f->policy_seq = changed ? GPOINTER_TO_UINT(seq) : 0;
             f->policy_xml = virDomainGetMetadata(f->dom, VIR_DOMAIN_METADATA_ELEMENT, VM_POLICY_NS_URI,
@@ -482,10 +577,24 @@ static void attach(hv_ctx *hv, hv_guest *g, lv_found *f, unsigned gen)
     lg->gen = gen;
     lg->id = f->id;
     lg->stats_period = hv->stats_period; /* set by its first call: it reaches QEMU */
-    agent_conn_init(&lg->agent, f->agent_path);
     lg->free_page_reporting = f->free_page_reporting;
     lg->deflate_on_oom = f->deflate_on_oom;
-    if (f->agent_path)
+    if (f->agent_stream) {
+        agent_conn_init(&lg->agent, NULL);
+        lg->agent_in = g_byte_array_new();
+        lg->agent_stream = g_steal_pointer(&f->agent_stream);
+        lg->agent_cb = virStreamEventAddCallback(lg->agent_stream, VIR_STREAM_EVENT_READABLE | VIR_STREAM_EVENT_ERROR |
+                                                     VIR_STREAM_EVENT_HANGUP, on_agent_stream, lg, NULL) == 0;
+        if (!lg->agent_cb) {
+            log_warn("guest %s: its agent's channel through libvirtd cannot be watched: %s", g->name, last_error());
+            agent_stream_close(lg);
+        }
+    } else {
+        agent_conn_init(&lg->agent, f->agent_note ? NULL : f->agent_path);
+    }
+    if (f->agent_note)
+        log_info("guest %s: %s", g->name, f->agent_note);
+    else if (f->agent_path)
         log_info("guest %s: reading its agent at %s", g->name, f->agent_path);
     g->backend_data = lg;
     g_mutex_lock(&st->lock);
@@ -839,8 +948,24 @@ static void lv_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gu
 {
     (void)hv;
     lv_guest *lg = g->backend_data;
-    if (lg)
-        agent_conn_drain(&lg->agent, st, guest_bytes);
+    if (!lg)
+        return;
+    if (lg->agent_in) { /* through libvirtd */
+        if (lg->agent_in->len) {
+            agent_conn_feed(&lg->agent, (const char *)lg->agent_in->data, lg->agent_in->len, st, guest_bytes);
+            g_byte_array_set_size(lg->agent_in, 0);
+        }
+        if (lg->agent_end && lg->agent_stream) {
+            log_warn("guest %s: its agent's channel through libvirtd: %s", g->name, lg->agent_end);
+            agent_stream_close(lg);
+        }
+        return;
+    }
+    if (agent_conn_drain(&lg->agent, st, guest_bytes) < 0 && !lg->agent_warned) {
+        lg->agent_warned = true;
+        log_warn("guest %s: cannot connect to its agent at %s: %s (logged once)", g->name, lg->agent.path,
+                 g_strerror(errno));
+    }
 }
 
 /* libvirt's QEMU driver keeps each running domain's pid in its run

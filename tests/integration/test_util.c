@@ -112,6 +112,8 @@ int test_swap_on(const char *path)
 
 int test_swap_off(const char *path) { return test_run("swapoff '%s' && rm -f '%s'", path, path); }
 
+const char *test_daemon_prefix;
+
 pid_t test_start_daemon(const char *conf, const char *args, const char *log, bool bare)
 {
     pid_t pid = fork();
@@ -120,8 +122,8 @@ pid_t test_start_daemon(const char *conf, const char *args, const char *log, boo
         /* a checker's failure (valgrind's leak report) shows up as a
          * non-zero exit status */
         const char *wrap = bare ? NULL : getenv("MEMBAL_DAEMON_WRAPPER");
-        snprintf(cmd, sizeof(cmd), "exec %s '%s/build/balancerd' --config '%s' %s >'%s' 2>&1", wrap ? wrap : "",
-                 test_top(), conf, args, log);
+        snprintf(cmd, sizeof(cmd), "exec %s %s '%s/build/balancerd' --config '%s' %s >'%s' 2>&1",
+                 test_daemon_prefix ? test_daemon_prefix : "", wrap ? wrap : "", test_top(), conf, args, log);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }

@@ -50,6 +50,9 @@ int test_swap_off(const char *path);
  * $MEMBAL_DAEMON_WRAPPER (valgrind in make check) unless bare; a kill is
  * registered with cleanup.h for a failed test.  Returns the pid. */
 pid_t test_start_daemon(const char *conf, const char *args, const char *log, bool bare);
+/* A command test_start_daemon puts before the daemon (and its wrapper),
+ * e.g. setpriv with the unit's restrictions; NULL: none. */
+extern const char *test_daemon_prefix;
 /* SIGTERM, then wait up to 10 s (SIGKILL after): the exit status, 128+N
  * for a signal, -1 if it had to be killed. */
 int test_stop_daemon(pid_t pid);
