@@ -47,8 +47,15 @@ def _taskstats_client():
     """Debian's taskstats client (python3-pyroute2 0.7) knows the struct up to
     version 8; the kernel's grew since (linux/taskstats.h).  The fields after
     cpu_scaled_run_real_total, in the kernel's order, are appended here: they
-    are all __u64 up to compact_delay_total, so no padding comes between."""
-    from pyroute2.netlink.taskstats import TaskStats, taskstatsmsg, tstats
+    are all __u64 up to compact_delay_total, so no padding comes between.
+    That layout holds for versions 11 to 14 and 16 on (version 15 put
+    *_delay_max/min in the middle; 16 moved them to the end): DelayAccounting
+    checks the version the kernel reports before using any of it."""
+    from pyroute2.netlink.taskstats import TaskStats, taskstatsmsg
+    try:
+        from pyroute2.netlink.taskstats import tstats
+    except ImportError as e:  # another pyroute2 than Debian 12's 0.7
+        raise RuntimeError("this python3-pyroute2 has no taskstats struct to extend (%s)" % e) from e
     later = (("freepages_count", "Q"), ("freepages_delay_total", "Q"),
              ("thrashing_count", "Q"), ("thrashing_delay_total", "Q"),
              ("ac_btime64", "Q"), ("compact_count", "Q"), ("compact_delay_total", "Q"))
@@ -81,6 +88,11 @@ class DelayAccounting:
         except Exception as e:  # noqa: BLE001 -- netlink: no TASKSTATS family, permission
             self.why = "taskstats: %s" % e
             return
+        version = self.version()
+        if version is None or version < 11 or version == 15:
+            self.why = "taskstats version %s: its delay fields are not where this bench reads them" % version
+            self.close()
+            return
         try:
             with open(self.SYSCTL) as f:
                 self.old = f.read().strip()
@@ -102,6 +114,18 @@ class DelayAccounting:
         if self.client:
             self.client.close()
             self.client = None
+
+    def version(self):
+        """The kernel's struct taskstats version (None: not readable)."""
+        try:
+            msg = self.client.get_pid_stat(os.getpid())[0]
+        except Exception:  # noqa: BLE001
+            return None
+        for name, aggr in msg["attrs"]:
+            if name == "TASKSTATS_TYPE_AGGR_PID":
+                st = dict(aggr["attrs"]).get("TASKSTATS_TYPE_STATS")
+                return st.get("version") if st else None
+        return None
 
     def thread_stall_ns(self, tid):
         """Nanoseconds one thread waited for memory, by kind (STALL_FIELDS);

@@ -31,7 +31,7 @@ typedef struct {
     double agent_refault_ps;      /* agent refault rate that confirms thrashing */
     double agent_psi_some;        /* agent PSI some avg10 (%) that confirms it */
     /* need: a guest whose available memory runs out within the horizon */
-    double need_reserve_percent;  /* available memory a guest keeps, % of actual ... */
+    double need_reserve_percent;  /* available memory a guest keeps, % of its ceiling (guest_reserve) ... */
     uint64_t need_reserve_min;    /* ... but at least this ([policy] reserve_*: the same
                                    * reserve reclaim leaves) */
     double need_horizon_s;        /* how far ahead its used-memory growth is projected */

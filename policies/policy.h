@@ -95,7 +95,7 @@ typedef struct {
 typedef struct {
     double step_percent;        /* max balloon change per tick, % of actual */
     uint64_t step_min_bytes;    /* ... but at least this much */
-    double reserve_percent;     /* guest free memory never reclaimed, % of actual */
+    double reserve_percent;     /* guest free memory never reclaimed, % of its ceiling (guest_reserve) */
     uint64_t reserve_min_bytes;
     double comfort_percent;     /* a guest with less available than this grows */
     uint64_t min_change_bytes;  /* smaller changes are not worth a balloon op */

@@ -390,6 +390,15 @@ void balancer_set_paused(balancer *b, bool paused)
 unsigned balancer_give_back_all(balancer *b)
 {
     balancer_set_paused(b, true);
+    /* what the policy was in the middle of (a drop and its way back up,
+     * which it may finish while paused) is void: every guest goes to its
+     * ceiling, and a fresh state decides when balancing resumes */
+    void *fresh = b->policy->state_new ? b->policy->state_new() : NULL;
+    if (fresh) {
+        if (b->policy->state_free)
+            b->policy->state_free(b->policy_state);
+        b->policy_state = fresh;
+    }
     unsigned moved = 0;
     for (guint i = 0; i < b->guests->len; i++) {
         guest *g = g_ptr_array_index(b->guests, i);

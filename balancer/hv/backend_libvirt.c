@@ -290,29 +290,6 @@ static void agent_channel_open(virConnectPtr conn, lv_found *f)
         virStreamFree(s);
 }
 
-static void on_agent_stream(virStreamPtr s, int events, void *opaque)
-{
-    (void)events;
-    lv_guest *lg = opaque;
-    char buf[4096];
-    for (;;) {
-        int n = virStreamRecv(s, buf, sizeof(buf));
-        if (n == -2)
-            return; /* nothing more for now */
-        if (n <= 0) {
-            lg->agent_end = n == 0 ? "the channel closed" : "the channel failed";
-            break;
-        }
-        if (lg->agent_in->len + (guint)n > AGENT_DRAIN_MAX) {
-            lg->agent_end = "it sent more than 64 KiB between two ticks: cut off until its domain restarts";
-            break;
-        }
-        g_byte_array_append(lg->agent_in, (const guint8 *)buf, (guint)n);
-    }
-    virStreamEventRemoveCallback(s);
-    lg->agent_cb = false;
-}
-
 /* Ending a stream is a call to libvirtd (finish or abort), which may never
  * answer: not made on the main loop, but in a thread of its own. */
 static gpointer stream_end(gpointer p)
@@ -333,6 +310,31 @@ static void agent_stream_close(lv_guest *lg)
         g_thread_unref(g_thread_new("agent-stream-end", stream_end, lg->agent_stream));
         lg->agent_stream = NULL;
     }
+}
+
+static void on_agent_stream(virStreamPtr s, int events, void *opaque)
+{
+    (void)events;
+    lv_guest *lg = opaque;
+    char buf[4096];
+    for (;;) {
+        int n = virStreamRecv(s, buf, sizeof(buf));
+        if (n == -2)
+            return; /* nothing more for now */
+        if (n <= 0) {
+            lg->agent_end = n == 0 ? "the channel closed" : "the channel failed";
+            break;
+        }
+        if (lg->agent_in->len + (guint)n > AGENT_DRAIN_MAX) {
+            lg->agent_end = "it sent more than 64 KiB between two ticks: cut off until its domain restarts";
+            break;
+        }
+        g_byte_array_append(lg->agent_in, (const guint8 *)buf, (guint)n);
+    }
+    /* closed now, not at the next drain: libvirt's client queues a
+     * stream's data without a bound while its other calls read the
+     * connection, so a flooding guest is cut off at once */
+    agent_stream_close(lg);
 }
 
 static void release(hv_guest *g)
@@ -955,9 +957,9 @@ static void lv_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gu
             agent_conn_feed(&lg->agent, (const char *)lg->agent_in->data, lg->agent_in->len, st, guest_bytes);
             g_byte_array_set_size(lg->agent_in, 0);
         }
-        if (lg->agent_end && lg->agent_stream) {
+        if (lg->agent_end) { /* the stream was closed when it ended */
             log_warn("guest %s: its agent's channel through libvirtd: %s", g->name, lg->agent_end);
-            agent_stream_close(lg);
+            lg->agent_end = NULL;
         }
         return;
     }
