@@ -94,6 +94,11 @@
  * nothing, so at exactly its whole size the host would read the old
  * squeeze until the next move; one MiB to inflate makes the driver report. */
 #define REBOOT_ACK_BYTES MIB
+/* ... and that size is held until its balloon has come back to it (the new
+ * driver acknowledges it only once loaded): a booting guest is not a donor
+ * while its memory is still on its way; at most this long, for a guest
+ * whose driver never loads */
+#define REBOOT_HOLD_S 60.0
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -143,6 +148,8 @@ typedef struct {
     uint64_t dropped;       /* the page cache it had when it began (what a drop may cost it) */
     double read_after_drop; /* bytes its disks read since, within DROP_WATCH_S */
     double drop_cost_until_s; /* a drop cost it: not dropped again until then */
+    uint64_t reboot_to;     /* rebooted: its size back, held until its balloon is there; 0 none ... */
+    double reboot_at_s;     /* ... since then */
 } split_guest;
 
 typedef struct {
@@ -686,6 +693,12 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m) {
             memory_observe(m, g, in->now_s);
+            bool back = g->stats_valid && !g->pending_target_bytes &&
+                        g->actual_bytes + min_change_of(tun, g) >= m->reboot_to;
+            if (m->reboot_to && (back || in->now_s - m->reboot_at_s >= REBOOT_HOLD_S)) {
+                m->reboot_to = 0;
+                m->settled = 0; /* it settles from when its memory is back */
+            }
             w->settling = m->settled < SETTLE_TICKS;
             w->credit = need_allowance(m, g, w->step);
             const char *why = g->stats_valid ? reclaim_feedback(m, g, w->reserve, in->now_s) : NULL;
@@ -714,6 +727,14 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
                             ? g->ceiling_bytes - REBOOT_ACK_BYTES
                             : g->ceiling_bytes;
             w->reason = "rebooted: given its size back";
+            if (m) {
+                m->reboot_to = w->target;
+                m->reboot_at_s = in->now_s;
+            }
+        } else if (m && m->reboot_to && g->policy.mode == VM_MODE_AUTO) {
+            w->fixed = true;
+            w->target = min_u64(m->reboot_to, g->ceiling_bytes);
+            w->reason = "rebooted: its size on its way back";
         } else if (g->actual_bytes > g->ceiling_bytes) {
             w->fixed = true;
             w->target = g->ceiling_bytes;

@@ -210,6 +210,20 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     ck_assert_str_eq(s.d[0].reason, "rebooted: given its size back");
     uint64_t back = s.v[0].actual_bytes; /* a MiB short: the driver acknowledges it */
     ck_assert_uint_eq(back, 4 * GIB - MIB);
+    /* its balloon stays where it was until the new driver acknowledges
+     * the size (QEMU keeps the old one): reports come, the host is short,
+     * and the size stays asked for -- it is no donor while it boots */
+    uint64_t squeezed = s.v[0].actual_bytes = 2 * GIB;
+    s.v[0].pending_target_bytes = back;
+    for (int t = 0; t < 6; t++) {
+        model_refresh(&s);
+        s.ops->decide(&s.in, s.state, &s.out);
+        ck_assert_str_eq(s.d[0].reason, "rebooted: its size on its way back");
+        ck_assert_uint_eq(s.d[0].target_bytes, back);
+        ck_assert_uint_eq(s.v[0].actual_bytes, squeezed);
+    }
+    s.v[0].actual_bytes = back; /* acknowledged */
+    s.v[0].pending_target_bytes = 0;
     /* booting: no stats for five ticks, then three valid reports */
     for (int t = 0; t < 5; t++) {
         s.v[0].stats_valid = false;
