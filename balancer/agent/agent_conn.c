@@ -8,12 +8,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/log.h"
 #include "util/mono_clock.h"
 
 void agent_conn_init(agent_conn *c, const char *path)
 {
     c->path = path ? g_strdup(path) : NULL;
     c->fd = -1;
+    c->warned = false;
     qmp_framer_init(&c->in, AGENT_LINE_MAX);
 }
 
@@ -61,12 +63,17 @@ void agent_conn_feed(agent_conn *c, const char *buf, size_t n, agent_state *st, 
     st->rejected[AGENT_REJ_TOO_LONG] += too_long;
 }
 
-int agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes)
+void agent_conn_drain(agent_conn *c, const char *name, agent_state *st, uint64_t guest_bytes)
 {
     if (!c->path)
-        return 0;
-    if (c->fd < 0 && try_connect(c) < 0)
-        return -1;
+        return;
+    if (c->fd < 0 && try_connect(c) < 0) {
+        if (!c->warned)
+            log_warn("guest %s: cannot connect to its agent at %s: %s (logged once)", name, c->path,
+                     g_strerror(errno));
+        c->warned = true;
+        return;
+    }
     char buf[4096];
     for (size_t got = 0; got < AGENT_DRAIN_MAX;) {
         ssize_t n = read(c->fd, buf, sizeof(buf));
@@ -80,5 +87,4 @@ int agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes)
         agent_conn_feed(c, buf, (size_t)n, st, guest_bytes);
         got += (size_t)n;
     }
-    return 0;
 }

@@ -12,6 +12,7 @@
 typedef struct {
     char *path;      /* NULL: the guest has no agent port */
     int fd;
+    bool warned;     /* a failure to connect was logged (once per connection's life) */
     qmp_framer in;
 } agent_conn;
 
@@ -23,8 +24,9 @@ void agent_conn_init(agent_conn *c, const char *path);
 void agent_conn_clear(agent_conn *c);
 /* Connect if needed and feed every complete line received into st (at
  * most AGENT_DRAIN_MAX per call).  guest_bytes bounds the sizes the guest
- * claims.  0, or -1 with errno when the socket cannot be reached. */
-int agent_conn_drain(agent_conn *c, agent_state *st, uint64_t guest_bytes);
+ * claims.  A socket that cannot be reached is logged once, as guest
+ * `name`'s. */
+void agent_conn_drain(agent_conn *c, const char *name, agent_state *st, uint64_t guest_bytes);
 /* Feed bytes of the agent's channel that came some other way (libvirt's
  * channel stream), as agent_conn_drain feeds what it reads. */
 void agent_conn_feed(agent_conn *c, const char *buf, size_t n, agent_state *st, uint64_t guest_bytes);

@@ -145,7 +145,6 @@ typedef struct {
     GByteArray *agent_in;   /* what the stream brought since the last drain, at most AGENT_DRAIN_MAX */
     const char *agent_end;  /* why the stream ended (a static string), NULL: it runs (main loop only) */
     bool agent_cb;          /* its stream's event callback is registered (main loop only) */
-    bool agent_warned;      /* its agent socket's failure was logged (main loop only) */
     int free_page_reporting; /* from the domain XML when attached: 1, 0, -1 unknown */
     int deflate_on_oom;      /* ... and its autodeflate, the same */
     unsigned stats_period;  /* to set on the first call */
@@ -963,11 +962,7 @@ static void lv_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gu
         }
         return;
     }
-    if (agent_conn_drain(&lg->agent, st, guest_bytes) < 0 && !lg->agent_warned) {
-        lg->agent_warned = true;
-        log_warn("guest %s: cannot connect to its agent at %s: %s (logged once)", g->name, lg->agent.path,
-                 g_strerror(errno));
-    }
+    agent_conn_drain(&lg->agent, g->name, st, guest_bytes);
 }
 
 /* libvirt's QEMU driver keeps each running domain's pid in its run

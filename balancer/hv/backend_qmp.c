@@ -50,7 +50,6 @@ enum { PART_BALLOON, PART_STATS, PART_DISK, PARTS };
 typedef struct {
     char *path;
     agent_conn agent;      /* path NULL: no agent */
-    bool agent_warned;     /* its agent socket's failure was logged */
     qmp_conn *conn;
     hv_guest *g;
     uint64_t max_bytes;
@@ -570,11 +569,8 @@ static void q_agent_drain(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t gue
 {
     (void)hv;
     qmp_target *t = g->backend_data;
-    if (t && agent_conn_drain(&t->agent, st, guest_bytes) < 0 && !t->agent_warned) {
-        t->agent_warned = true;
-        log_warn("guest %s: cannot connect to its agent at %s: %s (logged once)", g->name, t->agent.path,
-                 g_strerror(errno));
-    }
+    if (t)
+        agent_conn_drain(&t->agent, g->name, st, guest_bytes);
 }
 
 

@@ -296,7 +296,7 @@ START_TEST(over_long_line_costs_only_itself)
     agent_conn c;
     agent_state st = { 0 };
     agent_conn_init(&c, path);
-    agent_conn_drain(&c, &st, 512ULL << 20); /* connects */
+    agent_conn_drain(&c, "test", &st, 512ULL << 20); /* connects */
     int guest = accept(lfd, NULL, NULL);
     ck_assert_int_ge(guest, 0);
     GString *out = g_string_new(NULL);
@@ -305,7 +305,7 @@ START_TEST(over_long_line_costs_only_itself)
     g_string_append_printf(out, "\n%s\n", real_line);
     ck_assert_int_eq(write(guest, out->str, out->len), (ssize_t)out->len);
     g_string_free(out, TRUE);
-    agent_conn_drain(&c, &st, 512ULL << 20);
+    agent_conn_drain(&c, "test", &st, 512ULL << 20);
     ck_assert_uint_eq(st.rejected[AGENT_REJ_TOO_LONG], 1);
     ck_assert_uint_eq(st.messages, 1);
     ck_assert(st.have);
