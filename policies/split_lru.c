@@ -402,6 +402,19 @@ static uint64_t pct(uint64_t v, double percent)
     return (uint64_t)((double)v * percent / 100.0);
 }
 
+/* The most a guest's balloon moves in a tick: step_percent of it, at
+ * least step_min. */
+static uint64_t step_of(const policy_tunables *tun, const guest_view *g)
+{
+    return max_u64(tun->step_min_bytes, pct(g->actual_bytes, tun->step_percent));
+}
+
+/* A stream: streaming and its cache not shown to be re-read. */
+static bool is_stream(const guest_view *g, const work *w)
+{
+    return g->streaming && !w->cache_hot;
+}
+
 
 /* drop_idle_cache's hard rule, before any other: a drop under way is held
  * until its balloon arrives (within slack; or for DROP_HOLD_S), then goes
@@ -490,7 +503,7 @@ static uint64_t tier_bound(const guest_view *g, const work *w, tier t)
      * pages were touched within the cold age too), not a streamer's
      * cache (streamed pages are touched once, and they go first), not
      * when the host is critical */
-    if ((t == TIER_STREAM_CACHE || t == TIER_CACHE) && g->host_ws_bytes >= 0 && !(g->streaming && !w->cache_hot))
+    if ((t == TIER_STREAM_CACHE || t == TIER_CACHE) && g->host_ws_bytes >= 0 && !is_stream(g, w))
         bound = max_u64(bound, (uint64_t)g->host_ws_bytes + w->reserve);
     /* what a reclaim just proved the guest needs is not taken again; when
      * the host is critical only as far as the proof was host-backed
@@ -528,10 +541,10 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
         supply = g->free_page_reporting_used == 1 ? 0 : g->free_bytes > w->reserve ? g->free_bytes - w->reserve : 0;
         break;
     case TIER_STREAM_CACHE:
-        supply = g->streaming && !w->cache_hot ? g->reclaimable_cache_bytes : 0;
+        supply = is_stream(g, w) ? g->reclaimable_cache_bytes : 0;
         break;
     case TIER_CACHE:
-        supply = g->streaming && !w->cache_hot ? 0 : g->reclaimable_cache_bytes / 2;
+        supply = is_stream(g, w) ? 0 : g->reclaimable_cache_bytes / 2;
         break;
     default:
         /* all it can drop: its cache and free memory, but not free pages
@@ -593,7 +606,7 @@ static uint64_t reclaim_tier(const policy_input *in, work *ws, tier t, uint64_t 
  * a stream (a streamer's faults are its own cache, read once). */
 static bool host_swapped(const guest_view *g, const work *w)
 {
-    return g->host_faults_ps >= HOST_BOUND_FPS && !(g->streaming && !w->cache_hot);
+    return g->host_faults_ps >= HOST_BOUND_FPS && !is_stream(g, w);
 }
 
 /* The stream tier's step while the host swaps a working set: every tick
@@ -603,26 +616,26 @@ static bool host_swapped(const guest_view *g, const work *w)
  * up).  Its balloon's own speed paces it: a move still on its way counts
  * as supply to come, and nothing more is asked until it arrives.  Raises
  * the stream donors' step to what they gave so far plus the shortfall and
- * returns whether it did; stream_step_restore puts the steps back. */
-static bool stream_step_raise(const policy_input *in, work *ws, uint64_t shortfall, uint64_t *saved)
+ * returns whether it did; stream_step_restore puts the steps back (a
+ * step is step_of the guest: nothing to remember). */
+static bool stream_step_raise(const policy_input *in, work *ws, uint64_t shortfall)
 {
     bool swapped = false;
     for (size_t i = 0; i < in->n_guests && !swapped; i++)
         swapped = host_swapped(&in->guests[i], &ws[i]);
     if (!swapped || !shortfall)
         return false;
-    for (size_t i = 0; i < in->n_guests; i++) {
-        saved[i] = ws[i].step;
-        if (in->guests[i].streaming && !ws[i].cache_hot)
+    for (size_t i = 0; i < in->n_guests; i++)
+        if (is_stream(&in->guests[i], &ws[i]))
             ws[i].step = max_u64(ws[i].step, ws[i].changed + shortfall);
-    }
     return true;
 }
 
-static void stream_step_restore(const policy_input *in, work *ws, const uint64_t *saved)
+static void stream_step_restore(const policy_input *in, work *ws)
 {
     for (size_t i = 0; i < in->n_guests; i++)
-        ws[i].step = saved[i];
+        if (is_stream(&in->guests[i], &ws[i]))
+            ws[i].step = step_of(&in->tun, &in->guests[i]);
 }
 
 static int by_shares_desc(const void *a, const void *b, void *ctx)
@@ -687,7 +700,7 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
         w->target = g->pending_target_bytes ? g->pending_target_bytes : g->actual_bytes;
         w->moving = g->pending_target_bytes && g->pending_target_bytes < g->actual_bytes;
         w->moving_to = g->pending_target_bytes;
-        w->step = max_u64(tun->step_min_bytes, pct(g->actual_bytes, tun->step_percent));
+        w->step = step_of(tun, g);
         w->reserve = guest_reserve(g, tun->reserve_percent, tun->reserve_min_bytes);
         w->reason = "steady";
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
@@ -878,7 +891,6 @@ static uint64_t reclaim_to_high(const policy_input *in, const split_state *st, w
      * step is what holds them back now), as kswapd escalates priority
      * only when scanning the cheap lists did not free enough. */
     uint64_t reclaimed = 0, later = 0;
-    uint64_t *saved = malloc((in->n_guests ? in->n_guests : 1) * sizeof(*saved));
     for (tier t = TIER_STREAM_CACHE; t < TIER_COUNT && reclaimed < need; t++) {
         if (t == TIER_ANON && !h->critical)
             break;
@@ -893,10 +905,10 @@ static uint64_t reclaim_to_high(const policy_input *in, const split_state *st, w
         uint64_t want = need - reclaimed;
         if (want <= later)
             break;
-        bool raised = t == TIER_STREAM_CACHE && saved && stream_step_raise(in, ws, want - later, saved);
+        bool raised = t == TIER_STREAM_CACHE && stream_step_raise(in, ws, want - later);
         uint64_t got = reclaim_tier(in, ws, t, want - later);
         if (raised) {
-            stream_step_restore(in, ws, saved);
+            stream_step_restore(in, ws);
             for (size_t i = 0; got && i < in->n_guests; i++) {
                 if (ws[i].tier_taken > ws[i].step)
                     ws[i].reason = "reclaim: streaming page cache, at once (the host swaps a working set)";
@@ -907,7 +919,6 @@ static uint64_t reclaim_to_high(const policy_input *in, const split_state *st, w
         reclaimed += got;
         later += unbounded > got ? unbounded - got : 0;
     }
-    free(saved);
     return reclaimed;
 }
 
