@@ -169,17 +169,7 @@ def proc_stat(pid):
 def proc_wait_s(pid):
     """How long a process's threads waited for a CPU, summed (the run
     delay of /proc/PID/task/*/schedstat), in s; 0 when it is gone."""
-    total = 0
-    try:
-        for tid in os.listdir("/proc/%d/task" % pid):
-            try:
-                with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                    total += int(f.read().split()[1])
-            except (OSError, IndexError, ValueError):
-                pass  # a thread that ended
-    except OSError:
-        pass
-    return total / 1e9
+    return memory.run_delay_s(pid, memory.threads(pid))
 
 
 def proc_huge_bytes(pid):
@@ -219,10 +209,7 @@ def field(line, key):
 
 
 def last_pswpin(lines):
-    for line in reversed(lines):
-        if line.startswith("MEMINFO"):
-            return field(line, "pswpin") or 0
-    return 0
+    return memory.guest_line(lines).get("pswpin", 0)
 
 
 def oom_kills(lines):

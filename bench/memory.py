@@ -115,21 +115,9 @@ class DelayAccounting:
             self.client.close()
             self.client = None
 
-    def version(self):
-        """The kernel's struct taskstats version (None: not readable)."""
-        try:
-            msg = self.client.get_pid_stat(os.getpid())[0]
-        except Exception:  # noqa: BLE001
-            return None
-        for name, aggr in msg["attrs"]:
-            if name == "TASKSTATS_TYPE_AGGR_PID":
-                st = dict(aggr["attrs"]).get("TASKSTATS_TYPE_STATS")
-                return st.get("version") if st else None
-        return None
-
-    def thread_stall_ns(self, tid):
-        """Nanoseconds one thread waited for memory, by kind (STALL_FIELDS);
-        None when it is gone."""
+    def stats(self, tid):
+        """One thread's struct taskstats as a dict; None when it is gone (or
+        there is no client)."""
         if not self.client:
             return None
         try:
@@ -138,10 +126,19 @@ class DelayAccounting:
             return None
         for name, aggr in msg["attrs"]:
             if name == "TASKSTATS_TYPE_AGGR_PID":
-                st = dict(aggr["attrs"]).get("TASKSTATS_TYPE_STATS")
-                if st:
-                    return [st.get(k, 0) for k in STALL_FIELDS]
+                return dict(aggr["attrs"]).get("TASKSTATS_TYPE_STATS")
         return None
+
+    def version(self):
+        """The kernel's struct taskstats version (None: not readable)."""
+        st = self.stats(os.getpid())
+        return st.get("version") if st else None
+
+    def thread_stall_ns(self, tid):
+        """Nanoseconds one thread waited for memory, by kind (STALL_FIELDS);
+        None when it is gone."""
+        st = self.stats(tid)
+        return [st.get(k, 0) for k in STALL_FIELDS] if st else None
 
 
 def threads(pid):
@@ -434,11 +431,11 @@ def memory_gates(rows, s, scen, present, measure_s):
     out = []
     if "split-lru" not in present or "none" not in present:
         return out
-    for key in ("host_oom_kills", "qemu_died"):
-        v = fmt_max(rows, s, "split-lru", key) if key == "host_oom_kills" else fmt_sum(rows, s, "split-lru", key)
+    # a run's host OOM kills are repeated on each of its guests' rows, a dead QEMU is one guest's
+    for what, v in (("host OOM kills", fmt_max(rows, s, "split-lru", "host_oom_kills")),
+                    ("QEMUs that died", fmt_sum(rows, s, "split-lru", "qemu_died"))):
         if v != "-":
-            out.append((s, "%s: split-lru %s" % ("host OOM kills" if key == "host_oom_kills" else
-                                                 "QEMUs that died", v), v == "0"))
+            out.append((s, "%s: split-lru %s" % (what, v), v == "0"))
     for g in [g for g in scen["guests"] if g.get("gated")]:
         for name, key, scale, _ in MEASURES[:4]:
             a = per_run(rows, s, "split-lru", g["name"], key, scale)
