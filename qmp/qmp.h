@@ -181,9 +181,6 @@ typedef struct {
     int64_t last_update;      /* host timestamp (s); 0 = never updated */
 } qmp_guest_stats;
 
-/* The QOM path of a balloon device added with id=ID. */
-#define QMP_BALLOON_PATH_FMT "/machine/peripheral/%s"
-
 int qmp_query_balloon(qmp_conn *conn, uint64_t *actual_bytes, int timeout_ms,
                       qmp_error *err);
 int qmp_balloon(qmp_conn *conn, uint64_t target_bytes, int timeout_ms,
@@ -213,6 +210,21 @@ int qmp_parse_query_balloon(json_object *ret, uint64_t *actual_bytes, qmp_error 
 int qmp_parse_virtio_guest_feature(json_object *ret, const char *feature, int *taken, qmp_error *err);
 int qmp_parse_memory_size_summary(json_object *ret, uint64_t *base_bytes,
                                   uint64_t *plugged_bytes, qmp_error *err);
+
+/* A query-memory-devices reply: the DIMMs, and the first virtio-mem
+ * device (QEMU 5.1+; hw/virtio/virtio-mem.c: "size" is what the guest has
+ * plugged, "requested-size" what it was asked to have).  The balloon's
+ * range is the boot memory and the DIMMs, not virtio-mem's memory
+ * (get_current_ram_size() in QEMU 7.2's hw/mem/memory-device.c). */
+typedef struct {
+    uint64_t dimm_bytes;       /* DIMMs and NVDIMMs plugged */
+    unsigned vmem_devices;     /* virtio-mem devices; 0: none, and the vmem_ fields are 0 */
+    char vmem_id[64];          /* the first one's id ("" none: its QOM path is not known) */
+    uint64_t vmem_block_bytes, vmem_max_bytes, vmem_requested_bytes, vmem_plugged_bytes;
+} qmp_memory_devices;
+/* The QOM path of a device added with id=ID (a balloon, a virtio-mem device). */
+#define QMP_PERIPHERAL_PATH_FMT "/machine/peripheral/%s"
+int qmp_parse_memory_devices(json_object *ret, qmp_memory_devices *out, qmp_error *err);
 
 #ifdef __cplusplus
 }

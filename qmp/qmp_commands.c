@@ -91,6 +91,40 @@ int qmp_parse_memory_size_summary(json_object *ret, uint64_t *base, uint64_t *pl
     return 0;
 }
 
+int qmp_parse_memory_devices(json_object *ret, qmp_memory_devices *out, qmp_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (!json_object_is_type(ret, json_type_array))
+        return fail(err, QMP_ERR_PROTOCOL, "query-memory-devices reply is not an array");
+    for (size_t i = 0; i < json_object_array_length(ret); i++) {
+        json_object *dev = json_object_array_get_idx(ret, i), *type, *data, *id;
+        uint64_t size;
+        if (!json_object_object_get_ex(dev, "type", &type) || !json_object_is_type(type, json_type_string) ||
+            !json_object_object_get_ex(dev, "data", &data))
+            return fail(err, QMP_ERR_PROTOCOL, "memory device without type or data");
+        const char *kind = json_object_get_string(type);
+        if (!strcmp(kind, "dimm") || !strcmp(kind, "nvdimm")) {
+            if (get_u64(data, "size", &size, err) < 0)
+                return -1;
+            out->dimm_bytes += size;
+        }
+        if (strcmp(kind, "virtio-mem") != 0 || out->vmem_devices++)
+            continue; /* virtio-pmem, SGX EPC; of virtio-mem devices the first is described */
+        if (get_u64(data, "size", &out->vmem_plugged_bytes, err) < 0 ||
+            get_u64(data, "max-size", &out->vmem_max_bytes, err) < 0 ||
+            get_u64(data, "block-size", &out->vmem_block_bytes, err) < 0 ||
+            get_u64(data, "requested-size", &out->vmem_requested_bytes, err) < 0)
+            return -1;
+        if (!out->vmem_block_bytes || out->vmem_plugged_bytes > out->vmem_max_bytes ||
+            out->vmem_requested_bytes > out->vmem_max_bytes)
+            return fail(err, QMP_ERR_PROTOCOL, "virtio-mem device sizes out of range");
+        if (json_object_object_get_ex(data, "id", &id) && json_object_is_type(id, json_type_string) &&
+            json_object_get_string_len(id) < (int)sizeof(out->vmem_id))
+            snprintf(out->vmem_id, sizeof(out->vmem_id), "%s", json_object_get_string(id));
+    }
+    return 0;
+}
+
 /* Guest-reported stat: -1 when absent, not an integer, or negative
  * (QEMU itself uses -1 for "not reported"). */
 static int64_t guest_stat(json_object *stats, const char *key)

@@ -407,7 +407,10 @@ unsigned balancer_give_back_all(balancer *b)
         uint64_t before = g->balloon_ops;
         /* made as a drop's way back up is (an undo: while paused too, and
          * never shrinking a guest) */
-        guest_decision d = { .target_bytes = g->view.ceiling_bytes, .change = true, .undo = true };
+        /* a virtio-mem guest goes back to its own size, not to all its device could plug */
+        uint64_t to = g->vmem_resized && g->home_bytes && g->home_bytes < g->view.ceiling_bytes ? g->home_bytes
+                                                                                               : g->view.ceiling_bytes;
+        guest_decision d = { .target_bytes = to, .change = true, .undo = true };
         snprintf(d.reason, sizeof(d.reason), "give-back: its memory given back, balancing paused");
         actuate(b, g, &d);
         g->exit_bytes = 0;
@@ -499,6 +502,66 @@ static uint64_t balloon_heading(const balancer *b, const guest *g)
                : g->view.actual_bytes;
 }
 
+/* Set a guest's size: through its balloon, or, with a virtio-mem device
+ * balancerd resizes, split between the two (policies/vmem_plan.h).  Each
+ * part is sent only when it changes. */
+static int resize(balancer *b, guest *g, uint64_t target, char *how, size_t how_len, GError **error)
+{
+    how[0] = '\0';
+    if (!g->vmem_resized)
+        return b->backend->set_target(&b->hv, &g->hv, target, error);
+    vmem_device dev = guest_vmem_device(g, (double)mono_ms() / 1000.0);
+    vmem_split p = vmem_split_target(target, &dev);
+    char plug[32], bal[32];
+    size_format(p.requested_bytes, plug, sizeof(plug));
+    size_format(p.balloon_bytes, bal, sizeof(bal));
+    snprintf(how, how_len, " [virtio-mem %s%s, balloon %s]", plug, dev.held ? " (held)" : "", bal);
+    if ((p.requested_bytes != g->vmem.requested_bytes || (g->vmem_asked != UINT64_MAX && g->vmem_asked != p.requested_bytes)) &&
+        !dev.held) {
+        if (b->backend->set_vmem(&b->hv, &g->hv, p.requested_bytes, error) < 0)
+            return -1;
+        g->vmem_asked = p.requested_bytes;
+    }
+    if (p.balloon_bytes != g->balloon_bytes || (g->balloon_asked && g->balloon_asked != p.balloon_bytes)) {
+        if (b->backend->set_target(&b->hv, &g->hv, p.balloon_bytes, error) < 0)
+            return -1;
+        g->balloon_asked = p.balloon_bytes;
+    }
+    return 0;
+}
+
+/* What a virtio-mem device's sample said: a device that stopped
+ * following is held where it is (asked to stay there, so that the
+ * guest's driver stops retrying), and asked again when the hold ends. */
+static void note_vmem(balancer *b, guest *g, vmem_state st)
+{
+    char req[32], plug[32];
+    size_format(g->vmem.requested_bytes, req, sizeof(req));
+    size_format(g->vmem.plugged_bytes, plug, sizeof(plug));
+    if (st == VMEM_RELEASED) {
+        log_info("guest %s: virtio-mem hold over: it may be resized again", g->hv.name);
+        return;
+    }
+    if (st != VMEM_NOW_HELD)
+        return;
+    log_warn("guest %s: virtio-mem does not follow: asked for %s, %s plugged, no progress for %.0f s (%s): held "
+             "there for %.0f s, the balloon does the rest",
+             g->hv.name, req, plug, VMEM_STALL_S,
+             g->vtrack.plug_refused ? "the guest plugs nothing: no virtio_mem driver loaded?"
+                                    : "the guest cannot unplug: its hotplugged memory not movable "
+                                      "(memory_hotplug.online_policy=auto-movable)?",
+             g->vtrack.held_until - (double)mono_ms() / 1000.0);
+    /* withdrawn while paused too: it moves no memory, it stops a request
+     * the guest cannot follow */
+    if (b->dry_run || g->policy.mode == VM_MODE_OFF || g->vmem.requested_bytes == g->vmem.plugged_bytes)
+        return;
+    g_autoptr(GError) err = NULL;
+    if (b->backend->set_vmem(&b->hv, &g->hv, g->vmem.plugged_bytes, &err) < 0)
+        log_warn("guest %s: virtio-mem %s -> %s failed: %s", g->hv.name, req, plug, err->message);
+    else
+        g->vmem_asked = g->vmem.plugged_bytes;
+}
+
 static void actuate(balancer *b, guest *g, const guest_decision *d)
 {
     const guest_view *v = &g->view;
@@ -530,15 +593,18 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
     if (heading != v->actual_bytes)
         size_format(heading, was_to, sizeof(was_to));
     if (b->dry_run || (b->paused && !d->undo)) {
-        log_info("guest %s: would balloon %s -> %s (%s)%s", g->hv.name, from, to, d->reason,
+        log_info("guest %s: would %s %s -> %s (%s)%s", g->hv.name, g->vmem_resized ? "resize" : "balloon", from, to,
+                 d->reason,
                  b->paused ? " [paused]" : " [dry run]");
         return;
     }
     g_autoptr(GError) err = NULL;
-    if (b->backend->set_target(&b->hv, &g->hv, target, &err) < 0) {
+    char how[96];
+    if (resize(b, g, target, how, sizeof(how), &err) < 0) {
         g->balloon_errors++;
         b->backend_errors++;
-        log_warn("guest %s: balloon %s -> %s failed: %s", g->hv.name, from, to, err->message);
+        log_warn("guest %s: %s %s -> %s%s failed: %s", g->hv.name, g->vmem_resized ? "size" : "balloon", from, to,
+                 how, err->message);
         return;
     }
     g->balloon_ops++;
@@ -551,8 +617,9 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         g->last_grow_ms = now;
     g->last_target = target;
     g->last_set_ms = now;
-    log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, "balloon", d->reason, v->actual_bytes, target,
-                     "guest %s: balloon %s -> %s (%s)%s%s", g->hv.name, from, to, d->reason,
+    log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, g->vmem_resized ? "resize" : "balloon", d->reason,
+                     v->actual_bytes, target, "guest %s: %s %s -> %s%s (%s)%s%s", g->hv.name,
+                     g->vmem_resized ? "size" : "balloon", from, to, how, d->reason,
                      was_to[0] ? ", was on its way to " : "", was_to);
 }
 
@@ -660,6 +727,8 @@ static bool tick_round(balancer *b)
             bool ws_fresh = host_swap_guest_stats_get(g->hswap, &hs) && hs.ws_known &&
                             mono_ms() - hs.at_ms <= 3000 * (int64_t)b->cfg.hr_scan_interval;
             s.host_ws_bytes = ws_fresh ? (int64_t)hs.ws_bytes : -1;
+            /* a virtio-mem device: the guest's size is its balloon's and the device's */
+            note_vmem(b, g, guest_fold_vmem(g, &s, b->backend->set_vmem != NULL, (double)mono_ms() / 1000.0));
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
             /* a report from before a reset describes the guest that was:
              * the booting one has none until its balloon driver reports */

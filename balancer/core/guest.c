@@ -20,6 +20,8 @@ void guest_init(guest *g, const char *name, const char *uuid)
     g->qcpu_prev = -1;
     g->qemu_cpu = -1;
     g->job_ms = -1;
+    g->vmem_asked = UINT64_MAX;
+    vmem_track_init(&g->vtrack);
     g->view.name = g->hv.name;
     g->view.uuid = g->hv.uuid;
     g->view.free_page_reporting = g->view.free_page_reporting_used = g->view.deflate_on_oom = -1;
@@ -138,6 +140,34 @@ void guest_rebooted(guest *g)
     g->total_above = 0;
     g->reset_report = g->have_cur && g->cur.last_update > 0 ? g->cur.last_update : 1;
     g->reboot_pending = true;
+    /* QEMU unplugs all of a virtio-mem device at a reset; the guest's
+     * driver plugs the requested size again once it is loaded */
+    vmem_track_init(&g->vtrack);
+}
+
+vmem_state guest_fold_vmem(guest *g, guest_sample *s, bool resizable, double now)
+{
+    g->vmem = s->vmem;
+    g->vmem_resized = resizable && s->vmem.devices && s->vmem.id[0];
+    if (!g->vmem_resized)
+        return VMEM_FOLLOWING;
+    g->base_bytes = s->max_bytes > 0 ? (uint64_t)s->max_bytes : 0;
+    g->balloon_bytes = s->actual_bytes > 0 ? (uint64_t)s->actual_bytes : 0;
+    if (!g->home_bytes)
+        g->home_bytes = g->base_bytes + s->vmem.requested_bytes;
+    vmem_state st = vmem_track_observe(&g->vtrack, s->vmem.plugged_bytes, s->vmem.requested_bytes, now);
+    vmem_device d = guest_vmem_device(g, now);
+    if (s->actual_bytes > 0)
+        s->actual_bytes += (int64_t)s->vmem.plugged_bytes;
+    s->max_bytes = (int64_t)vmem_reach(&d);
+    return st;
+}
+
+vmem_device guest_vmem_device(const guest *g, double now)
+{
+    return (vmem_device){ .base_bytes = g->base_bytes, .block_bytes = g->vmem.block_bytes,
+                          .max_bytes = g->vmem.max_bytes, .plugged_bytes = g->vmem.plugged_bytes,
+                          .held = vmem_track_held(&g->vtrack, now) };
 }
 
 /* The page cache a guest can drop.  virtio-balloon's disk-caches is the

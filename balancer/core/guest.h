@@ -14,6 +14,7 @@
 #include "hv/backend.h"
 #include "policies/classify.h"
 #include "policies/policy.h"
+#include "policies/vmem_plan.h"
 #include "reclaim/host_swap.h"
 
 typedef struct guest {
@@ -58,6 +59,19 @@ typedef struct guest {
     char last_reason[96];
     int64_t job_ms;           /* a libvirt job (migration, save, dump) has run this long, -1 none */
     hswap_guest *hswap;       /* host-side reclaim state (reclaim/host_swap.c), NULL if none */
+    /* Its virtio-mem device (policies/vmem_plan.h), resized when the
+     * backend can address it; then view.actual_bytes and the ceiling are
+     * the balloon's and the device's together, and the balloon works
+     * within base_bytes. */
+    vmem_sample vmem;         /* at the last sample (devices 0: none) */
+    bool vmem_resized;
+    vmem_track vtrack;
+    uint64_t base_bytes;      /* the balloon's range: the memory the guest booted with */
+    uint64_t balloon_bytes;   /* the balloon alone, at the last sample */
+    uint64_t balloon_asked;   /* the balloon target last sent, 0 none */
+    uint64_t vmem_asked;      /* the requested size last sent, UINT64_MAX none */
+    uint64_t home_bytes;      /* its size before balancerd resized it (boot memory and the requested
+                               * size first seen), where give-back takes it; 0 not known yet */
 } guest;
 
 typedef struct {
@@ -76,6 +90,12 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
  * (classification, the previous sample, deflate-on-oom evidence) no longer
  * describes the guest that boots. */
 void guest_rebooted(guest *g);
+/* Fold a sample's virtio-mem device into the guest's size (when
+ * resizable: the backend can set it), track whether it follows, at now
+ * (s, monotonic).  Returns the device's state. */
+vmem_state guest_fold_vmem(guest *g, guest_sample *s, bool resizable, double now);
+/* Its device as the split sees it at now. */
+vmem_device guest_vmem_device(const guest *g, double now);
 /* The page cache a guest can drop, of cache (virtio-balloon's disk-caches,
  * Shmem included), given its MemAvailable and MemFree. */
 uint64_t reclaimable_cache(uint64_t cache, uint64_t available, uint64_t free_bytes);

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/mono_clock.h"
+
 static void guest_row(const guest *g, snapshot_guest *r)
 {
     snprintf(r->name, sizeof(r->name), "%s", g->hv.name);
@@ -27,6 +29,18 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->counter_resets = g->counter_resets;
     r->unbacked_claims = g->unbacked_claims;
     r->self_deflations = g->self_deflations;
+    double now = (double)mono_ms() / 1000.0;
+    r->vmem_devices = g->vmem.devices;
+    r->vmem_resized = g->vmem_resized;
+    r->vmem_held = g->vmem_resized && vmem_track_held(&g->vtrack, now);
+    r->vmem_plug_refused = r->vmem_held && g->vtrack.plug_refused;
+    r->vmem_held_s = r->vmem_held ? g->vtrack.held_until - now : 0;
+    r->vmem_block_bytes = g->vmem.block_bytes;
+    r->vmem_max_bytes = g->vmem.max_bytes;
+    r->vmem_requested_bytes = g->vmem.requested_bytes;
+    r->vmem_plugged_bytes = g->vmem.plugged_bytes;
+    r->base_bytes = g->vmem_resized ? g->base_bytes : 0;
+    r->balloon_bytes = g->vmem_resized ? g->balloon_bytes : g->view.actual_bytes;
     r->disk_read_bps = g->disk_read_bps;
     r->qemu_faults_ps = g->qemu_faults_ps;
     r->qemu_cpu = g->qemu_cpu;

@@ -19,8 +19,19 @@
 
 #include "agent/agent_proto.h"
 
+/* The guest's virtio-mem device, host truth (QEMU's, or libvirt's live
+ * XML).  A guest may have several (one per NUMA node): balancerd resizes
+ * the first and leaves the others as they are. */
+typedef struct {
+    unsigned devices;          /* its virtio-mem devices, 0 none (then the rest is 0) */
+    char id[64];               /* the first: its QEMU id (QMP) or libvirt alias; "" none (cannot be addressed) */
+    uint64_t block_bytes, max_bytes, requested_bytes, plugged_bytes;
+} vmem_sample;
+
 /* One stats sample.  Values the guest did not report are -1.  actual and
- * max come from QEMU/libvirt (host truth); the rest from the guest. */
+ * max come from QEMU/libvirt (host truth): the balloon's, within the
+ * memory the guest booted with; vmem is what a virtio-mem device adds on
+ * top.  The rest comes from the guest. */
 typedef struct {
     int64_t actual_bytes;
     int64_t max_bytes;
@@ -47,6 +58,7 @@ typedef struct {
                                * deflate-on-oom, libvirt's autodeflate): the guest's safety net
                                * against a balloon that took too much.  1 yes, 0 no, -1 unknown */
     unsigned balloon_failures; /* balloon changes the hypervisor refused since the last sample */
+    vmem_sample vmem;
 } guest_sample;
 
 /* What the hypervisor layer knows of one guest. */
@@ -104,6 +116,9 @@ typedef struct backend_ops {
     void (*agent_drain)(hv_ctx *hv, hv_guest *g, agent_state *st, uint64_t guest_bytes);
     /* Set the balloon target (bytes). */
     int (*set_target)(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error);
+    /* Set the requested size of the virtio-mem device the last sample
+     * described (vmem.id). */
+    int (*set_vmem)(hv_ctx *hv, hv_guest *g, uint64_t requested_bytes, GError **error);
     /* The QEMU process's pid (host-side reclaim), or -1. */
     int (*qemu_pid)(hv_ctx *hv, hv_guest *g);
     /* Free what the backend attached to g (g->backend_data). */

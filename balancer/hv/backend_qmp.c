@@ -7,7 +7,8 @@
  * socket chardev (guest-agent/PROTOCOL.md).
  *
  * No QEMU can stall the tick.  Each tick sends every guest its questions
- * (query-balloon, the balloon's guest-stats, query-blockstats) at once,
+ * (query-balloon, the balloon's guest-stats, query-blockstats,
+ * query-memory-devices for virtio-mem) at once,
  * without waiting, and then waits at most HV_GATHER_MS for all the answers
  * together; a QEMU that does not answer in time (stopped, hung, its
  * monitor busy) is sampled from whatever it answers later, is not waited
@@ -45,14 +46,14 @@
 #define RETRY_MAX_S 60           /* ... up to this */
 #define BALLOON_QOM_PATH "/machine/peripheral/balloon0"
 
-enum { PART_BALLOON, PART_STATS, PART_DISK, PARTS };
+enum { PART_BALLOON, PART_STATS, PART_DISK, PART_MEMDEV, PARTS };
 
 typedef struct {
     char *path;
     agent_conn agent;      /* path NULL: no agent */
     qmp_conn *conn;
     hv_guest *g;
-    uint64_t max_bytes;
+    uint64_t max_bytes;    /* the balloon's range when query-memory-devices cannot say */
     int64_t next_attempt;
     unsigned backoff;      /* seconds before the next connect attempt after a failure */
     bool warned;
@@ -436,6 +437,25 @@ static void on_disk(qmp_conn *c, json_object *ret, const qmp_error *err, void *o
     round_answer(t, NULL, "query-blockstats");
 }
 
+/* Memory devices: the balloon's range is the boot memory and the DIMMs;
+ * a virtio-mem device is resized on its own.  A QEMU that cannot say
+ * keeps the range it had at connect and no virtio-mem. */
+static void on_memdev(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    (void)c;
+    qmp_target *t = opaque;
+    qmp_memory_devices md;
+    if (!err && qmp_parse_memory_devices(ret, &md, NULL) == 0) {
+        guest_sample *o = &t->partial;
+        o->max_bytes = (int64_t)(t->join_base + md.dimm_bytes);
+        o->vmem = (vmem_sample){ .devices = md.vmem_devices, .block_bytes = md.vmem_block_bytes,
+                                 .max_bytes = md.vmem_max_bytes, .requested_bytes = md.vmem_requested_bytes,
+                                 .plugged_bytes = md.vmem_plugged_bytes };
+        snprintf(o->vmem.id, sizeof(o->vmem.id), "%s", md.vmem_id);
+    }
+    round_answer(t, NULL, "query-memory-devices");
+}
+
 /* Send this tick's questions (none while the last ones are unanswered,
  * nor to a QEMU whose questions expired and that has said nothing since). */
 static void ask(hv_ctx *hv, qmp_target *t)
@@ -450,6 +470,7 @@ static void ask(hv_ctx *hv, qmp_target *t)
     ask_free_page_reporting_used(t); /* not of a QEMU that does not answer: it would pile up */
     memset(&t->partial, 0xff, sizeof(t->partial)); /* every field -1: not reported */
     t->partial.max_bytes = (int64_t)t->max_bytes;
+    t->partial.vmem = (vmem_sample){ 0 };
     t->round_failed = false;
     t->round_error[0] = '\0';
     t->asked_ms = mono_ms();
@@ -461,6 +482,7 @@ static void ask(hv_ctx *hv, qmp_target *t)
         [PART_BALLOON] = { "query-balloon", on_balloon },
         [PART_STATS] = { "qom-get", on_stats },
         [PART_DISK] = { "query-blockstats", on_disk },
+        [PART_MEMDEV] = { "query-memory-devices", on_memdev },
     };
     for (int i = 0; i < PARTS; i++) {
         qmp_error err;
@@ -603,7 +625,7 @@ static int q_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     return 0;
 }
 
-static void on_balloon_set(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+static void on_set(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque, const char *what)
 {
     (void)c;
     (void)ret;
@@ -611,38 +633,68 @@ static void on_balloon_set(qmp_conn *c, json_object *ret, const qmp_error *err, 
     if (t->sets_unanswered)
         t->sets_unanswered--;
     if (err && !t->closing) {
-        log_warn("%s: balloon change failed: %s", t->path, err->msg);
+        log_warn("%s: %s change failed: %s", t->path, what, err->msg);
         t->set_failures++;
     }
 }
 
+static void on_balloon_set(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    on_set(c, ret, err, opaque, "balloon");
+}
+
+static void on_vmem_set(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+{
+    on_set(c, ret, err, opaque, "virtio-mem");
+}
+
 /* Sent without waiting; QEMU's refusal is logged when it comes.  A QEMU
  * that does not answer its questions is not given more to queue. */
+static int send_set(qmp_target *t, const char *cmd, json_object *args, qmp_reply_cb cb, GError **error)
+{
+    qmp_error e;
+    if (!t || !t->conn || t->joining || t->stuck) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, t && t->stuck ? "QEMU is not answering" : "not connected");
+        json_object_put(args);
+        return -1;
+    }
+    if (qmp_execute_async(t->conn, cmd, args, REQUEST_MS, cb, t, &e) < 0) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", e.msg);
+        return -1;
+    }
+    t->sets_unanswered++;
+    return 0;
+}
+
 static int q_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
 {
     (void)hv;
-    qmp_target *t = g->backend_data;
-    qmp_error e;
-    if (!t || !t->conn || t->joining) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not connected");
-        return -1;
-    }
-    if (t->stuck) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "QEMU is not answering");
-        return -1;
-    }
     if (bytes == 0) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "balloon target 0 bytes is out of range");
         return -1;
     }
     json_object *args = json_object_new_object();
     json_object_object_add(args, "value", json_object_new_int64(bytes > INT64_MAX ? INT64_MAX : (int64_t)bytes));
-    if (qmp_execute_async(t->conn, "balloon", args, REQUEST_MS, on_balloon_set, t, &e) < 0) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", e.msg);
+    return send_set(g->backend_data, "balloon", args, on_balloon_set, error);
+}
+
+/* qom-set of the device's requested-size (what virsh update-memory-device
+ * --requested-size does through libvirt). */
+static int q_set_vmem(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
+{
+    (void)hv;
+    qmp_target *t = g->backend_data;
+    if (t && !t->last.vmem.id[0]) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "its virtio-mem device has no id: it cannot be addressed");
         return -1;
     }
-    t->sets_unanswered++;
-    return 0;
+    char path[96];
+    snprintf(path, sizeof(path), QMP_PERIPHERAL_PATH_FMT, t ? t->last.vmem.id : "");
+    json_object *args = json_object_new_object();
+    json_object_object_add(args, "path", json_object_new_string(path));
+    json_object_object_add(args, "property", json_object_new_string("requested-size"));
+    json_object_object_add(args, "value", json_object_new_int64(bytes > INT64_MAX ? INT64_MAX : (int64_t)bytes));
+    return send_set(t, "qom-set", args, on_vmem_set, error);
 }
 
 /* The QMP socket's peer is the QEMU process itself. */
@@ -706,6 +758,7 @@ const backend_ops backend_qmp = {
     .sample = q_sample,
     .agent_drain = q_agent_drain,
     .set_target = q_set_target,
+    .set_vmem = q_set_vmem,
     .qemu_pid = q_qemu_pid,
     .guest_release = q_guest_release,
     .shutdown = q_shutdown,

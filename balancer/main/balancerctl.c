@@ -152,8 +152,8 @@ static void print_explain(json_object *r)
     json_object_object_get_ex(g, "policy", &p);
     printf("%s: %s\n", str(r, "domain"), str(g, "reason"));
     printf("  policy %s; host: %s\n", str(r, "policy_name"), str(r, "host_summary"));
-    printf("  balloon %s, chosen target %s, floor %s\n", sz(num(g, "actual_bytes"), a),
-           sz(num(g, "target_bytes"), b), sz(num(g, "floor_bytes"), c));
+    printf("  %s %s, chosen target %s, floor %s\n", json_object_object_get_ex(g, "virtio_mem", NULL) ? "size" : "balloon",
+           sz(num(g, "actual_bytes"), a), sz(num(g, "target_bytes"), b), sz(num(g, "floor_bytes"), c));
     printf("  guest reports: available %s, free %s, cache %s%s\n", sz(num(g, "available_bytes"), a),
            sz(num(g, "free_bytes"), b), sz(num(g, "cache_bytes"), c),
            flag(g, "stats_valid") ? "" : " (STALE: not used)");
@@ -192,6 +192,23 @@ static void print_explain(json_object *r)
                !doo ? "unknown"
                : json_object_get_boolean(doo) ? "on (the guest deflates it rather than kill)"
                                               : "off (a balloon that took too much ends in its OOM killer)");
+    json_object *vm;
+    if (json_object_object_get_ex(g, "virtio_mem", &vm)) {
+        char pl[24], rq[24], mx[24], bl[24], bs[24];
+        if (!flag(vm, "resized"))
+            printf("  virtio-mem: %s plugged of %s, not resized by balancerd (its device has no id, or the "
+                   "backend cannot): its balloon alone is\n", sz(num(vm, "plugged_bytes"), pl), sz(num(vm, "max_bytes"), mx));
+        else
+            printf("  resized by: virtio-mem above its boot memory (%s plugged, %s requested, of %s), its balloon "
+                   "below it (%s of %s)%s\n", sz(num(vm, "plugged_bytes"), pl), sz(num(vm, "requested_bytes"), rq),
+                   sz(num(vm, "max_bytes"), mx), sz(num(vm, "balloon_bytes"), bl), sz(num(vm, "base_bytes"), bs),
+                   num(vm, "devices") > 1 ? "; only its first virtio-mem device is resized" : "");
+        if (flag(vm, "held"))
+            printf("  virtio-mem held for another %.0f s: the guest did not %s (%s); its balloon does the rest\n",
+                   dbl(vm, "held_seconds"), str(vm, "held_for"),
+                   !strcmp(str(vm, "held_for"), "plug") ? "no virtio_mem driver loaded?"
+                                                        : "its hotplugged memory not movable?");
+    }
     printf("  policy: mode %s, priority %s, shares %s, protect %s, source %s\n", str(p, "mode"),
            str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
     json_object *h;

@@ -114,6 +114,22 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
         json_object_object_add(o, "deflate_on_oom", g->view.deflate_on_oom < 0 ? NULL
                                : json_object_new_boolean(g->view.deflate_on_oom));
         json_object_object_add(o, "policy", policy_json(g));
+        if (g->vmem_devices) {
+            json_object *m = json_object_new_object();
+            json_object_object_add(m, "devices", json_object_new_int((int)g->vmem_devices));
+            json_object_object_add(m, "resized", json_object_new_boolean(g->vmem_resized));
+            json_object_object_add(m, "block_bytes", u64(g->vmem_block_bytes));
+            json_object_object_add(m, "max_bytes", u64(g->vmem_max_bytes));
+            json_object_object_add(m, "requested_bytes", u64(g->vmem_requested_bytes));
+            json_object_object_add(m, "plugged_bytes", u64(g->vmem_plugged_bytes));
+            json_object_object_add(m, "base_bytes", u64(g->base_bytes));
+            json_object_object_add(m, "balloon_bytes", u64(g->balloon_bytes));
+            json_object_object_add(m, "held", json_object_new_boolean(g->vmem_held));
+            json_object_object_add(m, "held_seconds", json_object_new_double(g->vmem_held_s));
+            json_object_object_add(m, "held_for", !g->vmem_held ? NULL
+                                   : json_object_new_string(g->vmem_plug_refused ? "plug" : "unplug"));
+            json_object_object_add(o, "virtio_mem", m);
+        }
         const host_swap_guest_stats hs = g->reclaim;
         if (hs.active) {
             json_object *h = json_object_new_object();

@@ -50,6 +50,12 @@ static void guest_family(GString *s, const snapshot *b, const char *name, const 
     static double fn(const snapshot_guest *g) { return g->field < 0 ? 0 : (double)g->field; }
 
 static double gv_actual(const snapshot_guest *g) { return (double)g->view.actual_bytes; }
+static double gv_balloon(const snapshot_guest *g) { return (double)g->balloon_bytes; }
+static double gv_vmem_resized(const snapshot_guest *g) { return g->vmem_resized; }
+static double gv_vmem_plugged(const snapshot_guest *g) { return (double)g->vmem_plugged_bytes; }
+static double gv_vmem_requested(const snapshot_guest *g) { return (double)g->vmem_requested_bytes; }
+static double gv_vmem_max(const snapshot_guest *g) { return (double)g->vmem_max_bytes; }
+static double gv_vmem_held(const snapshot_guest *g) { return g->vmem_held; }
 static double gv_target(const snapshot_guest *g) { return (double)g->target_bytes; }
 static double gv_floor(const snapshot_guest *g) { return (double)g->view.floor_bytes; }
 static double gv_ceiling(const snapshot_guest *g) { return (double)g->view.ceiling_bytes; }
@@ -171,7 +177,23 @@ GString *metrics_render(const snapshot *b)
            "balancer_guest_stats_stale says when it does not answer).");
     g_string_append_printf(s, "balancer_backend_up{backend=\"%s\"} %d\n", b->backend_name, b->backend_up ? 1 : 0);
 
-    guest_family(s, b, "balancer_guest_actual_bytes", "gauge", "Current balloon size.", gv_actual);
+    guest_family(s, b, "balancer_guest_actual_bytes", "gauge",
+                 "The guest's current size: its balloon's, and what its virtio-mem device plugged when balancerd "
+                 "resizes that too.", gv_actual);
+    guest_family(s, b, "balancer_guest_balloon_bytes", "gauge",
+                 "Its balloon's size alone (within the memory it booted with).", gv_balloon);
+    guest_family(s, b, "balancer_guest_virtio_mem_resized", "gauge",
+                 "1 when balancerd resizes the guest through its virtio-mem device (above its boot memory) and its "
+                 "balloon (below it); 0 balloon only.", gv_vmem_resized);
+    guest_family(s, b, "balancer_guest_virtio_mem_plugged_bytes", "gauge",
+                 "What the guest plugged of its (first) virtio-mem device; 0 none.", gv_vmem_plugged);
+    guest_family(s, b, "balancer_guest_virtio_mem_requested_bytes", "gauge",
+                 "The requested size of its (first) virtio-mem device.", gv_vmem_requested);
+    guest_family(s, b, "balancer_guest_virtio_mem_max_bytes", "gauge",
+                 "The maximum of its (first) virtio-mem device.", gv_vmem_max);
+    guest_family(s, b, "balancer_guest_virtio_mem_held", "gauge",
+                 "1 while its virtio-mem device is held: it did not follow a request (no driver, memory not "
+                 "movable); asked again after a hold that doubles, 60 s to 16 min.", gv_vmem_held);
     guest_family(s, b, "balancer_guest_target_bytes", "gauge", "Balloon size the policy chose last tick.", gv_target);
     guest_family(s, b, "balancer_guest_floor_bytes", "gauge", "Never ballooned below this.", gv_floor);
     guest_family(s, b, "balancer_guest_ceiling_bytes", "gauge", "Never ballooned above this.", gv_ceiling);

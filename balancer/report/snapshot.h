@@ -57,6 +57,14 @@ typedef struct {
     uint64_t agent_rejected[AGENT_REJ_COUNT];
     /* host-side reclaim: reclaim.active when the guest is scanned */
     host_swap_guest_stats reclaim;
+    /* its virtio-mem devices (0 none); the first is resized with its
+     * balloon when vmem_resized (view.actual_bytes is then both together) */
+    unsigned vmem_devices;
+    bool vmem_resized, vmem_held, vmem_plug_refused;
+    double vmem_held_s;         /* what its hold has left, s */
+    uint64_t vmem_block_bytes, vmem_max_bytes, vmem_requested_bytes, vmem_plugged_bytes;
+    uint64_t base_bytes;        /* the balloon's range: the memory it booted with */
+    uint64_t balloon_bytes;     /* its balloon alone */
 } snapshot_guest;
 
 typedef struct {

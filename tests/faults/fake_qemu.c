@@ -3,8 +3,8 @@
  * for load and soak tests of balancerd (tests/faults/soak.sh).  Speaks
  * enough QMP for balancerd's QMP backend: greeting, qmp_capabilities,
  * query-name, query-uuid, query-memory-size-summary, qom-set, qom-get
- * guest-stats, query-balloon, balloon (with BALLOON_CHANGE), and
- * query-blockstats.  Each guest's memory use swings slowly (a different
+ * guest-stats, query-balloon, balloon (with BALLOON_CHANGE),
+ * query-blockstats and query-memory-devices (no disks, no memory devices).  Each guest's memory use swings slowly (a different
  * phase per guest) so balancerd keeps deciding.  Every fifth guest lies
  * in its balloon stats: free memory four times its RAM, counters that jump
  * backwards, values near 2^62, and now and then no stats at all; it must
@@ -161,8 +161,8 @@ static void handle(fake_guest *g, size_t idx, const char *line)
         ret = json_object_new_object();
         json_object_object_add(ret, "actual", json_object_new_int64((int64_t)g->actual));
         reply(g, id, ret);
-    } else if (!strcmp(c, "query-blockstats")) {
-        reply(g, id, json_object_new_array());
+    } else if (!strcmp(c, "query-blockstats") || !strcmp(c, "query-memory-devices")) {
+        reply(g, id, json_object_new_array()); /* no disks, no memory devices */
     } else if (!strcmp(c, "balloon")) {
         json_object *v;
         int64_t want = args && json_object_object_get_ex(args, "value", &v) ? json_object_get_int64(v) : 0;

@@ -7,12 +7,17 @@
 # Usage: boot-guest.sh --run-dir DIR [--guest-dir DIR] [--mem MiB]
 #          [--accel auto|kvm|tcg] [--append "membal.run=..."]
 #          [--disk IMAGE]... [--name NAME] [--cgroup DIR] [--tb-size MiB] [--agent]
-#          [--balloon-opts OPTS] [--deadline SECONDS] [-- extra qemu args]
+#          [--balloon-opts OPTS] [--vmem MAX_MiB[:REQUESTED_MiB]]
+#          [--deadline SECONDS] [-- extra qemu args]
 # --disk may be repeated (vda, vdb, ...); --cgroup starts QEMU inside that
 # cgroup (v1 or v2 directory) so all its memory is charged there; --agent
 # adds the virtio-serial port org.membal.agent.0 as DIR/agent.sock;
 # --balloon-opts appends ",OPTS" to the virtio-balloon-pci device, e.g.
-# --balloon-opts free-page-reporting=on  (comma-separate several).
+# --balloon-opts free-page-reporting=on  (comma-separate several);
+# --vmem adds a virtio-mem device (id vmem0, 2 MiB blocks) of MAX_MiB above
+# --mem, REQUESTED_MiB of it plugged at boot (default 0), and boots the
+# guest kernel with hotplugged memory onlined auto-movable (so that it can
+# be unplugged again).
 # Prints on success:  accel=<kvm|tcg> pid=<pid> qmp=<socket> serial=<log>
 # The KVM probe result is cached in GUEST_DIR/accel-probe.
 set -eu
@@ -20,7 +25,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 guest_dir=${MEMBAL_GUEST_DIR:-$here/../../build/guest}
 run_dir= mem=512 accel=${MEMBAL_ACCEL:-auto} append= disks= deadline=60 kvm_deadline=20
-name= cgroup= tb_size= agent= balloon_opts=
+name= cgroup= tb_size= agent= balloon_opts= vmem=
 while [ $# -gt 0 ]; do
     case "$1" in
         --run-dir) run_dir=$2; shift 2 ;;
@@ -34,9 +39,10 @@ while [ $# -gt 0 ]; do
         --tb-size) tb_size=$2; shift 2 ;;
         --agent) agent=1; shift ;;
         --balloon-opts) balloon_opts=$2; shift 2 ;;
+        --vmem) vmem=$2; shift 2 ;;
         --deadline) deadline=$2; shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "boot-guest: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -67,11 +73,20 @@ start_qemu() { # $1 = kvm|tcg, then extra qemu args
         drive="$drive -chardev socket,id=agent0,path=$run_dir/agent.sock,server=on,wait=off"
         drive="$drive -device virtserialport,bus=vser0.0,chardev=agent0,name=org.membal.agent.0"
     fi
+    memory=$mem kargs=
+    if [ -n "$vmem" ]; then
+        vmax=${vmem%%:*} vreq=0
+        case "$vmem" in *:*) vreq=${vmem#*:} ;; esac
+        memory="${mem}M,maxmem=$((mem + vmax))M"
+        drive="$drive -object memory-backend-ram,id=vmem0mem,size=${vmax}M"
+        drive="$drive -device virtio-mem-pci,id=vmem0,memdev=vmem0mem,block-size=2M,requested-size=${vreq}M"
+        kargs="memhp_default_state=online memory_hotplug.online_policy=auto-movable"
+    fi
     # shellcheck disable=SC2086 # word splitting of $acc/$drive is intended
-    qemu-system-x86_64 $acc -machine pc -smp 1 -m "$mem" \
+    qemu-system-x86_64 $acc -machine pc -smp 1 -m "$memory" \
         -nodefaults -no-user-config -display none -vga none -no-reboot \
         -kernel "$guest_dir/vmlinuz" -initrd "$guest_dir/initramfs.gz" \
-        -append "console=ttyS0 panic=-1 nokaslr tsc=unstable quiet $append" \
+        -append "console=ttyS0 panic=-1 nokaslr tsc=unstable quiet $kargs $append" \
         -serial "file:$run_dir/serial.log" \
         -qmp "unix:$run_dir/qmp.sock,server=on,wait=off" \
         -device "virtio-balloon-pci,id=balloon0${balloon_opts:+,$balloon_opts}" \

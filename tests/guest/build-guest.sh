@@ -51,7 +51,7 @@ add_module() {
     esac
     echo "$name" >> "$order"
 }
-for m in virtio virtio_ring virtio_pci virtio_balloon virtio_blk virtio_console; do
+for m in virtio virtio_ring virtio_pci virtio_balloon virtio_blk virtio_console virtio_mem; do
     add_module "$m"
 done
 

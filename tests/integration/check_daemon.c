@@ -1907,6 +1907,108 @@ START_TEST(rebooted_guest_gets_its_size_back)
 }
 END_TEST
 
+/* ---- virtio-mem: a second actuator beside the balloon ---- */
+
+/* The guest's size in one metric family, or -1. */
+static double guest_metric(const char *family, const char *guest)
+{
+    char prefix[200], series[200];
+    snprintf(prefix, sizeof(prefix), "%s{domain=\"%s\"", family, guest);
+    snprintf(series, sizeof(series), "%s{", family);
+    g_autofree char *m = try_metrics();
+    const char *p = m ? strstr(m, prefix) : NULL;
+    return p ? metric_value(p, series) : -1; /* its own series, the rest of its labels skipped */
+}
+
+/* Wait until guest's family reads want (bytes). */
+static bool metric_becomes(const char *family, const char *guest, double want, int seconds)
+{
+    for (int i = 0; i < seconds * 2; i++) {
+        if (guest_metric(family, guest) == want)
+            return true;
+        usleep(500 * 1000);
+    }
+    return false;
+}
+
+/* Two guests with a virtio-mem device of 512 MiB beside 512 MiB of boot
+ * memory: vm-a plugs 256 MiB at boot; vm-b has no virtio_mem driver, so
+ * the 128 MiB asked at boot are never plugged.  Squeezed to their floors,
+ * vm-a unplugs first and the balloon takes the rest; give-back brings it
+ * back to its own size, plugged again.  vm-b's request to plug is held
+ * after VMEM_STALL_S without progress: withdrawn, said once, and not
+ * asked again during the hold (no retry storm). */
+START_TEST(virtio_mem_resizes_a_guest)
+{
+    snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
+    mkdir(workdir, 0700);
+    cleanup_register("rm -rf '%s'", workdir);
+    guest_vm a, b;
+    guest_vm_opts oa = { .mem_mib = 512, .append = "membal.report=1", .extra = "--name vm-a --vmem 512:256" };
+    guest_vm_opts ob = { .mem_mib = 512, .append = "membal.report=1 membal.nomod=virtio_mem",
+                         .extra = "--name vm-b --vmem 512:128" };
+    ck_assert(guest_vm_start(&a, &oa) == 0);
+    ck_assert(guest_vm_start(&b, &ob) == 0);
+    /* vm-a's driver plugged its 256 MiB: 512 MiB of boot memory (400092 kB
+     * MemTotal, the memory map of 1 GiB more possible memory taken) and
+     * 256 MiB more (662236 kB) */
+    guest_meminfo gm;
+    for (int i = 0; i < 30 && (guest_vm_last_meminfo(&a, &gm) < 0 || gm.total_kb < 600 * 1024); i++)
+        sleep(1);
+    ck_assert_msg(gm.total_kb >= 600 * 1024, "vm-a booted with MemTotal %ld kB: its 256 MiB not plugged", gm.total_kb);
+    char conf[512], extra[1024];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
+                     "[guests]\ndefault_floor_min = 320MiB\ndefault_floor_percent = 0\n");
+    snprintf(extra, sizeof(extra), "--qmp '%s' --qmp '%s'", a.qmp_path, b.qmp_path);
+    start_daemon(conf, extra);
+
+    /* squeezed: all of vm-a's virtio-mem memory unplugged, then its balloon */
+    ck_assert_msg(wait_log("guest vm-a: size 768 MiB -> ", 30), "vm-a was never resized");
+    bool floor_a = metric_becomes("balancer_guest_actual_bytes", "vm-a", 320.0 * MIB, 90);
+    if (!floor_a)
+        dump_log();
+    ck_assert_msg(floor_a, "vm-a is at %.0f MiB, not its floor", guest_metric("balancer_guest_actual_bytes", "vm-a") / MIB);
+    ck_assert_msg(metric_becomes("balancer_guest_virtio_mem_plugged_bytes", "vm-a", 0, 30), "vm-a still has %.0f MiB plugged",
+                  guest_metric("balancer_guest_virtio_mem_plugged_bytes", "vm-a") / MIB);
+    ck_assert(guest_metric("balancer_guest_balloon_bytes", "vm-a") == 320.0 * MIB);
+    ck_assert(log_has("[virtio-mem 0 B, balloon 320 MiB]"));
+    /* the guest sees it: below its boot memory now */
+    for (int i = 0; i < 10 && (guest_vm_last_meminfo(&a, &gm) < 0 || gm.total_kb > 300 * 1024); i++)
+        sleep(1);
+    ck_assert_msg(gm.total_kb <= 300 * 1024, "vm-a's MemTotal %ld kB after the squeeze", gm.total_kb);
+    explain_says("vm-a", "resized by: virtio-mem above its boot memory (0 B plugged, 0 B requested, of 512 MiB)", 5);
+
+    /* given back: its own size again, the top of it plugged */
+    ck_assert_int_eq(test_run("'%s/build/balancerctl' --socket '%s/ctl.sock' give-back >/dev/null", test_top(), workdir), 0);
+    ck_assert_msg(metric_becomes("balancer_guest_virtio_mem_plugged_bytes", "vm-a", 256.0 * MIB, 30),
+                  "vm-a has %.0f MiB plugged after give-back", guest_metric("balancer_guest_virtio_mem_plugged_bytes", "vm-a") / MIB);
+    ck_assert(metric_becomes("balancer_guest_actual_bytes", "vm-a", 768.0 * MIB, 10));
+    for (int i = 0; i < 10 && (guest_vm_last_meminfo(&a, &gm) < 0 || gm.total_kb < 600 * 1024); i++)
+        sleep(1);
+    ck_assert_msg(gm.total_kb >= 600 * 1024, "vm-a's MemTotal %ld kB after give-back", gm.total_kb);
+
+    /* vm-b was asked to plug its 128 MiB by give-back, and cannot */
+    ck_assert_msg(wait_log("guest vm-b: virtio-mem does not follow: asked for 128 MiB, 0 B plugged", 30),
+                  "vm-b's refusal was not seen");
+    ck_assert(log_has("no virtio_mem driver loaded?"));
+    ck_assert_msg(metric_becomes("balancer_guest_virtio_mem_requested_bytes", "vm-b", 0, 5),
+                  "vm-b's request was not withdrawn");
+    ck_assert(guest_metric("balancer_guest_virtio_mem_held", "vm-b") == 1);
+    explain_says("vm-b", "the guest did not plug (no virtio_mem driver loaded?)", 5);
+    /* and, held, it is not asked again: one warning, the request stays withdrawn */
+    sleep(8);
+    ck_assert_int_eq(count_log("guest vm-b: virtio-mem does not follow"), 1);
+    ck_assert(guest_metric("balancer_guest_virtio_mem_requested_bytes", "vm-b") == 0);
+    ck_assert(guest_metric("balancer_guest_actual_bytes", "vm-b") == 512.0 * MIB);
+    ck_assert(!log_has("guest vm-a: virtio-mem does not follow"));
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&a);
+    guest_vm_stop(&b);
+}
+END_TEST
+
 /* ---- QEMU killed under the daemon: it stays up, drops the guest, exits cleanly ---- */
 
 START_TEST(qemu_killed_under_the_daemon)
@@ -1961,6 +2063,7 @@ int main(void)
     tcase_add_test(tc, daemon_killed_and_restarted);
     tcase_add_test(tc, qemu_killed_under_the_daemon);
     tcase_add_test(tc, rebooted_guest_gets_its_size_back);
+    tcase_add_test(tc, virtio_mem_resizes_a_guest);
     tcase_add_test(tc, hang_is_visible);
     tcase_add_test(tc, host_reclaim_pages_out_cold_guest_memory);
     tcase_add_test(tc, host_reclaim_proactive_within_slo);

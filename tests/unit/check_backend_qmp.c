@@ -109,6 +109,8 @@ static double mono_s_now(void)
     { FQ_EXPECT, "qom-get", 0 },                                                                                 \
     { FQ_REPLY, stats, 0 },                                                                                      \
     { FQ_EXPECT, "query-blockstats", 0 },                                                                        \
+    { FQ_REPLY, "{\"return\": [], \"id\": %ID%}\r\n", 0 },                                                          \
+    { FQ_EXPECT, "query-memory-devices", 0 },                                                                    \
     { FQ_REPLY, "{\"return\": [], \"id\": %ID%}\r\n", 0 }
 
 #define JOIN(name, uuid) FQ_HANDSHAKE, IDENTITY(name, uuid)
@@ -367,6 +369,7 @@ START_TEST(stuck_qemu_is_asked_nothing_more)
         { FQ_EXPECT, "query-balloon", 0 },
         { FQ_EXPECT, "qom-get", 0 },
         { FQ_EXPECT, "query-blockstats", 0 },
+        { FQ_EXPECT, "query-memory-devices", 0 },
         { FQ_SLEEP, NULL, 6500 },
         { FQ_SILENT, NULL, 0 },
         { FQ_END, NULL, 0 },

@@ -15,6 +15,7 @@
 #include "policies/classify.h"
 #include "policies/policy.h"
 #include "policies/reclaim_plan.h"
+#include "policies/vmem_plan.h"
 
 #define NG 4
 
@@ -1335,6 +1336,113 @@ START_TEST(reclaim_givers_streaming_then_coldest_never_protected)
 }
 END_TEST
 
+
+/* ---- vmem_plan: a guest's size through virtio-mem and its balloon ---- */
+
+#define VM_MIB (1024ULL * 1024)
+
+START_TEST(vmem_holds_the_top_the_balloon_the_bottom)
+{
+    vmem_device d = { .base_bytes = 512 * VM_MIB, .block_bytes = 2 * VM_MIB, .max_bytes = 1024 * VM_MIB,
+                      .plugged_bytes = 256 * VM_MIB };
+    ck_assert_uint_eq(vmem_reach(&d), 1536 * VM_MIB);
+    /* above its boot memory: no balloon, whole blocks plugged (rounded down) */
+    vmem_split p = vmem_split_target(700 * VM_MIB + 123, &d);
+    ck_assert_uint_eq(p.balloon_bytes, 512 * VM_MIB);
+    ck_assert_uint_eq(p.requested_bytes, 188 * VM_MIB);
+    p = vmem_split_target(701 * VM_MIB, &d);
+    ck_assert_uint_eq(p.requested_bytes, 188 * VM_MIB);
+    /* below it: everything unplugged, the balloon takes the rest */
+    p = vmem_split_target(400 * VM_MIB, &d);
+    ck_assert_uint_eq(p.balloon_bytes, 400 * VM_MIB);
+    ck_assert_uint_eq(p.requested_bytes, 0);
+    /* beyond the device: its maximum */
+    p = vmem_split_target(4096 * VM_MIB, &d);
+    ck_assert_uint_eq(p.balloon_bytes, 512 * VM_MIB);
+    ck_assert_uint_eq(p.requested_bytes, 1024 * VM_MIB);
+    /* exactly the boot memory: neither */
+    p = vmem_split_target(512 * VM_MIB, &d);
+    ck_assert_uint_eq(p.balloon_bytes, 512 * VM_MIB);
+    ck_assert_uint_eq(p.requested_bytes, 0);
+}
+END_TEST
+
+START_TEST(vmem_held_keeps_what_is_plugged_and_the_balloon_covers)
+{
+    vmem_device d = { .base_bytes = 512 * VM_MIB, .block_bytes = 2 * VM_MIB, .max_bytes = 1024 * VM_MIB,
+                      .plugged_bytes = 256 * VM_MIB, .held = true };
+    ck_assert_uint_eq(vmem_reach(&d), 768 * VM_MIB);
+    /* shrinking to 600: the 256 plugged stay, the balloon takes base down to 344 */
+    vmem_split p = vmem_split_target(600 * VM_MIB, &d);
+    ck_assert_uint_eq(p.requested_bytes, 256 * VM_MIB);
+    ck_assert_uint_eq(p.balloon_bytes, 344 * VM_MIB);
+    /* growing: no more than what is plugged and the boot memory */
+    p = vmem_split_target(1200 * VM_MIB, &d);
+    ck_assert_uint_eq(p.requested_bytes, 256 * VM_MIB);
+    ck_assert_uint_eq(p.balloon_bytes, 512 * VM_MIB);
+    /* a guest with no driver: nothing plugged, so no more than its boot memory */
+    d.plugged_bytes = 0;
+    ck_assert_uint_eq(vmem_reach(&d), 512 * VM_MIB);
+    p = vmem_split_target(900 * VM_MIB, &d);
+    ck_assert_uint_eq(p.requested_bytes, 0);
+    ck_assert_uint_eq(p.balloon_bytes, 512 * VM_MIB);
+}
+END_TEST
+
+START_TEST(vmem_track_holds_a_device_that_does_not_follow_and_backs_off)
+{
+    vmem_track t;
+    vmem_track_init(&t);
+    /* at its request */
+    ck_assert_int_eq(vmem_track_observe(&t, 0, 0, 100), VMEM_FOLLOWING);
+    /* asked to plug 256 MiB: on its way, then there */
+    ck_assert_int_eq(vmem_track_observe(&t, 0, 256 * VM_MIB, 101), VMEM_FOLLOWING);
+    ck_assert_int_eq(vmem_track_observe(&t, 128 * VM_MIB, 256 * VM_MIB, 110), VMEM_FOLLOWING);
+    ck_assert_int_eq(vmem_track_observe(&t, 128 * VM_MIB, 256 * VM_MIB, 110 + VMEM_STALL_S - 1), VMEM_FOLLOWING);
+    ck_assert_int_eq(vmem_track_observe(&t, 256 * VM_MIB, 256 * VM_MIB, 140), VMEM_FOLLOWING);
+    /* asked to unplug it all: nothing moves for VMEM_STALL_S, held */
+    ck_assert_int_eq(vmem_track_observe(&t, 256 * VM_MIB, 0, 200), VMEM_FOLLOWING);
+    ck_assert_int_eq(vmem_track_observe(&t, 256 * VM_MIB, 0, 200 + VMEM_STALL_S - 1), VMEM_FOLLOWING);
+    ck_assert_int_eq(vmem_track_observe(&t, 256 * VM_MIB, 0, 200 + VMEM_STALL_S), VMEM_NOW_HELD);
+    ck_assert(!t.plug_refused);
+    double held_from = 200 + VMEM_STALL_S;
+    ck_assert(vmem_track_held(&t, held_from + 1));
+    /* the actuator asks it to stay where it is */
+    ck_assert_int_eq(vmem_track_observe(&t, 256 * VM_MIB, 256 * VM_MIB, held_from + 2), VMEM_HELD);
+    ck_assert_int_eq(vmem_track_observe(&t, 256 * VM_MIB, 256 * VM_MIB, held_from + VMEM_HOLD_S - 1), VMEM_HELD);
+    ck_assert_int_eq(vmem_track_observe(&t, 256 * VM_MIB, 256 * VM_MIB, held_from + VMEM_HOLD_S), VMEM_RELEASED);
+    ck_assert(!vmem_track_held(&t, held_from + VMEM_HOLD_S));
+    /* asked again, refused again: held twice as long */
+    double again = held_from + VMEM_HOLD_S + 1;
+    ck_assert_int_eq(vmem_track_observe(&t, 256 * VM_MIB, 0, again), VMEM_FOLLOWING);
+    ck_assert_int_eq(vmem_track_observe(&t, 256 * VM_MIB, 0, again + VMEM_STALL_S), VMEM_NOW_HELD);
+    ck_assert(vmem_track_held(&t, again + VMEM_STALL_S + 2 * VMEM_HOLD_S - 1));
+    ck_assert(!vmem_track_held(&t, again + VMEM_STALL_S + 2 * VMEM_HOLD_S));
+    /* the hold never grows beyond its maximum */
+    for (int i = 0; i < 10; i++)
+        t.hold_s = t.hold_s * 2 < VMEM_HOLD_MAX_S ? t.hold_s * 2 : VMEM_HOLD_MAX_S;
+    ck_assert(t.hold_s <= VMEM_HOLD_MAX_S);
+}
+END_TEST
+
+START_TEST(vmem_track_plug_refused_is_told_apart_and_a_done_move_resets_the_backoff)
+{
+    vmem_track t;
+    vmem_track_init(&t);
+    ck_assert_int_eq(vmem_track_observe(&t, 0, 0, 10), VMEM_FOLLOWING);
+    ck_assert_int_eq(vmem_track_observe(&t, 0, 64 * VM_MIB, 11), VMEM_FOLLOWING);
+    ck_assert_int_eq(vmem_track_observe(&t, 0, 64 * VM_MIB, 11 + VMEM_STALL_S), VMEM_NOW_HELD);
+    ck_assert(t.plug_refused);
+    ck_assert(t.hold_s > VMEM_HOLD_S);
+    /* released, and then (the driver loaded meanwhile) the plug is done */
+    double r = 11 + VMEM_STALL_S + VMEM_HOLD_S;
+    ck_assert_int_eq(vmem_track_observe(&t, 0, 0, r), VMEM_RELEASED);
+    ck_assert_int_eq(vmem_track_observe(&t, 0, 64 * VM_MIB, r + 1), VMEM_FOLLOWING);
+    ck_assert_int_eq(vmem_track_observe(&t, 64 * VM_MIB, 64 * VM_MIB, r + 2), VMEM_FOLLOWING);
+    ck_assert(t.hold_s == VMEM_HOLD_S);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("policies");
@@ -1389,5 +1497,11 @@ int main(void)
     tcase_add_test(tr, proactive_room_is_cold_used_memory);
     tcase_add_test(tr, host_measured_working_set_is_a_floor);
     suite_add_tcase(s, tr);
+    TCase *tv = tcase_create("vmem_plan");
+    tcase_add_test(tv, vmem_holds_the_top_the_balloon_the_bottom);
+    tcase_add_test(tv, vmem_held_keeps_what_is_plugged_and_the_balloon_covers);
+    tcase_add_test(tv, vmem_track_holds_a_device_that_does_not_follow_and_backs_off);
+    tcase_add_test(tv, vmem_track_plug_refused_is_told_apart_and_a_done_move_resets_the_backoff);
+    suite_add_tcase(s, tv);
     return check_run_suite(s, CK_FORK);
 }

@@ -649,6 +649,47 @@ START_TEST(memory_size_summary_parse)
 }
 END_TEST
 
+START_TEST(memory_devices_parse)
+{
+    /* QEMU 7.2's answer for a DIMM and two virtio-mem devices (what
+     * query-memory-devices printed for the test guest, a DIMM added) */
+    json_object *ret = json_tokener_parse(
+        "[{\"type\": \"dimm\", \"data\": {\"size\": 134217728, \"id\": \"d0\", \"slot\": 0}},"
+        " {\"type\": \"virtio-mem\", \"data\": {\"memdev\": \"/objects/vmem0\", \"memaddr\": 4294967296,"
+        " \"block-size\": 2097152, \"size\": 268435456, \"node\": 0, \"max-size\": 1073741824,"
+        " \"requested-size\": 268435456, \"id\": \"vmem0dev\"}},"
+        " {\"type\": \"virtio-mem\", \"data\": {\"block-size\": 2097152, \"size\": 0, \"max-size\": 2097152,"
+        " \"requested-size\": 0}}]");
+    qmp_memory_devices md;
+    ck_assert_int_eq(qmp_parse_memory_devices(ret, &md, NULL), 0);
+    ck_assert_uint_eq(md.dimm_bytes, 134217728ULL);
+    ck_assert_uint_eq(md.vmem_devices, 2);
+    ck_assert_str_eq(md.vmem_id, "vmem0dev");
+    ck_assert_uint_eq(md.vmem_plugged_bytes, 268435456ULL);
+    ck_assert_uint_eq(md.vmem_requested_bytes, 268435456ULL);
+    ck_assert_uint_eq(md.vmem_max_bytes, 1073741824ULL);
+    ck_assert_uint_eq(md.vmem_block_bytes, 2097152ULL);
+    json_object_put(ret);
+    ret = json_tokener_parse("[]");
+    ck_assert_int_eq(qmp_parse_memory_devices(ret, &md, NULL), 0);
+    ck_assert_uint_eq(md.vmem_devices, 0);
+    ck_assert_uint_eq(md.dimm_bytes, 0);
+    json_object_put(ret);
+    /* a device plugged beyond its own maximum is not believed */
+    ret = json_tokener_parse("[{\"type\": \"virtio-mem\", \"data\": {\"block-size\": 2097152, \"size\": 4194304,"
+                             " \"max-size\": 2097152, \"requested-size\": 0, \"id\": \"v\"}}]");
+    qmp_error err;
+    ck_assert_int_eq(qmp_parse_memory_devices(ret, &md, &err), -1);
+    json_object_put(ret);
+    ret = json_tokener_parse("[{\"type\": \"virtio-mem\"}]");
+    ck_assert_int_eq(qmp_parse_memory_devices(ret, &md, &err), -1);
+    json_object_put(ret);
+    ret = json_tokener_parse("{\"return\": 1}");
+    ck_assert_int_eq(qmp_parse_memory_devices(ret, &md, &err), -1);
+    json_object_put(ret);
+}
+END_TEST
+
 START_TEST(virtio_guest_feature_parse)
 {
     /* as QEMU 7.2 answers x-query-virtio-status for a balloon with
@@ -855,6 +896,7 @@ int main(void)
     tcase_add_test(tc, peer_not_reading_breaks_without_blocking);
     tcase_add_test(tc, guest_stats_parse);
     tcase_add_test(tc, memory_size_summary_parse);
+    tcase_add_test(tc, memory_devices_parse);
     tcase_add_test(tc, blockstats_parse);
     tcase_add_test(tc, virtio_guest_feature_parse);
     tcase_add_test(tc, connect_unix_socket);
