@@ -73,6 +73,7 @@ typedef struct {
     char *agent_note;         /* how its agent is reached, or why it is not: logged once */
     int free_page_reporting;  /* <memballoon freePageReporting='on'>: 1, 0, -1 unknown */
     int deflate_on_oom;       /* <memballoon autodeflate='on'>: 1, 0, -1 unknown */
+    bool has_vmem;            /* it has a <memory model='virtio-mem'> device */
     bool policy_read;         /* policy_xml is the domain's (NULL: it has none) */
     char *policy_xml;
     unsigned policy_seq;      /* the metadata change it answers (0: none asked) */
@@ -147,6 +148,7 @@ typedef struct {
     bool agent_cb;          /* its stream's event callback is registered (main loop only) */
     int free_page_reporting; /* from the domain XML when attached: 1, 0, -1 unknown */
     int deflate_on_oom;      /* ... and its autodeflate, the same */
+    bool has_vmem;           /* ... and whether it has a virtio-mem device (then read with every sample) */
     unsigned stats_period;  /* to set on the first call */
     bool period_set;        /* worker only */
     bool busy;              /* a call runs for it (locked) */
@@ -156,6 +158,7 @@ typedef struct {
     int64_t jobless_ms;     /* since when libvirt could not get its job to ask its QEMU, 0 not (locked) */
     int64_t stalled_ms;     /* how long that stall lasted (locked) */
     uint64_t want_bytes;    /* a balloon target to set after the running call, 0 none (locked) */
+    uint64_t want_vmem;     /* a virtio-mem requested size to set after it, UINT64_MAX none (locked) */
     unsigned set_failures;  /* balloon changes libvirt refused since the last sample (locked) */
     int64_t asked_ms;       /* when its call was queued (locked) */
     bool have;              /* a sample came in since the core took one (locked) */
@@ -164,12 +167,12 @@ typedef struct {
     char note[256];         /* something the worker wants logged, "" none (locked) */
 } lv_guest;
 
-typedef enum { CALL_SAMPLE, CALL_BALLOON, CALL_BULK } call_kind;
+typedef enum { CALL_SAMPLE, CALL_BALLOON, CALL_VMEM, CALL_BULK } call_kind;
 
 typedef struct {
     lv_guest *lg;           /* a reference; NULL for CALL_BULK */
     call_kind kind;
-    uint64_t bytes;         /* CALL_BALLOON */
+    uint64_t bytes;         /* CALL_BALLOON, CALL_VMEM */
     GPtrArray *guests;      /* CALL_BULK: lv_guest references */
 } lv_call;
 
@@ -366,13 +369,16 @@ static char *xpath_string(xmlXPathContextPtr ctx, const char *expr)
 }
 
 /* From the live domain XML: the unix socket of <channel type='unix'>
- * whose target is our agent port (NULL if the guest has none), and
- * whether its virtio balloon has free page reporting and autodeflate
- * (deflate-on-oom) on (-1 when the XML cannot be read). */
-static void domain_xml_facts(virDomainPtr dom, char **agent_path, int *free_page_reporting, int *deflate_on_oom)
+ * whose target is our agent port (NULL if the guest has none), whether
+ * its virtio balloon has free page reporting and autodeflate
+ * (deflate-on-oom) on (-1 when the XML cannot be read), and whether it
+ * has a virtio-mem device. */
+static void domain_xml_facts(virDomainPtr dom, char **agent_path, int *free_page_reporting, int *deflate_on_oom,
+                             bool *has_vmem)
 {
     *agent_path = NULL;
     *free_page_reporting = *deflate_on_oom = -1;
+    *has_vmem = false;
     char *xml = virDomainGetXMLDesc(dom, 0);
     if (!xml)
         return;
@@ -386,10 +392,142 @@ static void domain_xml_facts(virDomainPtr dom, char **agent_path, int *free_page
         *free_page_reporting = fpr && strcmp(fpr, "on") == 0;
         g_autofree char *doo = xpath_string(ctx, "/domain/devices/memballoon[starts-with(@model, 'virtio')]/@autodeflate");
         *deflate_on_oom = doo && strcmp(doo, "on") == 0;
+        g_autofree char *vmem = xpath_string(ctx, "/domain/devices/memory[@model='virtio-mem']/@model");
+        *has_vmem = vmem != NULL;
     }
     xmlXPathFreeContext(ctx);
     xmlFreeDoc(doc);
     free(xml);
+}
+
+/* ---- virtio-mem, from and to the live domain XML ---- */
+
+/* A child element of a <memory> device's <target> (size, block,
+ * requested, current), in bytes; 0 when absent.  libvirt writes KiB. */
+static uint64_t target_bytes(xmlNodePtr dev, const char *name)
+{
+    for (xmlNodePtr t = dev->children; t; t = t->next) {
+        if (t->type != XML_ELEMENT_NODE || xmlStrcmp(t->name, (const xmlChar *)"target"))
+            continue;
+        for (xmlNodePtr c = t->children; c; c = c->next) {
+            if (c->type != XML_ELEMENT_NODE || xmlStrcmp(c->name, (const xmlChar *)name))
+                continue;
+            xmlChar *v = xmlNodeGetContent(c), *unit = xmlGetProp(c, (const xmlChar *)"unit");
+            unsigned long long n = v ? strtoull((const char *)v, NULL, 10) : 0;
+            uint64_t scale = !unit || !xmlStrcmp(unit, (const xmlChar *)"KiB") || !xmlStrcmp(unit, (const xmlChar *)"k")
+                                 ? 1024
+                             : !xmlStrcmp(unit, (const xmlChar *)"MiB") ? 1024 * 1024
+                             : !xmlStrcmp(unit, (const xmlChar *)"GiB") ? 1024 * 1024 * 1024
+                                                                         : 1;
+            xmlFree(v);
+            xmlFree(unit);
+            return n > UINT64_MAX / scale ? UINT64_MAX : n * scale;
+        }
+    }
+    return 0;
+}
+
+/* The live domain XML and its virtio-mem devices (a worker thread); NULL
+ * when it cannot be read.  The caller frees both. */
+static xmlDocPtr vmem_devices(virDomainPtr dom, xmlXPathObjectPtr *devs)
+{
+    *devs = NULL;
+    char *xml = virDomainGetXMLDesc(dom, 0);
+    if (!xml)
+        return NULL;
+    xmlDocPtr doc = xmlReadMemory(xml, (int)strlen(xml), "domain.xml", NULL,
+                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    free(xml);
+    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
+    if (ctx)
+        *devs = xmlXPathEvalExpression((const xmlChar *)"/domain/devices/memory[@model='virtio-mem']", ctx);
+    xmlXPathFreeContext(ctx);
+    if (!*devs || !(*devs)->nodesetval) {
+        xmlXPathFreeObject(*devs);
+        *devs = NULL;
+        xmlFreeDoc(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+/* A sample's virtio-mem part (a worker thread).  libvirt counts its
+ * devices in the balloon's figures (balloon.maximum: their maximum,
+ * balloon.current: what they plugged); the core wants the balloon's own,
+ * within the boot memory, as QMP gives it: they are taken out again. */
+static void vmem_sample_read(virDomainPtr dom, guest_sample *s)
+{
+    xmlXPathObjectPtr devs;
+    xmlDocPtr doc = vmem_devices(dom, &devs);
+    if (!doc)
+        return;
+    uint64_t max_all = 0, plugged_all = 0;
+    xmlNodeSetPtr set = devs->nodesetval;
+    for (int i = 0; i < set->nodeNr; i++) {
+        xmlNodePtr dev = set->nodeTab[i];
+        uint64_t max = target_bytes(dev, "size"), plugged = target_bytes(dev, "current");
+        max_all += max;
+        plugged_all += plugged;
+        if (i)
+            continue;
+        s->vmem = (vmem_sample){ .devices = (unsigned)set->nodeNr, .block_bytes = target_bytes(dev, "block"),
+                                 .max_bytes = max, .requested_bytes = target_bytes(dev, "requested"),
+                                 .plugged_bytes = plugged };
+        for (xmlNodePtr c = dev->children; c; c = c->next)
+            if (c->type == XML_ELEMENT_NODE && !xmlStrcmp(c->name, (const xmlChar *)"alias")) {
+                xmlChar *alias = xmlGetProp(c, (const xmlChar *)"name");
+                snprintf(s->vmem.id, sizeof(s->vmem.id), "%s", alias ? (const char *)alias : "");
+                xmlFree(alias);
+            }
+        if (!s->vmem.block_bytes || plugged > max || s->vmem.requested_bytes > max)
+            s->vmem = (vmem_sample){ .devices = (unsigned)set->nodeNr }; /* not believed: not resized */
+    }
+    if (s->max_bytes > 0 && (uint64_t)s->max_bytes > max_all)
+        s->max_bytes -= (int64_t)max_all;
+    if (s->actual_bytes > 0 && (uint64_t)s->actual_bytes > plugged_all)
+        s->actual_bytes -= (int64_t)plugged_all;
+    xmlXPathFreeObject(devs);
+    xmlFreeDoc(doc);
+}
+
+/* Set the first virtio-mem device's requested size (a worker), as virsh
+ * update-memory-device --requested-size does: the device as the live XML
+ * has it, with the new <requested>.  0, or -1 with the reason in note. */
+static int set_vmem(lv_guest *lg, uint64_t bytes, char *note, size_t len)
+{
+    xmlXPathObjectPtr devs;
+    xmlDocPtr doc = vmem_devices(lg->dom, &devs);
+    if (!doc || devs->nodesetval->nodeNr < 1) {
+        snprintf(note, len, "virtio-mem change failed: its device is not in the domain XML: %s", last_error());
+        xmlXPathFreeObject(devs);
+        xmlFreeDoc(doc);
+        return -1;
+    }
+    xmlNodePtr dev = devs->nodesetval->nodeTab[0], req = NULL;
+    for (xmlNodePtr t = dev->children; t && !req; t = t->next)
+        if (t->type == XML_ELEMENT_NODE && !xmlStrcmp(t->name, (const xmlChar *)"target"))
+            for (xmlNodePtr c = t->children; c && !req; c = c->next)
+                if (c->type == XML_ELEMENT_NODE && !xmlStrcmp(c->name, (const xmlChar *)"requested"))
+                    req = c;
+    int rc = -1;
+    if (!req) {
+        snprintf(note, len, "virtio-mem change failed: its device has no <requested> size");
+    } else {
+        char kib[32];
+        snprintf(kib, sizeof(kib), "%llu", (unsigned long long)(bytes / 1024));
+        xmlNodeSetContent(req, (const xmlChar *)kib);
+        xmlSetProp(req, (const xmlChar *)"unit", (const xmlChar *)"KiB");
+        xmlBufferPtr buf = xmlBufferCreate();
+        xmlNodeDump(buf, doc, dev, 0, 0);
+        if (virDomainUpdateDeviceFlags(lg->dom, (const char *)xmlBufferContent(buf), VIR_DOMAIN_AFFECT_LIVE) == 0)
+            rc = 0;
+        else
+            snprintf(note, len, "virtio-mem change failed: %s", last_error());
+        xmlBufferFree(buf);
+    }
+    xmlXPathFreeObject(devs);
+    xmlFreeDoc(doc);
+    return rc;
 }
 
 static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
@@ -493,7 +631,7 @@ static void link_list(lv_state *st, const lv_link_req *rq, lv_link_answer *a)
         bool changed = g_hash_table_lookup_extended(rq->reread, f->uuid, NULL, &seq);
         f->free_page_reporting = f->deflate_on_oom = -1;
         if (f->attach)
-            domain_xml_facts(f->dom, &f->agent_path, &f->free_page_reporting, &f->deflate_on_oom);
+            domain_xml_facts(f->dom, &f->agent_path, &f->free_page_reporting, &f->deflate_on_oom, &f->has_vmem);
         if (f->attach && f->agent_path)
             agent_channel_open(st->conn, f);
         if (f->attach || changed) {
@@ -580,6 +718,8 @@ static void attach(hv_ctx *hv, hv_guest *g, lv_found *f, unsigned gen)
     lg->stats_period = hv->stats_period; /* set by its first call: it reaches QEMU */
     lg->free_page_reporting = f->free_page_reporting;
     lg->deflate_on_oom = f->deflate_on_oom;
+    lg->has_vmem = f->has_vmem;
+    lg->want_vmem = UINT64_MAX;
     if (f->agent_stream) {
         agent_conn_init(&lg->agent, NULL);
         lg->agent_in = g_byte_array_new();
@@ -1005,6 +1145,7 @@ static int64_t count_of(unsigned long long v)
 static bool sample_from_record(const virDomainStatsRecord *rec, guest_sample *out)
 {
     memset(out, 0xff, sizeof(*out)); /* every field -1: not reported */
+    out->vmem = (vmem_sample){ 0 }; /* none, unless its domain XML says (vmem_sample_read) */
     out->last_update = 0;
     out->rss_bytes = -1; /* the core measures it (libvirt's "rss" is resident only) */
     out->job_ms = -1;
@@ -1138,6 +1279,9 @@ static void bulk_work(lv_state *st, lv_call *c)
         doms[i] = ((lv_guest *)g_ptr_array_index(gs, i))->dom;
     char failed[256] = "";
     list_stats(doms, gs->len, samples, got, failed, sizeof(failed));
+    for (guint i = 0; i < gs->len; i++)
+        if (got[i] && ((lv_guest *)g_ptr_array_index(gs, i))->has_vmem)
+            vmem_sample_read(doms[i], &samples[i]);
     g_mutex_lock(&st->lock);
     snprintf(st->bulk_failed, sizeof(st->bulk_failed), "%s", failed);
     int64_t took = mono_ms() - st->bulk_asked_ms;
@@ -1186,24 +1330,34 @@ static void lv_work(gpointer data, gpointer user_data)
                          last_error());
         }
         rc = sample_now(lg->dom, &s, &err);
+        if (rc == 0 && lg->has_vmem)
+            vmem_sample_read(lg->dom, &s);
+    } else if (c->kind == CALL_VMEM) {
+        rc = set_vmem(lg, c->bytes, note, sizeof(note));
     } else {
         rc = set_balloon(lg, c->bytes, note, sizeof(note));
     }
     g_mutex_lock(&st->lock);
     /* a balloon change decided while this call ran goes right after it;
      * one decided before the call stalled is stale by now */
-    if (lg->stuck)
+    if (lg->stuck) {
         lg->want_bytes = 0;
-    while (lg->want_bytes) {
-        uint64_t want = lg->want_bytes;
+        lg->want_vmem = UINT64_MAX;
+    }
+    while (lg->want_bytes || lg->want_vmem != UINT64_MAX) {
+        uint64_t want = lg->want_bytes, want_vmem = lg->want_vmem;
         lg->want_bytes = 0;
+        lg->want_vmem = UINT64_MAX;
         g_mutex_unlock(&st->lock);
-        int src = set_balloon(lg, want, note, sizeof(note));
+        int src = (want_vmem == UINT64_MAX || set_vmem(lg, want_vmem, note, sizeof(note)) == 0) &&
+                          (!want || set_balloon(lg, want, note, sizeof(note)) == 0)
+                      ? 0
+                      : -1;
         g_mutex_lock(&st->lock);
         if (src < 0)
             lg->set_failures++;
     }
-    if (c->kind == CALL_BALLOON && rc < 0)
+    if ((c->kind == CALL_BALLOON || c->kind == CALL_VMEM) && rc < 0)
         lg->set_failures++;
     if (c->kind == CALL_SAMPLE) {
         if (rc == 0) {
@@ -1295,6 +1449,27 @@ static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error
     return 0;
 }
 
+/* The same for its virtio-mem device's requested size. */
+static int lv_set_vmem(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
+{
+    lv_state *st = state_of(hv);
+    lv_guest *lg = g->backend_data;
+    if (!lg) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not attached");
+        return -1;
+    }
+    g_mutex_lock(&st->lock);
+    bool stuck = lg->stuck;
+    if (!stuck && !queue_call(st, lg, CALL_VMEM, bytes))
+        lg->want_vmem = bytes;
+    g_mutex_unlock(&st->lock);
+    if (stuck) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "its last libvirt call has not returned");
+        return -1;
+    }
+    return 0;
+}
+
 static int lv_qemu_pid(hv_ctx *hv, hv_guest *g)
 {
     (void)hv;
@@ -1352,6 +1527,7 @@ const backend_ops backend_libvirt = {
     .sample = lv_sample,
     .agent_drain = lv_agent_drain,
     .set_target = lv_set_target,
+    .set_vmem = lv_set_vmem,
     .qemu_pid = lv_qemu_pid,
     .guest_release = lv_guest_release,
     .shutdown = lv_shutdown,

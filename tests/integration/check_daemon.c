@@ -201,8 +201,10 @@ static void set_policy(const char *xml)
 /* A libvirt domain of the test guest named domname (with copies of its
  * kernel and initramfs in workdir, which libvirt may relabel): 512 MiB,
  * balloon stats every second (and free page reporting with fpr), the
- * agent's channel, the console in workdir/serial.log. */
-static void libvirt_domain_xml(const char *tag, bool fpr, char *xml, size_t len)
+ * agent's channel, the console in workdir/serial.log; with vmem also a
+ * virtio-mem device of 512 MiB with 256 MiB plugged at boot (a NUMA cell,
+ * as libvirt wants for memory devices, and auto-movable onlining). */
+static void libvirt_domain_xml_ex(const char *tag, bool fpr, bool vmem, char *xml, size_t len)
 {
     snprintf(workdir, sizeof(workdir), "/var/lib/libvirt/images/%s-%d", tag, (int)getpid());
     snprintf(domname, sizeof(domname), "%s-%d", tag, (int)getpid());
@@ -219,17 +221,28 @@ static void libvirt_domain_xml(const char *tag, bool fpr, char *xml, size_t len)
     }
     const char *dtype = strncmp(accel, "kvm", 3) == 0 ? "kvm" : "qemu";
     snprintf(xml, len,
-             "<domain type='%s'><name>%s</name>"
-             "<memory unit='MiB'>512</memory><currentMemory unit='MiB'>512</currentMemory>"
-             "<vcpu>1</vcpu><os><type arch='x86_64' machine='pc'>hvm</type>"
+             "<domain type='%s'><name>%s</name>%s"
+             "<memory unit='MiB'>%d</memory><currentMemory unit='MiB'>%d</currentMemory>"
+             "<vcpu>1</vcpu>%s<os><type arch='x86_64' machine='pc'>hvm</type>"
              "<kernel>%s/vmlinuz</kernel><initrd>%s/initramfs.gz</initrd>"
-             "<cmdline>console=ttyS0 panic=-1 nokaslr tsc=unstable quiet membal.report=2 membal.agent=1</cmdline></os>"
+             "<cmdline>console=ttyS0 panic=-1 nokaslr tsc=unstable quiet membal.report=2 membal.agent=1%s</cmdline></os>"
              "<on_poweroff>destroy</on_poweroff><on_crash>destroy</on_crash>"
              "<devices><serial type='file'><source path='%s/serial.log'/><target port='0'/></serial>"
              "<channel type='unix'><source mode='bind'/><target type='virtio' name='org.membal.agent.0'/></channel>"
-             "<memballoon model='virtio'%s><stats period='1'/></memballoon></devices></domain>",
-             dtype, domname, workdir, workdir, workdir, fpr ? " freePageReporting='on'" : "");
+             "<memballoon model='virtio'%s><stats period='1'/></memballoon>%s</devices></domain>",
+             dtype, domname, vmem ? "<maxMemory slots='4' unit='MiB'>2048</maxMemory>" : "", vmem ? 768 : 512,
+             vmem ? 768 : 512, vmem ? "<cpu><numa><cell id='0' cpus='0' memory='512' unit='MiB'/></numa></cpu>" : "",
+             workdir, workdir, vmem ? " memhp_default_state=online memory_hotplug.online_policy=auto-movable" : "",
+             workdir, fpr ? " freePageReporting='on'" : "",
+             vmem ? "<memory model='virtio-mem'><target><size unit='MiB'>512</size><node>0</node>"
+                    "<block unit='KiB'>2048</block><requested unit='MiB'>256</requested></target></memory>"
+                  : "");
     fprintf(stderr, "libvirt domain type %s\n", dtype);
+}
+
+static void libvirt_domain_xml(const char *tag, bool fpr, char *xml, size_t len)
+{
+    libvirt_domain_xml_ex(tag, fpr, false, xml, len);
 }
 
 static void wait_guest_ready_in(const char *dir)
@@ -2009,6 +2022,56 @@ START_TEST(virtio_mem_resizes_a_guest)
 }
 END_TEST
 
+/* The same through libvirt: the domain XML's <memory model='virtio-mem'>
+ * read, its requested size set as virsh update-memory-device does, and
+ * libvirt's balloon figures (which count virtio-mem in) taken apart. */
+START_TEST(libvirt_virtio_mem_resizes_a_guest)
+{
+    libvirt_setup();
+    char xml[4096];
+    libvirt_domain_xml_ex("membal-vmem", false, true, xml, sizeof(xml));
+    cleanup_register("virsh -q -c qemu:///system destroy %s >/dev/null 2>&1; rm -rf '%s'", domname, workdir);
+    virDomainPtr d = virDomainCreateXML(conn, xml, 0);
+    ck_assert_msg(d != NULL, "virDomainCreateXML: %s", virGetLastErrorMessage());
+    wait_guest_ready();
+    /* its driver plugged the 256 MiB: libvirt counts them in */
+    ck_assert_msg(wait_actual(d, 768 * MIB, 30), "libvirt says %llu MiB, not 768",
+                  (unsigned long long)(actual_bytes(d) / MIB));
+    char conf[512];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
+                     "[guests]\ndefault_floor_min = 320MiB\ndefault_floor_percent = 0\n");
+    start_daemon(conf, "--connect qemu:///system");
+    ck_assert_msg(wait_log("now managed", 15), "daemon did not pick up the guest");
+    char first[300];
+    snprintf(first, sizeof(first), "guest %s: size 768 MiB -> ", domname);
+    ck_assert_msg(wait_log(first, 30), "never resized");
+    /* unplugged first, then ballooned: 320 MiB in all, as libvirt counts */
+    if (!wait_actual(d, 320 * MIB, 90)) {
+        dump_log();
+        ck_abort_msg("at %llu MiB, expected the 320 MiB floor", (unsigned long long)(actual_bytes(d) / MIB));
+    }
+    ck_assert(metric_becomes("balancer_guest_virtio_mem_plugged_bytes", domname, 0, 10));
+    ck_assert_msg(metric_becomes("balancer_guest_balloon_bytes", domname, 320.0 * MIB, 10), "its balloon at %.0f MiB",
+                  guest_metric("balancer_guest_balloon_bytes", domname) / MIB);
+    ck_assert(log_has("[virtio-mem 0 B, balloon 320 MiB]"));
+    ck_assert_int_eq(test_run("virsh -q -c qemu:///system dumpxml %s | grep -q \"<requested unit='KiB'>0</requested>\"",
+                              domname), 0);
+    /* given back: 256 MiB plugged again, libvirt's figure 768 MiB */
+    ck_assert_int_eq(test_run("'%s/build/balancerctl' --socket '%s/ctl.sock' give-back >/dev/null", test_top(), workdir), 0);
+    ck_assert_msg(metric_becomes("balancer_guest_virtio_mem_plugged_bytes", domname, 256.0 * MIB, 30),
+                  "%.0f MiB plugged after give-back", guest_metric("balancer_guest_virtio_mem_plugged_bytes", domname) / MIB);
+    ck_assert_msg(wait_actual(d, 768 * MIB, 10), "libvirt says %llu MiB after give-back",
+                  (unsigned long long)(actual_bytes(d) / MIB));
+    ck_assert(!log_has("virtio-mem change failed"));
+    ck_assert_int_eq(stop_daemon(), 0);
+    virDomainDestroy(d);
+    virDomainFree(d);
+    libvirt_teardown();
+}
+END_TEST
+
 /* ---- QEMU killed under the daemon: it stays up, drops the guest, exits cleanly ---- */
 
 START_TEST(qemu_killed_under_the_daemon)
@@ -2072,6 +2135,7 @@ int main(void)
     tcase_add_test(tc, libvirt_metadata_drives_balloon);
     tcase_add_test(tc, libvirt_policy_persists_and_jobs_hold_the_balloon);
     tcase_add_test(tc, libvirt_stopped_qemu_delays_nobody);
+    tcase_add_test(tc, libvirt_virtio_mem_resizes_a_guest);
     suite_add_tcase(s, tc);
     cleanup_init();
     int rc = check_run_suite(s, CK_FORK);
