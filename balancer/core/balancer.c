@@ -516,8 +516,9 @@ static int resize(balancer *b, guest *g, uint64_t target, char *how, size_t how_
     size_format(p.requested_bytes, plug, sizeof(plug));
     size_format(p.balloon_bytes, bal, sizeof(bal));
     snprintf(how, how_len, " [virtio-mem %s%s, balloon %s]", plug, dev.held ? " (held)" : "", bal);
-    if ((p.requested_bytes != g->vmem.requested_bytes || (g->vmem_asked != UINT64_MAX && g->vmem_asked != p.requested_bytes)) &&
-        !dev.held) {
+    bool vmem_moves = p.requested_bytes != g->vmem.requested_bytes ||
+                      (g->vmem_asked != UINT64_MAX && g->vmem_asked != p.requested_bytes);
+    if (vmem_moves && !dev.held) {
         if (b->backend->set_vmem(&b->hv, &g->hv, p.requested_bytes, error) < 0)
             return -1;
         g->vmem_asked = p.requested_bytes;
@@ -594,8 +595,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         size_format(heading, was_to, sizeof(was_to));
     if (b->dry_run || (b->paused && !d->undo)) {
         log_info("guest %s: would %s %s -> %s (%s)%s", g->hv.name, g->vmem_resized ? "resize" : "balloon", from, to,
-                 d->reason,
-                 b->paused ? " [paused]" : " [dry run]");
+                 d->reason, b->paused ? " [paused]" : " [dry run]");
         return;
     }
     g_autoptr(GError) err = NULL;

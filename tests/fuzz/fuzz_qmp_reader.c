@@ -17,11 +17,13 @@ static void on_reply(qmp_conn *c, json_object *ret, const qmp_error *err, void *
     if (!ret)
         return;
     qmp_guest_stats st;
+    qmp_memory_devices md;
     uint64_t a, b;
     qmp_parse_guest_stats(ret, &st, NULL);
     qmp_parse_query_balloon(ret, &a, NULL);
     qmp_parse_memory_size_summary(ret, &a, &b, NULL);
     qmp_parse_blockstats_read(ret, &a, NULL);
+    qmp_parse_memory_devices(ret, &md, NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
