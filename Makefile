@@ -59,7 +59,7 @@ INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp 
 FAKE_QEMU    := $(BUILD)/tests/fake_qemu
 SIM          := $(BUILD)/bench/membal-sim
 
-.PHONY: all daemon unit-policy deb deb-check bench-scale bench-scan bench-fault deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
+.PHONY: all daemon unit-policy deb deb-check bench-scale bench-scan bench-fault bench-vmem deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
 
 all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS) $(FAKE_QEMU)
 
@@ -275,6 +275,9 @@ $(FAULT_COST): $(FAULT_COST_SRC) balancer/host/own_reporting.h balancer/util/sma
 	$(CC) $(ALL_CFLAGS) $(call pc_cflags,glib-2.0) -o $@ $(FAULT_COST_SRC) $(call pc_libs,glib-2.0)
 bench-smoke: $(BALANCERD) guest
 	$(RUN) bench/bench.py --smoke --out build/bench-smoke
+# balloon against virtio-mem on the same guest: speed, host memory, huge pages
+bench-vmem: guest
+	bench/vmem_speed.py --runs $(RUNS) --out build/bench-vmem
 
 asan:
 	@mkdir -p build-asan; rm -f build-asan/test-results.txt
