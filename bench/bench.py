@@ -298,7 +298,11 @@ class Run:
         for i, g in enumerate(self.guests()):
             run = g["run"].format(**subst)
             append = "membal.report=1 membal.run=" + run
-            cmd = [BOOT, "--run-dir", os.path.join(self.dir, g["name"]), "--mem", str(g["mem"]),
+            mem = ["--mem", str(g["mem"])]
+            if self.conf.get("vmem"):  # half boot memory, half virtio-mem (2 MiB blocks), all plugged
+                half = g["mem"] // 4 * 2
+                mem = ["--mem", str(g["mem"] - half), "--vmem", "%d:%d" % (half, half)]
+            cmd = [BOOT, "--run-dir", os.path.join(self.dir, g["name"])] + mem + [
                    "--name", g["name"], "--cgroup", self.cg, "--tb-size", "32", "--deadline", "120"]
             disk = self.image(g)
             if disk:

@@ -117,7 +117,10 @@ SCENARIOS = {
 # [host_reclaim] enabled; trim_streams, drop_idle_cache: the [policy]
 # keys; solo: only the scenario's solo guests; shipped: balancerd at its
 # shipped defaults (5 s tick, 2/5/8 % watermarks, 10 % step, default floor)
-# instead of the bench's quicker settings (bench.py write_config).
+# instead of the bench's quicker settings (bench.py write_config); vmem:
+# every guest boots with half its memory and a virtio-mem device of the
+# other half, plugged at boot (the same memory in all; balancerd resizes it
+# through the device above the half, through the balloon below).
 CONFIGS = {
     "solo": dict(daemon=None, solo=True),
     "none": dict(daemon=None),
@@ -132,6 +135,8 @@ CONFIGS = {
     "split-lru+drop": dict(daemon="split-lru", drop_idle_cache=True),
     "split-lru+drop+fpr": dict(daemon="split-lru", drop_idle_cache=True, balloon_opts="free-page-reporting=on"),
     "split-lru+trim+drop": dict(daemon="split-lru", trim_streams=True, drop_idle_cache=True),
+    "none-vmem": dict(daemon=None, vmem=True),
+    "split-lru-vmem": dict(daemon="split-lru", vmem=True),
 }
 
 SMOKE_SCENARIOS = ["seed", "idle-burst"]
