@@ -225,11 +225,12 @@ def parse_size(text):
 
 
 def balloon_moves(daemon_log, guest):
-    """Moves, direction changes and the last target of one guest."""
+    """Moves, direction changes and the last target of one guest (its
+    balloon's, or its size's with virtio-mem: "size A -> B [virtio-mem ...]")."""
     moves = flips = 0
     last_dir = 0
     final = None
-    pat = re.compile(r"guest %s: balloon (\S+ \S+) -> (\S+ \S+) \(" % re.escape(guest))
+    pat = re.compile(r"guest %s: (?:balloon|size) (\S+ \S+) -> (\S+ \S+) [(\[]" % re.escape(guest))
     for line in console_lines(daemon_log):
         m = pat.search(line)
         if not m:
@@ -302,6 +303,8 @@ class Run:
             if self.conf.get("vmem"):  # half boot memory, half virtio-mem (2 MiB blocks), all plugged
                 half = g["mem"] // 4 * 2
                 mem = ["--mem", str(g["mem"] - half), "--vmem", "%d:%d" % (half, half)]
+                if self.conf["vmem"] == "kernel":  # overrides boot-guest.sh's online (auto-movable)
+                    append += " memhp_default_state=online_kernel"
             cmd = [BOOT, "--run-dir", os.path.join(self.dir, g["name"])] + mem + [
                    "--name", g["name"], "--cgroup", self.cg, "--tb-size", "32", "--deadline", "120"]
             disk = self.image(g)
