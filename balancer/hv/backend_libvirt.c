@@ -1426,10 +1426,11 @@ static int lv_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
     return rc;
 }
 
-/* Queued, not waited for (behind a slow call of the guest's, if one
- * runs); libvirt's refusal is logged and counted at the next sample.  A
- * stuck guest is given nothing more. */
-static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
+/* A balloon target or a virtio-mem requested size: queued, not waited
+ * for (behind a slow call of the guest's, if one runs); libvirt's refusal
+ * is logged and counted at the next sample.  A stuck guest is given
+ * nothing more. */
+static int queue_set(hv_ctx *hv, hv_guest *g, call_kind kind, uint64_t bytes, GError **error)
 {
     lv_state *st = state_of(hv);
     lv_guest *lg = g->backend_data;
@@ -1439,8 +1440,13 @@ static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error
     }
     g_mutex_lock(&st->lock);
     bool stuck = lg->stuck;
-    if (!stuck && !queue_call(st, lg, CALL_BALLOON, bytes))
-        lg->want_bytes = bytes; /* a slow call runs: set right after it */
+    if (!stuck && !queue_call(st, lg, kind, bytes)) {
+        /* a slow call runs: set right after it */
+        if (kind == CALL_VMEM)
+            lg->want_vmem = bytes;
+        else
+            lg->want_bytes = bytes;
+    }
     g_mutex_unlock(&st->lock);
     if (stuck) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "its last libvirt call has not returned");
@@ -1449,25 +1455,14 @@ static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error
     return 0;
 }
 
-/* The same for its virtio-mem device's requested size. */
+static int lv_set_target(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
+{
+    return queue_set(hv, g, CALL_BALLOON, bytes, error);
+}
+
 static int lv_set_vmem(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
 {
-    lv_state *st = state_of(hv);
-    lv_guest *lg = g->backend_data;
-    if (!lg) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "not attached");
-        return -1;
-    }
-    g_mutex_lock(&st->lock);
-    bool stuck = lg->stuck;
-    if (!stuck && !queue_call(st, lg, CALL_VMEM, bytes))
-        lg->want_vmem = bytes;
-    g_mutex_unlock(&st->lock);
-    if (stuck) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "its last libvirt call has not returned");
-        return -1;
-    }
-    return 0;
+    return queue_set(hv, g, CALL_VMEM, bytes, error);
 }
 
 static int lv_qemu_pid(hv_ctx *hv, hv_guest *g)
