@@ -2022,6 +2022,64 @@ START_TEST(virtio_mem_resizes_a_guest)
 }
 END_TEST
 
+/* A guest that cannot unplug: its 300 MiB in use leave no room to move
+ * the device's pages to (auto-movable: they could move, there is nowhere
+ * to).  Its operator asks for the device's memory back through a second
+ * monitor; balancerd, whose host has room, asks nothing itself, sees the
+ * device not follow for VMEM_STALL_S, holds it (the request withdrawn:
+ * the guest's driver would retry for ever) and says so once. */
+START_TEST(virtio_mem_refused_unplug_is_held)
+{
+    snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
+    mkdir(workdir, 0700);
+    cleanup_register("rm -rf '%s'", workdir);
+    char mon2[300], extra_qemu[512];
+    snprintf(mon2, sizeof(mon2), "%s/mon2.sock", workdir);
+    snprintf(extra_qemu, sizeof(extra_qemu), "--name vm-full --vmem 256:256 -- -qmp unix:%s,server=on,wait=off", mon2);
+    guest_vm vm;
+    guest_vm_opts o = { .mem_mib = 256, .append = "membal.report=1 membal.run=burst:/dev/null:0:0:300:0",
+                        .extra = extra_qemu };
+    ck_assert(guest_vm_start(&vm, &o) == 0);
+    ck_assert_msg(guest_vm_wait_console(&vm, "BURST phase=done", 90000), "the guest never allocated its 300 MiB");
+    char conf[512], extra[512];
+    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
+    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+                     "[watermarks]\nmin = 1%\nlow = 2%\nhigh = 3%\n");
+    snprintf(extra, sizeof(extra), "--qmp '%s'", vm.qmp_path);
+    start_daemon(conf, extra);
+    ck_assert(metric_becomes("balancer_guest_virtio_mem_plugged_bytes", "vm-full", 256.0 * MIB, 15));
+
+    qmp_error qe;
+    qmp_conn *c = qmp_connect_unix(mon2, 5000, &qe);
+    ck_assert_msg(c != NULL, "%s", qe.msg);
+    json_object *args = json_object_new_object();
+    json_object_object_add(args, "path", json_object_new_string("/machine/peripheral/vmem0"));
+    json_object_object_add(args, "property", json_object_new_string("requested-size"));
+    json_object_object_add(args, "value", json_object_new_int64(0));
+    ck_assert_int_eq(qmp_execute(c, "qom-set", args, NULL, 5000, &qe), 0);
+    qmp_close(c);
+
+    if (!wait_log("guest vm-full: virtio-mem does not follow: asked for 0 B", 40)) {
+        dump_log();
+        ck_abort_msg("the refused unplug was not seen");
+    }
+    ck_assert(log_has("the guest cannot unplug"));
+    /* withdrawn: asked to keep what it could not give, and held */
+    ck_assert_msg(metric_becomes("balancer_guest_virtio_mem_requested_bytes", "vm-full",
+                                 guest_metric("balancer_guest_virtio_mem_plugged_bytes", "vm-full"), 5),
+                  "the request was not withdrawn");
+    ck_assert(guest_metric("balancer_guest_virtio_mem_held", "vm-full") == 1);
+    explain_says("vm-full", "the guest did not unplug (its hotplugged memory not movable?)", 5);
+    sleep(6);
+    ck_assert_int_eq(count_log("guest vm-full: virtio-mem does not follow"), 1);
+    /* and the guest kept its memory: nothing was killed */
+    ck_assert_msg(test_run("grep -a MEMINFO '%s' | tail -1 | grep -q 'oom_kill=0'", vm.serial_path) == 0,
+                  "the guest's OOM killer ran");
+    ck_assert_int_eq(stop_daemon(), 0);
+    guest_vm_stop(&vm);
+}
+END_TEST
+
 /* The same through libvirt: the domain XML's <memory model='virtio-mem'>
  * read, its requested size set as virsh update-memory-device does, and
  * libvirt's balloon figures (which count virtio-mem in) taken apart. */
@@ -2127,6 +2185,7 @@ int main(void)
     tcase_add_test(tc, qemu_killed_under_the_daemon);
     tcase_add_test(tc, rebooted_guest_gets_its_size_back);
     tcase_add_test(tc, virtio_mem_resizes_a_guest);
+    tcase_add_test(tc, virtio_mem_refused_unplug_is_held);
     tcase_add_test(tc, hang_is_visible);
     tcase_add_test(tc, host_reclaim_pages_out_cold_guest_memory);
     tcase_add_test(tc, host_reclaim_proactive_within_slo);
