@@ -45,6 +45,7 @@
 #include <libxml/xpath.h>
 
 #include "agent/agent_conn.h"
+#include "config/size_parse.h"
 #include "hv/backend.h"
 #include "policies/vm_policy.h"
 #include "util/error.h"
@@ -403,28 +404,30 @@ static void domain_xml_facts(virDomainPtr dom, char **agent_path, int *free_page
 /* ---- virtio-mem, from and to the live domain XML ---- */
 
 /* A child element of a <memory> device's <target> (size, block,
- * requested, current), in bytes; 0 when absent.  libvirt writes KiB. */
+ * requested, current), NULL when absent. */
+static xmlNodePtr target_child(xmlNodePtr dev, const char *name)
+{
+    for (xmlNodePtr t = dev->children; t; t = t->next)
+        if (t->type == XML_ELEMENT_NODE && !xmlStrcmp(t->name, (const xmlChar *)"target"))
+            for (xmlNodePtr c = t->children; c; c = c->next)
+                if (c->type == XML_ELEMENT_NODE && !xmlStrcmp(c->name, (const xmlChar *)name))
+                    return c;
+    return NULL;
+}
+
+/* Its value in bytes, read as libvirt reads sizes (its unit, KiB when
+ * none is given); 0 when absent or unreadable. */
 static uint64_t target_bytes(xmlNodePtr dev, const char *name)
 {
-    for (xmlNodePtr t = dev->children; t; t = t->next) {
-        if (t->type != XML_ELEMENT_NODE || xmlStrcmp(t->name, (const xmlChar *)"target"))
-            continue;
-        for (xmlNodePtr c = t->children; c; c = c->next) {
-            if (c->type != XML_ELEMENT_NODE || xmlStrcmp(c->name, (const xmlChar *)name))
-                continue;
-            xmlChar *v = xmlNodeGetContent(c), *unit = xmlGetProp(c, (const xmlChar *)"unit");
-            unsigned long long n = v ? strtoull((const char *)v, NULL, 10) : 0;
-            uint64_t scale = !unit || !xmlStrcmp(unit, (const xmlChar *)"KiB") || !xmlStrcmp(unit, (const xmlChar *)"k")
-                                 ? 1024
-                             : !xmlStrcmp(unit, (const xmlChar *)"MiB") ? 1024 * 1024
-                             : !xmlStrcmp(unit, (const xmlChar *)"GiB") ? 1024 * 1024 * 1024
-                                                                         : 1;
-            xmlFree(v);
-            xmlFree(unit);
-            return n > UINT64_MAX / scale ? UINT64_MAX : n * scale;
-        }
-    }
-    return 0;
+    xmlNodePtr c = target_child(dev, name);
+    if (!c)
+        return 0;
+    xmlChar *v = xmlNodeGetContent(c), *unit = xmlGetProp(c, (const xmlChar *)"unit");
+    g_autofree char *text = g_strdup_printf("%s%s", v ? (const char *)v : "", unit ? (const char *)unit : "KiB");
+    xmlFree(v);
+    xmlFree(unit);
+    uint64_t bytes;
+    return size_parse(text, &bytes) == 0 ? bytes : 0;
 }
 
 /* The live domain XML and its virtio-mem devices (a worker thread); NULL
@@ -503,12 +506,7 @@ static int set_vmem(lv_guest *lg, uint64_t bytes, char *note, size_t len)
         xmlFreeDoc(doc);
         return -1;
     }
-    xmlNodePtr dev = devs->nodesetval->nodeTab[0], req = NULL;
-    for (xmlNodePtr t = dev->children; t && !req; t = t->next)
-        if (t->type == XML_ELEMENT_NODE && !xmlStrcmp(t->name, (const xmlChar *)"target"))
-            for (xmlNodePtr c = t->children; c && !req; c = c->next)
-                if (c->type == XML_ELEMENT_NODE && !xmlStrcmp(c->name, (const xmlChar *)"requested"))
-                    req = c;
+    xmlNodePtr dev = devs->nodesetval->nodeTab[0], req = target_child(dev, "requested");
     int rc = -1;
     if (!req) {
         snprintf(note, len, "virtio-mem change failed: its device has no <requested> size");
