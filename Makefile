@@ -347,11 +347,14 @@ deps:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_PKGS)
 
 PREFIX  ?= /usr
+# where this system's systemd reads unit files (/lib/systemd/system on
+# Debian 12, /usr/lib/systemd/system once /usr is merged in dpkg's view)
+SYSTEMD_UNITDIR ?= $(or $(shell pkg-config --variable=systemdsystemunitdir systemd 2>/dev/null),/lib/systemd/system)
 DESTDIR ?=
 install: $(BALANCERD) $(BALANCERCTL)
 	install -D -m 0755 $(BALANCERD) $(DESTDIR)$(PREFIX)/sbin/balancerd
 	install -D -m 0755 $(BALANCERCTL) $(DESTDIR)$(PREFIX)/sbin/balancerctl
-	install -D -m 0644 balancer.service $(DESTDIR)/lib/systemd/system/balancer.service
+	install -D -m 0644 balancer.service $(DESTDIR)$(SYSTEMD_UNITDIR)/balancer.service
 	install -D -m 0644 balancerd.8 $(DESTDIR)$(PREFIX)/share/man/man8/balancerd.8
 	install -D -m 0644 balancerctl.8 $(DESTDIR)$(PREFIX)/share/man/man8/balancerctl.8
 	install -D -m 0644 contrib/bash-completion/balancerctl $(DESTDIR)$(PREFIX)/share/bash-completion/completions/balancerctl
