@@ -50,7 +50,7 @@ BALANCERCTL  := $(BUILD)/balancerctl
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
                 $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer \
                 $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru $(BUILD)/tests/check_need \
-                $(BUILD)/tests/check_backend_qmp $(BUILD)/tests/check_kdamond_ledger
+                $(BUILD)/tests/check_backend_qmp $(BUILD)/tests/check_ledgers
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
                 $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config \
                 $(BUILD)/tests/replay_proc_text
@@ -104,7 +104,7 @@ $(BUILD)/tests/check_need: $(BUILD)/tests/unit/check_need.o $(LIBCORE) $(LIBPOLI
 $(BUILD)/tests/check_agent: $(BUILD)/tests/unit/check_agent.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
-$(BUILD)/tests/check_kdamond_ledger: $(BUILD)/tests/unit/check_kdamond_ledger.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+$(BUILD)/tests/check_ledgers: $(BUILD)/tests/unit/check_ledgers.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
 $(BUILD)/tests/check_balancer: $(BUILD)/tests/unit/check_balancer.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)

@@ -18,6 +18,7 @@
 #include "host/qemu_touched.h"
 #include "policies/reclaim_plan.h"
 #include "reclaim/kdamond_ledger.h"
+#include "reclaim/protect_ledger.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
@@ -321,7 +322,16 @@ int balancer_release_leftovers(const char *state_dir)
         log_info("DAMON: %s", what);
     else
         log_debug("nothing left behind (no kdamond recorded in %s)", ledger);
-    return r == KDAMOND_FAILED ? -1 : 0;
+    g_autofree char *protect = g_build_filename(state_dir, PROTECT_LEDGER_FILE, NULL);
+    g_autofree char *put_back = NULL;
+    protect_leftover p = protect_release_leftover(protect, &put_back);
+    if (p == PROTECT_FAILED)
+        log_err("%s", put_back);
+    else if (put_back)
+        log_info("%s", put_back);
+    else
+        log_debug("nothing left behind (no memory protection recorded in %s)", protect);
+    return r == KDAMOND_FAILED || p == PROTECT_FAILED ? -1 : 0;
 }
 
 void balancer_free(balancer *b)

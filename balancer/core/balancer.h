@@ -27,8 +27,9 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
 void balancer_free(balancer *b);
 /* balancerd --release-leftovers (the unit's ExecStopPost), and every
  * balancerd at start: turn off what a balancerd that is gone left running,
- * as recorded in state_dir (its kdamond: reclaim/kdamond_ledger.h), and log
- * what was found.  0, or -1 when something of ours is left that could not
+ * as recorded in state_dir (its kdamond: reclaim/kdamond_ledger.h; the
+ * cgroup protection it wrote: reclaim/protect_ledger.h), and log what was
+ * found.  0, or -1 when something of ours is left that could not
  * be turned off. */
 int balancer_release_leftovers(const char *state_dir);
 

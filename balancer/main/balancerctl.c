@@ -220,6 +220,12 @@ static void print_explain(json_object *r)
                sz(num(h, "resident_bytes"), a), sz(num(h, "swapped_bytes"), b), sz(num(h, "cold_bytes"), c),
                sz(num(h, "paged_out_bytes"), d), str(h, "refaults"), sz(num(h, "refault_bytes"), f),
                str(h, "cold_age_scans"), sz(num(h, "budget_bytes"), e), num(h, "protected_bytes") > 0 ? ", working set protected in its cgroup" : "");
+        if (num(h, "protected_bytes") > num(h, "protected_effective_bytes")) {
+            char pe[24], pw[24];
+            printf("  its protection (%s) is held to %s by %s's memory.low: a group's protection never exceeds "
+                   "its parent's\n", sz(num(h, "protected_bytes"), pw), sz(num(h, "protected_effective_bytes"), pe),
+                   str(h, "protect_capped_by"));
+        }
         char w[24], pr[24];
         uint64_t ws = num(h, "working_set_bytes");
         double budget = dbl(h, "promotion_budget_percent");

@@ -431,7 +431,7 @@ static void damon_destroy(cold_source *s)
      * balancerd or --release-leftovers */
     if (d->ledger_path) {
         if (!d->created || kdamond_turn_off(d->admin, 0) == 0)
-            kdamond_ledger_forget(d->ledger_path);
+            ledger_forget(d->ledger_path);
         else
             log_warn("DAMON: removing the kdamond we created under %s: %s (left in %s)", d->admin, strerror(errno),
                      d->ledger_path);

@@ -15,6 +15,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
+#include "reclaim/protect_ledger.h"
 #include "reclaim/qemu_memcg.h"
 #include "config/size_parse.h"
 #include "util/small_file.h"
@@ -37,6 +38,9 @@ struct hswap_guest {
     bool cg_own;                 /* the cgroup holds this QEMU alone */
     uint64_t protected_bytes;
     memcg_saved cg_before;       /* its protection before ours, put back at the end */
+    protect_ledger *pl;          /* where that is recorded while ours is in (a reference) */
+    uint64_t protect_cap;        /* what of it the kernel honours (memcg_protect_cap) */
+    char protect_capped_by[256]; /* the ancestor group that caps it, "" none */
     uint64_t proactive_bytes;
     uint64_t round_paged;        /* paged out in this round: the per-scan budget holds across its passes */
     /* SLO */
@@ -79,6 +83,7 @@ struct host_swap {
     double promotion_budget;     /* % of the working set per minute, unless the guest's metadata says */
     double max_cpu;              /* % of one core */
     uint64_t max_swap_out;       /* bytes per second */
+    protect_ledger *pl;          /* the working-set protection we write, recorded */
     /* the main loop's */
     int64_t next_scan_ms;
     /* shared with the round thread, under lock */
@@ -111,13 +116,30 @@ static void guest_close(hswap_guest *h)
     h->open = false;
 }
 
+/* The group gets back the protection it had before us, and the ledger
+ * forgets it (unless the write failed: then a later balancerd tries). */
+static void protection_restore(hswap_guest *h)
+{
+    if (!h->cg_before.saved)
+        return;
+    /* done, or nothing to do: the group went with its QEMU */
+    bool done = memcg_restore(&h->cg, &h->cg_before) == 0 || errno == ENOENT;
+    if (!done)
+        log_warn("cannot restore %s's memory protection: %m", h->cg.dir);
+    if (done && h->pl)
+        protect_ledger_drop(h->pl, &h->cg);
+    memset(&h->cg_before, 0, sizeof(h->cg_before));
+    h->protected_bytes = 0;
+    h->protect_cap = UINT64_MAX;
+    h->protect_capped_by[0] = '\0';
+}
+
 /* The last reference went: released, host reclaim reconfigured or off, or
- * the daemon stopping.  The group gets back the protection it had before
- * us. */
+ * the daemon stopping. */
 static void guest_clear(hswap_guest *h)
 {
-    if (h->cg_before.saved && memcg_restore(&h->cg, &h->cg_before) < 0)
-        log_warn("cannot restore %s's memory protection: %m", h->cg.dir);
+    protection_restore(h);
+    protect_ledger_unref(h->pl);
     guest_close(h);
     g_mutex_clear(&h->lock);
 }
@@ -126,6 +148,7 @@ static hswap_guest *guest_new(void)
 {
     hswap_guest *h = g_atomic_rc_box_new0(hswap_guest);
     g_mutex_init(&h->lock);
+    h->protect_cap = UINT64_MAX;
     h->pub.slo = reclaim_slo_name(SLO_WITHIN);
     return h;
 }
@@ -163,6 +186,7 @@ void host_swap_free(host_swap *hs)
     if (hs->src)
         hs->src->ops->destroy(hs->src);
     node_map_free(&hs->nodes);
+    protect_ledger_unref(hs->pl);
     g_mutex_clear(&hs->lock);
     g_cond_clear(&hs->cond);
     g_free(hs);
@@ -240,6 +264,8 @@ host_swap *host_swap_new(const balancer_config *cfg, GError **error)
     hs->promotion_budget = cfg->hr_promotion_budget;
     hs->max_cpu = cfg->hr_max_cpu;
     hs->max_swap_out = cfg->hr_max_swap_out;
+    g_autofree char *protect_path = g_build_filename(cfg->state_dir, PROTECT_LEDGER_FILE, NULL);
+    hs->pl = protect_ledger_new(protect_path);
     node_map_load(&hs->nodes, "/sys/devices/system", 4096);
     g_mutex_init(&hs->lock);
     g_cond_init(&hs->cond);
@@ -262,14 +288,9 @@ static bool ensure_open(host_swap *hs, round_guest *t, uint64_t round)
     int pid = t->pid;
     if (h->open && pid == h->pid)
         return true;
-    if (h->cg_before.saved) {
-        /* another QEMU (or the same one again, after it went away): the
-         * old cgroup gets back what it had, the new one is read afresh */
-        if (memcg_restore(&h->cg, &h->cg_before) < 0 && errno != ENOENT)
-            log_warn("cannot restore %s's memory protection: %m", h->cg.dir);
-        memset(&h->cg_before, 0, sizeof(h->cg_before));
-    }
-    h->protected_bytes = 0;
+    /* another QEMU (or the same one again, after it went away): the old
+     * cgroup gets back what it had, the new one is read afresh */
+    protection_restore(h);
     guest_close(h);
     if (round < h->retry_round)
         return false;
@@ -408,6 +429,26 @@ static uint64_t page_out(host_swap *hs, round_guest **givers, size_t n, uint64_t
     return done;
 }
 
+/* What of a guest's protection its cgroup's ancestors let through, said
+ * once each time it becomes capped. */
+static void note_protection_cap(hswap_guest *h, const char *name)
+{
+    char by[sizeof(h->protect_capped_by)];
+    uint64_t cap = memcg_protect_cap(&h->cg, by, sizeof(by));
+    bool was_capped = h->protect_cap < h->protected_bytes;
+    h->protect_cap = cap;
+    snprintf(h->protect_capped_by, sizeof(h->protect_capped_by), "%s", cap < h->protected_bytes ? by : "");
+    if (cap >= h->protected_bytes || was_capped)
+        return;
+    char want[32], got[32];
+    size_format(h->protected_bytes, want, sizeof(want));
+    size_format(cap, got, sizeof(got));
+    log_warn("guest %s: its working set's protection (%s in %s/memory.low) takes effect only up to %s: %s has "
+             "memory.low %s, and a group's protection never exceeds its parent's. Raise it (with systemd: "
+             "systemctl set-property %s MemoryLow=...; README, \"Working-set protection on cgroup v2\")",
+             name, want, h->cg.dir, got, by, got, strrchr(by, '/') ? strrchr(by, '/') + 1 : by);
+}
+
 static void protect_working_sets(host_swap *hs, round_guest **open, size_t n)
 {
     if (!hs->protect || writes_held(hs))
@@ -425,10 +466,21 @@ static void protect_working_sets(host_swap *hs, round_guest **open, size_t n)
             h->cg_own = false;
             continue;
         }
-        if (memcg_protect(&h->cg, hot) == 0)
-            h->protected_bytes = hot;
-        else
+        /* written down before it is written, so that it is put back even
+         * if balancerd dies before it can do so itself */
+        g_autoptr(GError) err = NULL;
+        if (!h->pl)
+            h->pl = protect_ledger_ref(hs->pl);
+        if (protect_ledger_note(h->pl, &h->cg, &h->cg_before, hot, &err) < 0) {
+            log_warn("guest %s: not protecting its working set: %s", open[i]->name, err->message);
+            continue;
+        }
+        if (memcg_protect(&h->cg, hot) < 0) {
             log_warn("guest %s: cannot protect its working set in %s: %m", open[i]->name, h->cg.dir);
+            continue;
+        }
+        h->protected_bytes = hot;
+        note_protection_cap(h, open[i]->name);
     }
 }
 
@@ -538,6 +590,8 @@ static void publish_guest(hswap_guest *h)
         p.cold_age_scans = g->lru.cold_age;
         p.budget_bytes = g->lru.budget_bytes;
         p.protected_bytes = h->protected_bytes;
+        p.protected_effective_bytes = h->protect_cap < h->protected_bytes ? h->protect_cap : h->protected_bytes;
+        snprintf(p.protect_capped_by, sizeof(p.protect_capped_by), "%s", h->protect_capped_by);
         p.proactive_bytes = h->proactive_bytes;
         p.promoted_bps = h->promoted_bps;
         p.foreign_fault_bps = h->majflt_known ? h->foreign_bps : -1;

@@ -44,6 +44,8 @@ typedef struct {
     uint32_t cold_age_scans;     /* current threshold */
     uint64_t budget_bytes;       /* current per-scan budget */
     uint64_t protected_bytes;    /* memory.low / soft limit we set, 0 none */
+    uint64_t protected_effective_bytes; /* what of it the group's ancestors let through (cgroup v2) */
+    char protect_capped_by[256]; /* the ancestor that caps it, "" none */
     uint64_t ws_bytes;           /* working set as the host measures it: resident minus cold */
     bool ws_known;               /* scanned long enough (the cold age) for ws_bytes to mean it */
     int64_t at_ms;               /* when the round that found these ended (monotonic), 0 never */

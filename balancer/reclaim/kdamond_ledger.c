@@ -35,36 +35,12 @@ static bool read_num(const char *dir, const char *file, long long *out)
     return !errno && end != buf && !*end;
 }
 
-/* A process's start time in clock ticks after boot (/proc/PID/stat field
- * 22); 0 when there is no such process. */
-static unsigned long long proc_start(int pid)
-{
-    char dir[32], buf[1024];
-    snprintf(dir, sizeof(dir), "/proc/%d", pid);
-    if (pid <= 0 || small_file_read_at(dir, "stat", buf, sizeof(buf)) < 0)
-        return 0;
-    const char *p = strrchr(buf, ')');
-    unsigned long long start = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                     &start) != 1)
-        return 0;
-    return start;
-}
-
-static void boot_id(char *buf, size_t len)
-{
-    if (!read_word("/proc/sys/kernel/random", "boot_id", buf, len))
-        buf[0] = '\0';
-}
-
 void kdamond_ledger_init(kdamond_ledger *l, const char *admin, unsigned index, uint32_t sample_us, uint32_t aggr_us)
 {
     memset(l, 0, sizeof(*l));
     snprintf(l->admin, sizeof(l->admin), "%s", admin);
     l->index = index;
-    l->owner_pid = (int)getpid();
-    l->owner_start = proc_start(l->owner_pid);
-    boot_id(l->boot_id, sizeof(l->boot_id));
+    owner_self(&l->owner);
     l->sample_us = sample_us;
     l->aggr_us = aggr_us;
 }
@@ -87,71 +63,43 @@ int kdamond_ledger_save(const char *path, const kdamond_ledger *l, GError **erro
     g_autoptr(GKeyFile) kf = g_key_file_new();
     g_key_file_set_string(kf, GROUP, "admin", l->admin);
     g_key_file_set_uint64(kf, GROUP, "index", l->index);
-    g_key_file_set_int64(kf, GROUP, "owner_pid", l->owner_pid);
-    g_key_file_set_uint64(kf, GROUP, "owner_start", l->owner_start);
-    g_key_file_set_string(kf, GROUP, "boot_id", l->boot_id);
+    owner_to_keyfile(kf, GROUP, &l->owner);
     g_key_file_set_int64(kf, GROUP, "kdamond_pid", l->kdamond_pid);
     g_key_file_set_uint64(kf, GROUP, "dir_ino", l->dir_ino);
     g_key_file_set_uint64(kf, GROUP, "sample_us", l->sample_us);
     g_key_file_set_uint64(kf, GROUP, "aggr_us", l->aggr_us);
-    gsize len = 0;
-    g_autofree char *text = g_key_file_to_data(kf, &len, NULL);
-    g_autofree char *dir = g_path_get_dirname(path);
-    GError *err = NULL;
-    if (g_mkdir_with_parents(dir, 0700) < 0)
-        g_set_error(&err, G_FILE_ERROR, g_file_error_from_errno(errno), "creating %s: %s", dir, strerror(errno));
-    if (err || !g_file_set_contents(path, text, (gssize)len, &err)) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "recording the kdamond we create in %s: %s", path,
-                    err->message);
-        g_error_free(err);
-        return -1;
-    }
-    return 0;
+    return ledger_save(path, kf, "the kdamond we create", error);
 }
 
 int kdamond_ledger_load(const char *path, kdamond_ledger *l, GError **error)
 {
     g_autoptr(GKeyFile) kf = g_key_file_new();
-    g_autoptr(GError) err = NULL;
-    if (!g_key_file_load_from_file(kf, path, G_KEY_FILE_NONE, &err)) {
-        if (g_error_matches(err, G_FILE_ERROR, G_FILE_ERROR_NOENT))
-            return 0;
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s: %s", path, err->message);
-        return -1;
-    }
+    int r = ledger_load(path, kf, error);
+    if (r <= 0)
+        return r;
     memset(l, 0, sizeof(*l));
+    g_autoptr(GError) err = NULL;
     g_autofree char *admin = g_key_file_get_string(kf, GROUP, "admin", &err);
-    g_autofree char *boot = err ? NULL : g_key_file_get_string(kf, GROUP, "boot_id", &err);
     uint64_t index = err ? 0 : g_key_file_get_uint64(kf, GROUP, "index", &err);
-    int64_t owner = err ? 0 : g_key_file_get_int64(kf, GROUP, "owner_pid", &err);
-    uint64_t start = err ? 0 : g_key_file_get_uint64(kf, GROUP, "owner_start", &err);
     int64_t kpid = err ? 0 : g_key_file_get_int64(kf, GROUP, "kdamond_pid", &err);
     uint64_t sample = err ? 0 : g_key_file_get_uint64(kf, GROUP, "sample_us", &err);
     uint64_t aggr = err ? 0 : g_key_file_get_uint64(kf, GROUP, "aggr_us", &err);
     uint64_t ino = err ? 0 : g_key_file_get_uint64(kf, GROUP, "dir_ino", &err);
-    if (err || !admin[0] || strlen(admin) >= sizeof(l->admin) || strlen(boot) >= sizeof(l->boot_id) ||
-        index > 1024 || owner <= 0 || owner > INT32_MAX || kpid < 0 || kpid > INT32_MAX || sample > UINT32_MAX ||
-        aggr > UINT32_MAX) {
+    if (!err)
+        owner_from_keyfile(kf, GROUP, &l->owner, &err);
+    if (err || !admin[0] || strlen(admin) >= sizeof(l->admin) || index > 1024 || kpid < 0 || kpid > INT32_MAX ||
+        sample > UINT32_MAX || aggr > UINT32_MAX) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s: not a kdamond ledger (%s)", path,
                     err ? err->message : "a value out of range");
         return -1;
     }
     snprintf(l->admin, sizeof(l->admin), "%s", admin);
-    snprintf(l->boot_id, sizeof(l->boot_id), "%s", boot);
     l->index = (unsigned)index;
-    l->owner_pid = (int)owner;
-    l->owner_start = start;
     l->kdamond_pid = (int)kpid;
     l->sample_us = (uint32_t)sample;
     l->aggr_us = (uint32_t)aggr;
     l->dir_ino = ino;
     return 1;
-}
-
-void kdamond_ledger_forget(const char *path)
-{
-    if (unlink(path) < 0 && errno != ENOENT)
-        log_warn("removing %s: %s", path, strerror(errno));
 }
 
 /* Why the kdamond at kd is not the one l recorded; NULL when it is.  Its
@@ -230,14 +178,12 @@ kdamond_leftover kdamond_release_leftover(const char *path, char **what)
         return KDAMOND_NONE;
     if (r < 0) {
         *what = g_strdup_printf("%s: no kdamond is taken back on its word", err->message);
-        kdamond_ledger_forget(path);
+        ledger_forget(path);
         return KDAMOND_NOT_OURS;
     }
-    char here[40];
-    boot_id(here, sizeof(here));
-    if (strcmp(here, l.boot_id) != 0) {
+    if (!owner_this_boot(&l.owner)) {
         *what = g_strdup_printf("%s is from an earlier boot: its kdamond ended with it", path);
-        kdamond_ledger_forget(path);
+        ledger_forget(path);
         return KDAMOND_NONE;
     }
     char kd[320], kds[300];
@@ -245,34 +191,33 @@ kdamond_leftover kdamond_release_leftover(const char *path, char **what)
     snprintf(kds, sizeof(kds), "%s/kdamonds", l.admin);
     /* the balancerd that made it runs still: its pid with its start time
      * (a start time not read is no proof either way: the pid alone) */
-    bool owner_alive = l.owner_start ? proc_start(l.owner_pid) == l.owner_start : kill(l.owner_pid, 0) == 0;
-    if (l.owner_pid != (int)getpid() && owner_alive) {
+    if (l.owner.pid != (int)getpid() && owner_alive(&l.owner)) {
         *what = g_strdup_printf("kdamond %u under %s belongs to balancerd pid %d, which still runs", l.index, kds,
-                                l.owner_pid);
+                                l.owner.pid);
         return KDAMOND_IN_USE;
     }
     long long nr;
     if (!read_num(kds, "nr_kdamonds", &nr) || nr <= l.index) {
-        *what = g_strdup_printf("kdamond %u under %s, created by balancerd pid %d, is gone", l.index, kds, l.owner_pid);
-        kdamond_ledger_forget(path);
+        *what = g_strdup_printf("kdamond %u under %s, created by balancerd pid %d, is gone", l.index, kds, l.owner.pid);
+        ledger_forget(path);
         return KDAMOND_NONE;
     }
     char why_buf[128];
     const char *why = mismatch(&l, kd, why_buf, sizeof(why_buf));
     if (why) {
         *what = g_strdup_printf("kdamond %u under %s is not the one balancerd pid %d created (%s): left alone", l.index,
-                                kds, l.owner_pid, why);
-        kdamond_ledger_forget(path);
+                                kds, l.owner.pid, why);
+        ledger_forget(path);
         return KDAMOND_NOT_OURS;
     }
     if (kdamond_turn_off(l.admin, l.index) < 0) {
         *what = g_strdup_printf("kdamond %u under %s, left by balancerd pid %d: turning it off: %s", l.index, kds,
-                                l.owner_pid, strerror(errno));
+                                l.owner.pid, strerror(errno));
         return KDAMOND_FAILED;
     }
     *what = g_strdup_printf("turned off kdamond %u under %s, left running by balancerd pid %d, which is gone", l.index,
-                            kds, l.owner_pid);
-    kdamond_ledger_forget(path);
+                            kds, l.owner.pid);
+    ledger_forget(path);
     return KDAMOND_RELEASED;
 }
 

@@ -26,15 +26,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "util/owner.h"
+
 /* The ledger's name in the state directory. */
 #define KDAMOND_LEDGER_FILE "kdamond.ledger"
 
 typedef struct {
     char admin[256];                /* DAMON's sysfs admin directory */
     unsigned index;                 /* kdamonds/<index> */
-    int owner_pid;                  /* the balancerd that created it */
-    unsigned long long owner_start; /* its start time (/proc/PID/stat field 22) */
-    char boot_id[40];               /* /proc/sys/kernel/random/boot_id when it was created */
+    owner_id owner;                 /* the balancerd that created it, and the boot */
     int kdamond_pid;                /* the kdamond thread while it runs, 0 when off or not read */
     uint64_t dir_ino;               /* the inode of kdamonds/<index> once created (sysfs gives a
                                      * directory made again a new one), 0 not yet */
@@ -51,7 +51,6 @@ int kdamond_ledger_save(const char *path, const kdamond_ledger *l, GError **erro
 /* Read path into l.  1, 0 when there is none, -1 when it cannot be read
  * or parsed. */
 int kdamond_ledger_load(const char *path, kdamond_ledger *l, GError **error);
-void kdamond_ledger_forget(const char *path);
 
 typedef enum {
     KDAMOND_NONE,      /* no ledger, or what it names is gone (the ledger is removed) */

@@ -89,6 +89,7 @@ int memcg_resolve(const char *proc_cgroup, const char *v2_mount, const char *v1_
         snprintf(out->dir, sizeof(out->dir), "%s%s", v2_mount, strcmp(v2path, "/") ? v2path : "");
         if (file_exists(out->dir, "memory.current")) {
             out->kind = MEMCG_V2;
+            snprintf(out->mount, sizeof(out->mount), "%s", v2_mount);
             return 0;
         }
     }
@@ -96,6 +97,7 @@ int memcg_resolve(const char *proc_cgroup, const char *v2_mount, const char *v1_
         snprintf(out->dir, sizeof(out->dir), "%s%s", v1_mount, strcmp(v1path, "/") ? v1path : "");
         if (file_exists(out->dir, "memory.usage_in_bytes")) {
             out->kind = MEMCG_V1;
+            snprintf(out->mount, sizeof(out->mount), "%s", v1_mount);
             return 0;
         }
     }
@@ -143,7 +145,7 @@ static int write_u64(const char *dir, const char *file, uint64_t v)
     return small_file_write_at(dir, file, text);
 }
 
-static const char *protect_file(const qemu_memcg *m)
+const char *memcg_protect_file(const qemu_memcg *m)
 {
     return m->kind == MEMCG_V2 ? "memory.low" : m->kind == MEMCG_V1 ? "memory.soft_limit_in_bytes" : NULL;
 }
@@ -151,7 +153,7 @@ static const char *protect_file(const qemu_memcg *m)
 int memcg_save(const qemu_memcg *m, memcg_saved *out)
 {
     memset(out, 0, sizeof(*out));
-    const char *file = protect_file(m);
+    const char *file = memcg_protect_file(m);
     if (!file) {
         errno = ENOENT;
         return -1;
@@ -164,7 +166,7 @@ int memcg_save(const qemu_memcg *m, memcg_saved *out)
 
 int memcg_restore(const qemu_memcg *m, const memcg_saved *s)
 {
-    const char *file = protect_file(m);
+    const char *file = memcg_protect_file(m);
     if (!s->saved || !file) {
         errno = ENOENT;
         return -1;
@@ -174,10 +176,34 @@ int memcg_restore(const qemu_memcg *m, const memcg_saved *s)
 
 int memcg_protect(const qemu_memcg *m, uint64_t bytes)
 {
-    if (m->kind == MEMCG_V2)
-        return write_u64(m->dir, "memory.low", bytes);
-    if (m->kind == MEMCG_V1)
-        return write_u64(m->dir, "memory.soft_limit_in_bytes", bytes);
-    errno = ENOENT;
-    return -1;
+    const char *file = memcg_protect_file(m);
+    if (!file) {
+        errno = ENOENT;
+        return -1;
+    }
+    return write_u64(m->dir, file, bytes);
+}
+
+uint64_t memcg_protect_cap(const qemu_memcg *m, char *by, size_t len)
+{
+    if (len)
+        by[0] = '\0';
+    if (m->kind != MEMCG_V2)
+        return UINT64_MAX;
+    size_t root = strlen(m->mount);
+    char dir[sizeof(m->dir)];
+    snprintf(dir, sizeof(dir), "%s", m->dir);
+    uint64_t cap = UINT64_MAX;
+    /* each ancestor below the mount (the root group has no memory.low) */
+    for (char *slash; (slash = strrchr(dir, '/')) && (size_t)(slash - dir) > root;) {
+        *slash = '\0';
+        uint64_t low = 0;
+        bool is_max = false;
+        if (small_file_read_u64(dir, "memory.low", &low, &is_max) < 0 || is_max || low >= cap)
+            continue;
+        cap = low;
+        if (len)
+            snprintf(by, len, "%s", dir);
+    }
+    return cap;
 }

@@ -21,6 +21,7 @@ typedef enum { MEMCG_NONE = 0, MEMCG_V1, MEMCG_V2 } memcg_kind;
 typedef struct {
     memcg_kind kind;
     char dir[512];
+    char mount[256];   /* the hierarchy's mount point: dir is below it */
 } qemu_memcg;
 
 /* Mount points of the v2 hierarchy and the v1 memory controller from
@@ -38,6 +39,16 @@ int qemu_memcg_find(pid_t pid, qemu_memcg *out);
 /* 1 if pid is the only process in the group, 0 if not, -1 unreadable. */
 int memcg_sole_owner(const qemu_memcg *m, pid_t pid);
 int memcg_protect(const qemu_memcg *m, uint64_t bytes);
+/* The file memcg_protect writes in m->dir (NULL with no group). */
+const char *memcg_protect_file(const qemu_memcg *m);
+/* At most how much of the protection written to m's group the kernel
+ * honours.  On v2 a group's protection is capped by its parent's
+ * (mm/memcontrol.c effective_protection: a child's effective memory.low
+ * never exceeds its parent's), so by the least memory.low of the groups
+ * between it and the mount: on a systemd host machine.slice's, 0 unless
+ * MemoryLow= is set on it.  UINT64_MAX when nothing caps it, and on v1
+ * (a soft limit has no such cap).  The capping group into by ("" none). */
+uint64_t memcg_protect_cap(const qemu_memcg *m, char *by, size_t len);
 
 /* The protection the group had before we wrote ours, to put back when we
  * let the guest go (released, host reclaim turned off, daemon stopped). */

@@ -142,6 +142,8 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
             json_object_object_add(h, "cold_age_scans", u64(hs.cold_age_scans));
             json_object_object_add(h, "budget_bytes", u64(hs.budget_bytes));
             json_object_object_add(h, "protected_bytes", u64(hs.protected_bytes));
+            json_object_object_add(h, "protected_effective_bytes", u64(hs.protected_effective_bytes));
+            json_object_object_add(h, "protect_capped_by", json_object_new_string(hs.protect_capped_by));
             json_object_object_add(h, "working_set_bytes", u64(hs.ws_bytes));
             json_object_object_add(h, "proactive_bytes", u64(hs.proactive_bytes));
             json_object_object_add(h, "promotion_bytes_per_second", json_object_new_double(hs.promoted_bps));

@@ -106,6 +106,7 @@ HSWAP_VALUE(hs_refault_bytes, refault_bytes)
 HSWAP_VALUE(hs_age, cold_age_scans)
 HSWAP_VALUE(hs_budget, budget_bytes)
 HSWAP_VALUE(hs_protected, protected_bytes)
+HSWAP_VALUE(hs_protected_effective, protected_effective_bytes)
 HSWAP_VALUE(hs_ws, ws_bytes)
 HSWAP_VALUE(hs_proactive, proactive_bytes)
 HSWAP_VALUE(hs_promoted, promoted_total)
@@ -157,6 +158,7 @@ static void host_reclaim_metrics(GString *s, const snapshot *b)
     guest_family(s, b, "balancer_guest_host_foreign_fault_bytes_total", "counter", "Its QEMU's major faults that are not host reclaim's promotions or probes, in bytes.", hs_foreign);
     guest_family(s, b, "balancer_guest_host_slo_within", "gauge", "1 while the guest is inside its host-reclaim SLO (promotions under budget, no pressure).", hs_slo_ok);
     guest_family(s, b, "balancer_guest_host_protected_bytes", "gauge", "Working set protected in the guest's memory cgroup (memory.low or soft limit).", hs_protected);
+    guest_family(s, b, "balancer_guest_host_protected_effective_bytes", "gauge", "Of that protection, what the cgroup's ancestors let the kernel honour (cgroup v2: a group's memory.low never exceeds its parent's).", hs_protected_effective);
 }
 
 GString *metrics_render(const snapshot *b)

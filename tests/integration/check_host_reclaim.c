@@ -37,9 +37,12 @@
 #include "util/small_file.h"
 #include "cleanup.h"
 #include "reclaim/host_reclaim.h"
+#include "reclaim/protect_ledger.h"
 #include "reclaim/qemu_memcg.h"
+#include "core/balancer.h"
 #include "test_util.h"
 
+#undef MIB /* policy.h (through core/balancer.h) has its own, unsigned long long */
 #define MIB ((uint64_t)1024 * 1024)
 #define RAM (256 * MIB)
 #define CHUNK RECLAIM_CHUNK_BYTES
@@ -638,7 +641,9 @@ END_TEST
 /* A real memory cgroup (v2 when its memory controller is on, else v1):
  * a process alone in it is found and protected; a second process makes
  * the group shared and off limits. */
-START_TEST(real_memcg_protect)
+/* The root of this machine's memory controller (v2 when it has memory
+ * there, else v1) into root ("" when there is none); true for v2. */
+static bool memcg_root(char *root, size_t len)
 {
     char *mi = NULL;
     ck_assert(g_file_get_contents("/proc/self/mountinfo", &mi, NULL, NULL));
@@ -650,7 +655,14 @@ START_TEST(real_memcg_protect)
     char *ctl = NULL;
     bool v2mem = v2[0] && g_file_get_contents(probe, &ctl, NULL, NULL) && strstr(ctl, "memory");
     g_free(ctl);
-    const char *root = v2mem ? v2 : v1;
+    snprintf(root, len, "%s", v2mem ? v2 : v1);
+    return v2mem;
+}
+
+START_TEST(real_memcg_protect)
+{
+    char root[256];
+    bool v2mem = memcg_root(root, sizeof(root));
     if (!root[0])
         CHECK_SKIP("no memory cgroup controller mounted");
     char dir[400];
@@ -699,6 +711,68 @@ START_TEST(real_memcg_protect)
     char rootprocs[300];
     snprintf(rootprocs, sizeof(rootprocs), "%s/cgroup.procs", root);
     ck_assert(test_put(rootprocs, pidtxt));
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* principle 5 on a real cgroup: a balancerd killed with SIGKILL after it
+ * wrote a QEMU group's protection leaves it recorded, and the next start
+ * (balancer_release_leftovers, as `balancerd --release-leftovers`) puts
+ * back what the group had. */
+START_TEST(protection_left_by_a_killed_balancerd_is_put_back)
+{
+    char root[256];
+    memcg_root(root, sizeof(root));
+    if (!root[0])
+        CHECK_SKIP("no memory cgroup controller mounted");
+    char dir[400], state[64];
+    snprintf(dir, sizeof(dir), "%s/membal-test-protect-%d", root, (int)getpid());
+    snprintf(state, sizeof(state), "/run/membal-test-state-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    cleanup_register("rmdir '%s' 2>/dev/null", dir);
+    cleanup_register("rm -rf '%s'", state);
+    char proc_cgroup[500];
+    qemu_memcg m;
+    snprintf(proc_cgroup, sizeof(proc_cgroup), "0::/%s\n9:memory:/%s\n", strrchr(dir, '/') + 1,
+             strrchr(dir, '/') + 1);
+    ck_assert_int_eq(memcg_resolve(proc_cgroup, root, root, &m), 0);
+    char file[500], *orig = NULL, *got = NULL;
+    snprintf(file, sizeof(file), "%s/%s", dir, memcg_protect_file(&m));
+    ck_assert(g_file_get_contents(file, &orig, NULL, NULL));
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        /* what host_swap.c does, then a SIGKILL before it can undo it */
+        g_autofree char *path = g_build_filename(state, PROTECT_LEDGER_FILE, NULL);
+        protect_ledger *pl = protect_ledger_new(path);
+        memcg_saved before;
+        char ok = memcg_save(&m, &before) == 0 && protect_ledger_note(pl, &m, &before, 96 * MIB, NULL) == 0 &&
+                  memcg_protect(&m, 96 * MIB) == 0;
+        (void)!write(p[1], &ok, 1);
+        pause();
+        _exit(0);
+    }
+    char ok = 0;
+    ck_assert_int_eq(read(p[0], &ok, 1), 1);
+    ck_assert(ok);
+    ck_assert(g_file_get_contents(file, &got, NULL, NULL));
+    ck_assert_uint_eq(strtoull(got, NULL, 10), 96 * MIB);
+    g_free(got);
+    /* while it runs, a second balancerd leaves its value alone */
+    ck_assert_int_eq(balancer_release_leftovers(state), 0);
+    ck_assert(g_file_get_contents(file, &got, NULL, NULL));
+    ck_assert_uint_eq(strtoull(got, NULL, 10), 96 * MIB);
+    g_free(got);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    ck_assert_int_eq(balancer_release_leftovers(state), 0);
+    ck_assert(g_file_get_contents(file, &got, NULL, NULL));
+    ck_assert_str_eq(got, orig);
+    g_free(got);
+    g_free(orig);
+    g_autofree char *ledger = g_build_filename(state, PROTECT_LEDGER_FILE, NULL);
+    ck_assert(!g_file_test(ledger, G_FILE_TEST_EXISTS));
     ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
@@ -807,6 +881,7 @@ int main(void)
     tcase_add_test(tc, partial_pageout_counts_what_was_advised);
     tcase_add_test(tc, node_map_fake_tree);
     tcase_add_test(tc, real_memcg_protect);
+    tcase_add_test(tc, protection_left_by_a_killed_balancerd_is_put_back);
     tcase_add_test(tc, no_swap_is_harmless);
     tcase_add_test(tc, probe_scanner_swaps_cold_keeps_hot);
     tcase_add_test(tc, probe_never_splits_huge_pages);

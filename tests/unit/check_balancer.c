@@ -386,6 +386,8 @@ START_TEST(qemu_memcg_find_and_write)
     ck_assert_int_eq(memcg_sole_owner(&m, 1), 0);
     ck_assert_int_eq(memcg_protect(&m, 64 * MIB), 0);
     ck_assert_uint_eq(read_num(m.dir, "memory.soft_limit_in_bytes"), 64 * MIB);
+    char none[8];
+    ck_assert_uint_eq(memcg_protect_cap(&m, none, sizeof(none)), UINT64_MAX); /* v1: no such cap */
     write_conf("v1/machine/vm1.libvirt-qemu/cgroup.procs", "4242\n4243\n");
     ck_assert_int_eq(memcg_sole_owner(&m, 4242), 0);
 
@@ -395,6 +397,29 @@ START_TEST(qemu_memcg_find_and_write)
     ck_assert_int_eq(m.kind, MEMCG_V2);
     ck_assert_int_eq(memcg_protect(&m, 32 * MIB), 0);
     ck_assert_uint_eq(read_num(m.dir, "memory.low"), 32 * MIB);
+    ck_assert_str_eq(m.mount, v2root);
+    /* what the ancestors let through: machine.slice's memory.low caps its
+     * scopes' (systemd's default there is 0); the mount's root has none */
+    char by[400];
+    write_conf("v2/memory.low", "1\n"); /* the root: not an ancestor that counts */
+    ck_assert_uint_eq(memcg_protect_cap(&m, by, sizeof(by)), UINT64_MAX);
+    ck_assert_str_eq(by, "");
+    write_conf("v2/machine.slice/memory.low", "0\n");
+    ck_assert_uint_eq(memcg_protect_cap(&m, by, sizeof(by)), 0);
+    ck_assert(g_str_has_suffix(by, "/v2/machine.slice"));
+    write_conf("v2/machine.slice/memory.low", "max\n");
+    ck_assert_uint_eq(memcg_protect_cap(&m, by, sizeof(by)), UINT64_MAX);
+    write_conf("v2/machine.slice/memory.low", "104857600\n");
+    ck_assert_uint_eq(memcg_protect_cap(&m, by, sizeof(by)), 100 * MIB);
+    /* deeper: the least of the chain */
+    snprintf(dir, sizeof(dir), "mkdir -p %s/machine.slice/tenant.slice/vm2.scope", v2root);
+    ck_assert_int_eq(system(dir), 0);
+    write_conf("v2/machine.slice/tenant.slice/vm2.scope/memory.current", "1\n");
+    write_conf("v2/machine.slice/tenant.slice/memory.low", "8388608\n");
+    qemu_memcg deep;
+    ck_assert_int_eq(memcg_resolve("0::/machine.slice/tenant.slice/vm2.scope\n", v2root, "", &deep), 0);
+    ck_assert_uint_eq(memcg_protect_cap(&deep, by, sizeof(by)), 8 * MIB);
+    ck_assert(g_str_has_suffix(by, "/tenant.slice"));
 
     /* no memory controller anywhere */
     ck_assert_int_eq(memcg_resolve("3:cpu:/x\n0::/\n", "/nonexistent", "", &m), -1);

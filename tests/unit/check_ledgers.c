@@ -1,10 +1,18 @@
 /*
- * The kdamond we create is the kdamond we stop, also after balancerd died
- * (reclaim/kdamond_ledger.h), on fake DAMON sysfs trees: a leftover the
- * ledger proves ours is turned off and DAMON is ours again; a kdamond we
- * cannot prove is ours -- another program's, one that changed since, one
- * whose balancerd still runs, one from an earlier boot -- is never
- * written to (every file of the tree is compared before and after).
+ * What balancerd creates or writes outside itself is undone, also after
+ * balancerd died.
+ *
+ * The kdamond we create is the kdamond we stop (reclaim/kdamond_ledger.h),
+ * on fake DAMON sysfs trees: a leftover the ledger proves ours is turned
+ * off and DAMON is ours again; a kdamond we cannot prove is ours --
+ * another program's, one that changed since, one whose balancerd still
+ * runs, one from an earlier boot -- is never written to (every file of the
+ * tree is compared before and after).
+ *
+ * The cgroup protection we write is put back (reclaim/protect_ledger.h),
+ * on fake cgroup directories: a value a dead balancerd wrote goes back to
+ * what the group held; a group changed since, made again, or whose
+ * balancerd still runs keeps what it has.
  */
 #include <check.h>
 
@@ -20,6 +28,7 @@
 
 #include "reclaim/cold_source.h"
 #include "reclaim/kdamond_ledger.h"
+#include "reclaim/protect_ledger.h"
 
 /* every test's tree lives under one directory of this run, removed at the
  * end whatever the tests' outcome (a failed test ends before its done()) */
@@ -306,8 +315,8 @@ START_TEST(made_again_since_is_not_ours)
     put(K0 "contexts/nr_contexts", "1\n");
     kdamond_ledger l;
     kdamond_ledger_init(&l, root, 0, 10000, 200000);
-    l.owner_pid = 1 << 22; /* above pid_max: no such process */
-    l.owner_start = 0;
+    l.owner.pid = 1 << 22; /* above pid_max: no such process */
+    l.owner.start = 0;
     ck_assert_int_eq(kdamond_ledger_save(ledger, &l, NULL), 0);
     g_free(what);
     what = release_touching_nothing(KDAMOND_NOT_OURS);
@@ -393,7 +402,7 @@ START_TEST(killed_owner_then_next_start_takes_it_back)
     ck_assert(ledger_exists()); /* now ours */
     kdamond_ledger l;
     ck_assert_int_eq(kdamond_ledger_load(ledger, &l, NULL), 1);
-    ck_assert_int_eq(l.owner_pid, (int)getpid());
+    ck_assert_int_eq(l.owner.pid, (int)getpid());
     src->ops->destroy(src);
     g_free(nr);
     nr = get("kdamonds/nr_kdamonds");
@@ -403,9 +412,179 @@ START_TEST(killed_owner_then_next_start_takes_it_back)
 }
 END_TEST
 
+/* ---- the protection ledger ---- */
+
+static char pledger[200];
+static pid_t protect_child;
+
+/* A fake memory cgroup directory under root holding file = value. */
+static void group(qemu_memcg *m, const char *name, memcg_kind kind, const char *value)
+{
+    snprintf(root, sizeof(root), "%s/%d", top, (int)getpid());
+    snprintf(pledger, sizeof(pledger), "%s/state/" PROTECT_LEDGER_FILE, root);
+    memset(m, 0, sizeof(*m));
+    m->kind = kind;
+    snprintf(m->dir, sizeof(m->dir), "%s/%s", root, name);
+    g_autofree char *file = g_build_filename(name, memcg_protect_file(m), NULL);
+    put(file, value);
+}
+
+static char *value_of(const qemu_memcg *m)
+{
+    g_autofree char *rel = g_build_filename(m->dir + strlen(root) + 1, memcg_protect_file(m), NULL);
+    return get(rel);
+}
+
+/* In a child that then dies as balancerd would by SIGKILL (nothing put
+ * back): each group gets bytes, recorded first. */
+static void protect_and_die(qemu_memcg *ms, size_t n, uint64_t bytes, bool stay)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t c = fork();
+    ck_assert_int_ge(c, 0);
+    if (c == 0) {
+        protect_ledger *pl = protect_ledger_new(pledger);
+        char ok = 1;
+        for (size_t i = 0; i < n; i++) {
+            memcg_saved before;
+            ok = ok && memcg_save(&ms[i], &before) == 0 && protect_ledger_note(pl, &ms[i], &before, bytes, NULL) == 0 &&
+                 memcg_protect(&ms[i], bytes) == 0;
+        }
+        (void)!write(p[1], &ok, 1);
+        if (stay)
+            pause();
+        _exit(0);
+    }
+    char ok = 0;
+    ck_assert_int_eq(read(p[0], &ok, 1), 1);
+    ck_assert(ok);
+    close(p[0]);
+    close(p[1]);
+    if (!stay)
+        waitpid(c, NULL, 0);
+    else
+        protect_child = c;
+}
+
+START_TEST(protection_of_a_dead_balancerd_is_put_back)
+{
+    qemu_memcg ms[2];
+    group(&ms[0], "machine/vm1.libvirt-qemu", MEMCG_V1, "9223372036854771712\n");
+    group(&ms[1], "machine.slice/vm2.scope", MEMCG_V2, "max\n");
+    protect_and_die(ms, 2, 64 << 20, false);
+    g_autofree char *v0 = value_of(&ms[0]);
+    ck_assert_str_eq(v0, "67108864");
+    ck_assert(g_file_test(pledger, G_FILE_TEST_EXISTS));
+    g_autofree char *what = NULL;
+    ck_assert_int_eq(protect_release_leftover(pledger, &what), PROTECT_RELEASED);
+    ck_assert_ptr_nonnull(strstr(what, "which is gone"));
+    g_autofree char *a = value_of(&ms[0]), *b = value_of(&ms[1]);
+    ck_assert_str_eq(a, "9223372036854771712");
+    ck_assert_str_eq(b, "max");
+    ck_assert(!g_file_test(pledger, G_FILE_TEST_EXISTS));
+    /* nothing recorded: nothing to do, nothing said */
+    g_autofree char *none = NULL;
+    ck_assert_int_eq(protect_release_leftover(pledger, &none), PROTECT_NONE);
+    ck_assert_ptr_null(none);
+}
+END_TEST
+
+/* A group whose value someone changed since, one made again under the
+ * same name (a guest restarted: a new scope), one that is gone: none is
+ * written to. */
+START_TEST(protection_changed_since_is_left_alone)
+{
+    qemu_memcg ms[3];
+    group(&ms[0], "changed", MEMCG_V2, "0\n");
+    group(&ms[1], "again", MEMCG_V2, "0\n");
+    group(&ms[2], "gone", MEMCG_V2, "0\n");
+    protect_and_die(ms, 3, 32 << 20, false);
+    put("changed/memory.low", "1234\n");
+    g_autofree char *cmd = g_strdup_printf("cd '%s' && mv again again.old && mkdir again && echo 33554432 > "
+                                           "again/memory.low && rm -rf gone", root);
+    ck_assert_int_eq(system(cmd), 0);
+    g_autofree char *what = NULL;
+    ck_assert_int_eq(protect_release_leftover(pledger, &what), PROTECT_RELEASED);
+    ck_assert_ptr_nonnull(strstr(what, "changed since"));
+    ck_assert_ptr_nonnull(strstr(what, "another group of that name"));
+    ck_assert_ptr_nonnull(strstr(what, "is gone"));
+    g_autofree char *a = get("changed/memory.low"), *b = get("again/memory.low");
+    ck_assert_str_eq(a, "1234");
+    ck_assert_str_eq(b, "33554432");
+    ck_assert(!g_file_test(pledger, G_FILE_TEST_EXISTS));
+}
+END_TEST
+
+START_TEST(protection_of_a_running_balancerd_is_left_alone)
+{
+    qemu_memcg m;
+    group(&m, "vm.scope", MEMCG_V2, "0\n");
+    protect_and_die(&m, 1, 16 << 20, true);
+    g_autofree char *what = NULL;
+    ck_assert_int_eq(protect_release_leftover(pledger, &what), PROTECT_IN_USE);
+    ck_assert_ptr_nonnull(strstr(what, "still runs"));
+    g_autofree char *v = value_of(&m);
+    ck_assert_str_eq(v, "16777216");
+    kill(protect_child, SIGKILL);
+    waitpid(protect_child, NULL, 0);
+    g_free(what);
+    what = NULL;
+    ck_assert_int_eq(protect_release_leftover(pledger, &what), PROTECT_RELEASED);
+    g_autofree char *back = value_of(&m);
+    ck_assert_str_eq(back, "0");
+}
+END_TEST
+
+/* A balancerd that puts the values back itself forgets them; a ledger of
+ * an earlier boot or one that is not a ledger is removed, nothing
+ * written. */
+START_TEST(protection_ledger_forgets_and_refuses)
+{
+    qemu_memcg a, b;
+    group(&a, "a", MEMCG_V2, "0\n");
+    group(&b, "b", MEMCG_V1, "0\n");
+    protect_ledger *pl = protect_ledger_new(pledger);
+    memcg_saved sa, sb;
+    ck_assert_int_eq(memcg_save(&a, &sa), 0);
+    ck_assert_int_eq(memcg_save(&b, &sb), 0);
+    ck_assert_int_eq(protect_ledger_note(pl, &a, &sa, 1 << 20, NULL), 0);
+    ck_assert_int_eq(protect_ledger_note(pl, &b, &sb, 2 << 20, NULL), 0);
+    protect_ledger_drop(pl, &a);
+    g_autofree char *text = NULL;
+    ck_assert(g_file_get_contents(pledger, &text, NULL, NULL));
+    ck_assert_ptr_null(strstr(text, a.dir));
+    ck_assert_ptr_nonnull(strstr(text, b.dir));
+    protect_ledger_drop(pl, &b);
+    ck_assert(!g_file_test(pledger, G_FILE_TEST_EXISTS));
+
+    /* a ledger from an earlier boot */
+    ck_assert_int_eq(protect_ledger_note(pl, &a, &sa, 1 << 20, NULL), 0);
+    ck_assert_int_eq(memcg_protect(&a, 1 << 20), 0);
+    protect_ledger_unref(pl);
+    g_autoptr(GKeyFile) kf = g_key_file_new();
+    ck_assert(g_key_file_load_from_file(kf, pledger, G_KEY_FILE_NONE, NULL));
+    g_key_file_set_string(kf, "owner", "boot_id", "00000000-0000-0000-0000-000000000000");
+    g_autofree char *other = g_key_file_to_data(kf, NULL, NULL);
+    ck_assert(g_file_set_contents(pledger, other, -1, NULL));
+    g_autofree char *what = NULL;
+    ck_assert_int_eq(protect_release_leftover(pledger, &what), PROTECT_NONE);
+    ck_assert_ptr_nonnull(strstr(what, "earlier boot"));
+    g_autofree char *v = get("a/memory.low");
+    ck_assert_str_eq(v, "1048576");
+    ck_assert(!g_file_test(pledger, G_FILE_TEST_EXISTS));
+    /* not a ledger */
+    ck_assert(g_file_set_contents(pledger, "[owner]\nowner_pid=banana\n", -1, NULL));
+    g_autofree char *garbage = NULL;
+    ck_assert_int_eq(protect_release_leftover(pledger, &garbage), PROTECT_NONE);
+    ck_assert_ptr_nonnull(strstr(garbage, "nothing is put back"));
+    ck_assert(!g_file_test(pledger, G_FILE_TEST_EXISTS));
+}
+END_TEST
+
 int main(void)
 {
-    Suite *s = suite_create("kdamond_ledger");
+    Suite *s = suite_create("ledgers");
     TCase *tc = tcase_create("fake_sysfs");
     tcase_add_test(tc, no_ledger_touches_nothing);
     tcase_add_test(tc, ours_left_running_is_turned_off);
@@ -418,6 +597,12 @@ int main(void)
     tcase_add_test(tc, foreign_kdamond_is_described_not_touched);
     tcase_add_test(tc, killed_owner_then_next_start_takes_it_back);
     suite_add_tcase(s, tc);
+    TCase *tp = tcase_create("protect_ledger");
+    tcase_add_test(tp, protection_of_a_dead_balancerd_is_put_back);
+    tcase_add_test(tp, protection_changed_since_is_left_alone);
+    tcase_add_test(tp, protection_of_a_running_balancerd_is_left_alone);
+    tcase_add_test(tp, protection_ledger_forgets_and_refuses);
+    suite_add_tcase(s, tp);
     snprintf(top, sizeof(top), "/var/tmp/membal-ledger-%d", (int)getpid());
     int rc = check_run_suite(s, CK_FORK);
     g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", top);
