@@ -98,18 +98,32 @@ static double host_counter_rate(int64_t *prev, double *prev_at, int64_t v, doubl
 /* A swap-in or a major fault is a read from the guest's disk: the guest
  * cannot claim more of them than its disks, as the host measures them,
  * could have served (with slack for timing).  Guests whose disk reads
- * the host cannot see keep their claims. */
+ * the host cannot see keep their claims.
+ *
+ * Except a guest that is short by the host's account: what it has left
+ * (its balloon less its used memory, which is clamped to what its QEMU
+ * touched) is below its reserve.  Its swap-ins may be served by no disk
+ * at all (zram, Fedora's default; zswap; a virtiofs, NFS or iSCSI root
+ * the host does not see as a disk), and capping them to zero would leave
+ * it thrashing in its own memory forever.  Believing it costs little: a
+ * guest that short has no free memory or cache a donor tier would take,
+ * and what it is given on its claims is bounded by use (split-lru's
+ * need_allowance: two steps, then only as fast as its QEMU touches
+ * memory), so a liar gains two steps at most. */
 #define DISK_EVIDENCE_SLACK_BPS (64.0 * 1024) /* below the thrash thresholds */
-static double backed(guest *g, double claimed, double bytes_each)
+static double backed(guest *g, const guest_view *v, uint64_t reserve, double claimed, double bytes_each)
 {
     if (g->disk_read_bps < 0)
         return claimed;
     double cap = (2.0 * g->disk_read_bps + DISK_EVIDENCE_SLACK_BPS) / bytes_each;
-    if (claimed > cap) {
-        g->unbacked_claims++;
-        return cap;
+    if (claimed <= cap)
+        return claimed;
+    if (v->actual_bytes - v->used_bytes < reserve) {
+        g->unbacked_short++;
+        return claimed;
     }
-    return claimed;
+    g->unbacked_claims++;
+    return cap;
 }
 
 /* Used memory in one report: the guest's MemTotal minus its MemAvailable,
@@ -269,9 +283,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
 
     if (fresh_report && g->have_prev) {
         double dt = (double)(g->cur.last_update - g->prev.last_update);
-        v->swap_in_bps = backed(g, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
+        uint64_t reserve = guest_reserve(v, cp->need_reserve_percent, cp->need_reserve_min);
+        v->swap_in_bps = backed(g, v, reserve, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
         v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
-        v->major_faults_ps = backed(g, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
+        v->major_faults_ps =
+            backed(g, v, reserve, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
         /* a guest with a quarter of its memory untouched is under no
          * memory pressure: its swap-ins (if any) are not the host's to
          * answer (a cgroup limit inside it, or a lie).  A quarter: a

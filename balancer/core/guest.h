@@ -27,7 +27,8 @@ typedef struct guest {
     guest_sample cur, prev;
     bool have_cur, have_prev;
     uint64_t counter_resets;  /* counters that went backwards */
-    uint64_t unbacked_claims; /* swap-in/fault rates the guest's disk reads cannot explain */
+    uint64_t unbacked_claims; /* swap-in/fault rates the guest's disk reads cannot explain (capped) */
+    uint64_t unbacked_short;  /* ... believed all the same: the guest was short by the host's account */
     int64_t disk_prev;        /* last disk_read_bytes, -1 none */
     double disk_prev_at;      /* host monotonic s of disk_prev */
     double disk_read_bps;     /* host-measured read rate, -1 unknown */

@@ -28,6 +28,7 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->clamped_values = g->clamped_values;
     r->counter_resets = g->counter_resets;
     r->unbacked_claims = g->unbacked_claims;
+    r->unbacked_short = g->unbacked_short;
     r->self_deflations = g->self_deflations;
     double now = (double)mono_ms() / 1000.0;
     r->vmem_devices = g->vmem.devices;

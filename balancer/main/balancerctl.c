@@ -171,8 +171,9 @@ static void print_explain(json_object *r)
            str(g, "balloon_operations"), str(g, "balloon_errors"), str(g, "clamped_values"),
            str(g, "counter_resets"));
     if (dbl(g, "disk_read_bytes_per_second") >= 0)
-        printf("  host-measured disk reads %.0f B/s; swap-in/fault claims they could not explain: %s\n",
-               dbl(g, "disk_read_bytes_per_second"), str(g, "unbacked_claims"));
+        printf("  host-measured disk reads %.0f B/s; swap-in/fault claims they could not explain: %s capped, %s "
+               "believed (the guest was short: zram, zswap, a root that is no disk here)\n",
+               dbl(g, "disk_read_bytes_per_second"), str(g, "unbacked_claims"), str(g, "unbacked_claims_believed"));
     if (dbl(g, "qemu_major_faults_per_second") >= 0)
         printf("  its QEMU's major faults (waits for host swap) %.0f/s\n", dbl(g, "qemu_major_faults_per_second"));
     if (dbl(g, "qemu_cpu_seconds_per_second") >= 0)

@@ -104,6 +104,7 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
         json_object_object_add(o, "clamped_values", u64(g->clamped_values));
         json_object_object_add(o, "counter_resets", u64(g->counter_resets));
         json_object_object_add(o, "unbacked_claims", u64(g->unbacked_claims));
+        json_object_object_add(o, "unbacked_claims_believed", u64(g->unbacked_short));
         json_object_object_add(o, "disk_read_bytes_per_second", json_object_new_double(g->disk_read_bps));
         json_object_object_add(o, "qemu_major_faults_per_second", json_object_new_double(g->qemu_faults_ps));
         json_object_object_add(o, "qemu_cpu_seconds_per_second", json_object_new_double(g->qemu_cpu));

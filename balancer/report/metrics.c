@@ -82,6 +82,7 @@ static double gv_shares(const snapshot_guest *g) { return g->policy.shares; }
 static double gv_priority(const snapshot_guest *g) { return (double)g->policy.priority; }
 static double gv_protect(const snapshot_guest *g) { return g->policy.protect; }
 static double gv_unbacked(const snapshot_guest *g) { return (double)g->unbacked_claims; }
+static double gv_unbacked_short(const snapshot_guest *g) { return (double)g->unbacked_short; }
 static double gv_self_deflations(const snapshot_guest *g) { return (double)g->self_deflations; }
 static double gv_deflate_on_oom(const snapshot_guest *g) { return g->view.deflate_on_oom; }
 GUEST_COUNTER(gv_ref_anon, agent_refaults_anon)
@@ -227,6 +228,7 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_policy_errors_total", "counter", "Rejected policy metadata documents.", gv_perrs);
     guest_family(s, b, "balancer_guest_clamped_values_total", "counter", "Guest-reported values outside what the host allows.", gv_clamped);
     guest_family(s, b, "balancer_guest_unbacked_claims_total", "counter", "Swap-in/fault rates the guest's disk reads could not explain (capped).", gv_unbacked);
+    guest_family(s, b, "balancer_guest_unbacked_claims_believed_total", "counter", "Swap-in/fault rates no disk read explains, believed: the guest was short by the host's account (zram, zswap, a root the host does not see as a disk).", gv_unbacked_short);
     guest_family(s, b, "balancer_guest_self_deflations_total", "counter",
                  "Times the guest grew its own balloon (deflate-on-oom: it was about to OOM).", gv_self_deflations);
     guest_family(s, b, "balancer_guest_deflate_on_oom", "gauge",

@@ -42,7 +42,7 @@ typedef struct {
     char reason[96];
     uint32_t quiet_samples;
     uint64_t balloon_ops, balloon_errors, reclaimed_bytes, returned_bytes;
-    uint64_t clamped_values, counter_resets, unbacked_claims;
+    uint64_t clamped_values, counter_resets, unbacked_claims, unbacked_short;
     uint64_t self_deflations;  /* balloon grown by the guest itself (deflate-on-oom) */
     double disk_read_bps;       /* host-measured, -1 unknown */
     double qemu_faults_ps;      /* its QEMU's major faults/s (host swap-ins), host-measured, -1 unknown */

@@ -970,6 +970,26 @@ START_TEST(swap_in_claims_need_disk_reads)
     ck_assert(h.view.swap_in_bps == 10.0 * MIB);
     ck_assert(h.view.thrashing);
     ck_assert_uint_eq(h.unbacked_claims, 0);
+    /* the liar's claims from a guest that is short by the host's account
+     * (60 MiB left of 2 GiB, under its reserve): swap-ins no disk serves
+     * (zram, zswap, a root the host sees no disk of) are believed */
+    guest z;
+    guest_init(&z, "zram", "u5");
+    s = sample(1000, 0, 0);
+    s.available_bytes = (int64_t)(60 * MIB);
+    s.free_bytes = (int64_t)(20 * MIB);
+    s.cache_bytes = (int64_t)(50 * MIB);
+    s.disk_read_bytes = 5000;
+    guest_ingest(&z, &s, 1000, 10.0, &lim, &cp);
+    guest_sample s2 = s;
+    s2.last_update = 1002;
+    s2.swap_in_bytes = (int64_t)(20 * MIB);
+    s2.major_faults = 10;
+    guest_ingest(&z, &s2, 1002, 12.0, &lim, &cp);
+    ck_assert(z.view.swap_in_bps == 10.0 * MIB);
+    ck_assert(z.view.thrashing);
+    ck_assert_uint_eq(z.unbacked_claims, 0);
+    ck_assert_uint_ge(z.unbacked_short, 1);
 }
 END_TEST
 
