@@ -41,7 +41,15 @@ static void need_update(classify_state *st, const guest_view *g, const classify_
      * sized to its RAM) has nothing to be given and is not in need */
     uint64_t left = g->actual_bytes > used ? g->actual_bytes - used : 0;
     bool eaten = g->actual_bytes < g->ceiling_bytes && (double)left < (double)reserve / 2;
-    bool need = (growth >= (double)reserve / 2 && (double)g->available_bytes < want) || eaten;
+    /* the guest's own direct signals (QEMU 9.2+ balloon statistics): its
+     * OOM killer ran, or its allocations stalled in direct reclaim with
+     * less reclaimable cache than its reserve left (a stall while clean
+     * cache remains is the kernel dropping cache, which is cheap; with none
+     * left the guest is out of memory).  Below its ceiling only, like eaten:
+     * at its whole size there is nothing to give it */
+    bool direct = g->actual_bytes < g->ceiling_bytes &&
+                  (g->oom_killed || (g->alloc_stalls_ps > 0 && g->reclaimable_cache_bytes < reserve));
+    bool need = (growth >= (double)reserve / 2 && (double)g->available_bytes < want) || eaten || direct;
     if (need) {
         st->need = true;
         st->need_quiet = 0;
@@ -49,7 +57,12 @@ static void need_update(classify_state *st, const guest_view *g, const classify_
         st->need = false;
         st->need_quiet = 0;
     }
-    st->need_bytes = need ? (uint64_t)(want - (double)g->available_bytes) : 0;
+    double short_by = want > (double)g->available_bytes ? want - (double)g->available_bytes : 0;
+    /* a guest that just ran out gets at least its reserve back (an OOM
+     * kill frees memory: its available memory says nothing of the need) */
+    if (direct && short_by < (double)reserve)
+        short_by = (double)reserve;
+    st->need_bytes = need ? (uint64_t)short_by : 0;
 }
 
 void classify_update(classify_state *st, const guest_view *g, const classify_params *p)

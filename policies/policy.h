@@ -40,6 +40,10 @@ typedef struct {
     double swap_in_bps;        /* rates over the last stats interval */
     double swap_out_bps;
     double major_faults_ps;
+    bool oom_killed;           /* its own OOM killer ran since its last report (the guest's balloon
+                                * statistics, QEMU 9.2+ with a Linux 6.12+ guest) */
+    double alloc_stalls_ps;    /* its allocations that stalled in direct reclaim, per second (same
+                                * source); 0 when not reported */
     uint64_t used_bytes;       /* used memory: the guest's MemTotal - MemAvailable of one report
                                 * (not the host's balloon size, which moves before the guest's
                                 * report does), at most actual_bytes */

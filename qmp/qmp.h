@@ -178,6 +178,14 @@ typedef struct {
     int64_t disk_caches;
     int64_t htlb_pgalloc;
     int64_t htlb_pgfail;
+    /* QEMU 9.2+ with a Linux 6.12+ guest (VIRTIO_BALLOON_S_OOM_KILL ...
+     * DIRECT_RECLAIM): cumulative counts of the guest's OOM kills, its
+     * allocation stalls (allocstall_*), and the pages its kswapd and its
+     * direct reclaim scanned and reclaimed */
+    int64_t oom_kills;
+    int64_t alloc_stalls;
+    int64_t async_scans, direct_scans;
+    int64_t async_reclaims, direct_reclaims;
     int64_t last_update;      /* host timestamp (s); 0 = never updated */
 } qmp_guest_stats;
 

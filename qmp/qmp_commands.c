@@ -158,6 +158,12 @@ int qmp_parse_guest_stats(json_object *ret, qmp_guest_stats *out, qmp_error *err
     out->disk_caches = guest_stat(stats, "stat-disk-caches");
     out->htlb_pgalloc = guest_stat(stats, "stat-htlb-pgalloc");
     out->htlb_pgfail = guest_stat(stats, "stat-htlb-pgfail");
+    out->oom_kills = guest_stat(stats, "stat-oom-kills");
+    out->alloc_stalls = guest_stat(stats, "stat-alloc-stalls");
+    out->async_scans = guest_stat(stats, "stat-async-scans");
+    out->direct_scans = guest_stat(stats, "stat-direct-scans");
+    out->async_reclaims = guest_stat(stats, "stat-async-reclaims");
+    out->direct_reclaims = guest_stat(stats, "stat-direct-reclaims");
     return 0;
 }
 

@@ -286,6 +286,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         uint64_t reserve = guest_reserve(v, cp->need_reserve_percent, cp->need_reserve_min);
         v->swap_in_bps = backed(g, v, reserve, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
         v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
+        /* the guest's own word, and only that: an OOM kill or a stall makes
+         * it in need (policies/classify.c), and what need gets is bounded by
+         * use like any claim (split-lru's need_allowance) */
+        v->oom_killed = counter_rate(g, g->cur.oom_kills, g->prev.oom_kills, dt, MAX_FAULTS_PS) > 0;
+        v->alloc_stalls_ps = counter_rate(g, g->cur.alloc_stalls, g->prev.alloc_stalls, dt, MAX_FAULTS_PS);
         v->major_faults_ps =
             backed(g, v, reserve, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
         /* a guest with a quarter of its memory untouched is under no
@@ -300,7 +305,8 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->max_bytes, doo) - used_of(&g->prev, v->max_bytes, doo)) / dt : 0;
         classify_update(&g->cls, v, cp);
     } else if (!v->stats_valid) {
-        v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = 0;
+        v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = v->alloc_stalls_ps = 0;
+        v->oom_killed = false;
     }
 
     v->thrashing = g->cls.thrashing;

@@ -50,6 +50,8 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->swap_in_bytes = g->cur.swap_in_bytes;
     r->swap_out_bytes = g->cur.swap_out_bytes;
     r->major_faults = g->cur.major_faults;
+    r->oom_kills = g->cur.oom_kills;
+    r->alloc_stalls = g->cur.alloc_stalls;
     const agent_state *a = &g->agent;
     r->agent_refaults_anon = a->have ? a->cur.vmstat[AV_REFAULT_ANON] : -1;
     r->agent_refaults_file = a->have ? a->cur.vmstat[AV_REFAULT_FILE] : -1;

@@ -39,6 +39,9 @@ typedef struct {
     int64_t free_bytes, available_bytes, cache_bytes, total_bytes;
     int64_t swap_in_bytes, swap_out_bytes; /* cumulative */
     int64_t major_faults, minor_faults;    /* cumulative */
+    int64_t oom_kills, alloc_stalls;       /* cumulative: the guest's own OOM kills and allocations
+                                            * that stalled in direct reclaim (QEMU 9.2+ balloon
+                                            * statistics from a Linux 6.12+ guest) */
     int64_t rss_bytes;                     /* what its QEMU has touched (resident + swapped +
                                             * hugetlb): filled in by the core, -1 unknown */
     int64_t host_ws_bytes;                 /* its working set as host reclaim measures it (resident and

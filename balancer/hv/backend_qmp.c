@@ -420,6 +420,8 @@ static void on_stats(qmp_conn *c, json_object *ret, const qmp_error *err, void *
         o->swap_out_bytes = gs.swap_out;
         o->major_faults = gs.major_faults;
         o->minor_faults = gs.minor_faults;
+        o->oom_kills = gs.oom_kills;
+        o->alloc_stalls = gs.alloc_stalls;
     }
     round_answer(t, err, "guest-stats");
 }

@@ -164,6 +164,10 @@ static void print_explain(json_object *r)
            : flag(g, "streaming") ? "streaming (gives page cache first)"
                                   : "normal",
            "");
+    if (flag(g, "oom_killed") || dbl(g, "alloc_stalls_per_second") > 0)
+        printf("  the guest says: %s%s%.1f allocations/s stalled in direct reclaim (QEMU 9.2+ balloon statistics)\n",
+               flag(g, "oom_killed") ? "its OOM killer ran since its last report" : "",
+               flag(g, "oom_killed") ? "; " : "", dbl(g, "alloc_stalls_per_second"));
     printf("  used memory rising %.0f B/s; decaying peak of used %s (reclaim leaves it plus a reserve)%s%s\n",
            dbl(g, "used_growth_bytes_per_second"), sz(num(g, "peak_used_bytes"), a),
            flag(g, "in_need") ? ", needs " : "", flag(g, "in_need") ? sz(num(g, "need_bytes"), b) : "");

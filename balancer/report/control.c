@@ -87,6 +87,8 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
     json_object_object_add(o, "free_bytes", u64(v->free_bytes));
     json_object_object_add(o, "swap_in_bytes_per_second", json_object_new_double(v->swap_in_bps));
     json_object_object_add(o, "major_faults_per_second", json_object_new_double(v->major_faults_ps));
+    json_object_object_add(o, "oom_killed", json_object_new_boolean(v->oom_killed));
+    json_object_object_add(o, "alloc_stalls_per_second", json_object_new_double(v->alloc_stalls_ps));
     json_object_object_add(o, "state", json_object_new_string(snapshot_guest_state(g)));
     json_object_object_add(o, "reason", json_object_new_string(g->reason));
     if (detail) {

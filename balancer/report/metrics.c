@@ -66,6 +66,8 @@ static double gv_reclaimable_cache(const snapshot_guest *g) { return (double)g->
 GUEST_COUNTER(gv_swap_in, swap_in_bytes)
 GUEST_COUNTER(gv_swap_out, swap_out_bytes)
 GUEST_COUNTER(gv_majflt, major_faults)
+GUEST_COUNTER(gv_oom_kills, oom_kills)
+GUEST_COUNTER(gv_alloc_stalls, alloc_stalls)
 static double gv_thrash(const snapshot_guest *g) { return g->view.thrashing; }
 static double gv_stream(const snapshot_guest *g) { return g->view.streaming; }
 static double gv_need(const snapshot_guest *g) { return g->view.in_need; }
@@ -209,6 +211,8 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_swap_in_bytes_total", "counter", "Guest swap-in, as the guest reports it.", gv_swap_in);
     guest_family(s, b, "balancer_guest_swap_out_bytes_total", "counter", "Guest swap-out, as the guest reports it.", gv_swap_out);
     guest_family(s, b, "balancer_guest_major_faults_total", "counter", "Guest major page faults, as the guest reports them.", gv_majflt);
+    guest_family(s, b, "balancer_guest_oom_kills_total", "counter", "The guest's own OOM kills, as it reports them (QEMU 9.2+ balloon statistics; absent when not reported).", gv_oom_kills);
+    guest_family(s, b, "balancer_guest_alloc_stalls_total", "counter", "The guest's allocations that stalled in direct reclaim, as it reports them (QEMU 9.2+ balloon statistics; absent when not reported).", gv_alloc_stalls);
     guest_family(s, b, "balancer_guest_thrashing", "gauge", "1 while the guest is classified as thrashing.", gv_thrash);
     guest_family(s, b, "balancer_guest_streaming", "gauge", "1 while the guest is classified as streaming.", gv_stream);
     guest_family(s, b, "balancer_guest_in_need", "gauge",

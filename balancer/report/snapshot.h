@@ -50,6 +50,7 @@ typedef struct {
     int free_page_reporting;    /* its balloon's free page reporting: 1 on, 0 off, -1 unknown */
     int free_page_reporting_used; /* ... taken by the guest's driver: 1, 0, -1 unknown */
     int64_t swap_in_bytes, swap_out_bytes, major_faults; /* guest counters, -1 not reported */
+    int64_t oom_kills, alloc_stalls; /* guest counters (QEMU 9.2+ balloon statistics), -1 not reported */
     /* the in-guest agent */
     int64_t agent_refaults_anon, agent_refaults_file;     /* -1 unknown */
     double agent_psi_some;      /* memory PSI some avg10 while the agent is fresh, -1 unknown */

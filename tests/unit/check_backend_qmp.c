@@ -120,6 +120,12 @@ static double mono_s_now(void)
     "{\"return\": {\"stats\": {\"stat-total-memory\": 390000000, \"stat-free-memory\": 200000000, "                    \
     "\"stat-available-memory\": 250000000, \"stat-disk-caches\": 50000000}, \"last-update\": 1764748829}, "               \
     "\"id\": %ID%}\r\n"
+/* ... from QEMU 9.2 and a Linux 6.12 guest: its OOM kills and stalls too */
+#define STATS_9_2                                                                                                \
+    "{\"return\": {\"stats\": {\"stat-total-memory\": 390000000, \"stat-free-memory\": 200000000, "                    \
+    "\"stat-available-memory\": 250000000, \"stat-disk-caches\": 50000000, \"stat-oom-kills\": 3, "                      \
+    "\"stat-alloc-stalls\": 41, \"stat-direct-scans\": 5000, \"stat-direct-reclaims\": 4000}, "                         \
+    "\"last-update\": 1764748829}, \"id\": %ID%}\r\n"
 #define JOIN_AND_FIRST_ROUND(name, uuid) JOIN(name, uuid), ROUND("268435456", NO_STATS_YET)
 
 #define DB_UUID "5ad1b2c6-6c4e-4d8b-9a51-2f6f3c1e0a01"
@@ -283,7 +289,7 @@ START_TEST(another_vm_behind_the_same_socket)
         JOIN_AND_FIRST_ROUND("db", DB_UUID),
         { FQ_ACCEPT, NULL, 0 }, /* another VM behind the socket */
         JOIN("web", WEB_UUID),
-        ROUND("402653184", SOME_STATS),
+        ROUND("402653184", STATS_9_2),
         { FQ_SLEEP, NULL, 200 },
         { FQ_GONE, NULL, 0 },
         { FQ_END, NULL, 0 },
@@ -302,6 +308,8 @@ START_TEST(another_vm_behind_the_same_socket)
         ck_assert_int_eq(smp.actual_bytes, 384 * (int64_t)MIB); /* the new QEMU's */
         ck_assert_int_eq(smp.total_bytes, 390000000);
         ck_assert_int_eq(smp.deflate_on_oom, 1); /* its balloon's property, as it answered */
+        ck_assert_int_eq(smp.oom_kills, 3);
+        ck_assert_int_eq(smp.alloc_stalls, 41);
     } else { /* its first round answered after the gather (a slow machine) */
         ck_assert_msg(strstr(err->message, "has not answered"), "%s", err->message);
         fprintf(stderr, "another VM: its first round came after the gather, its sample not checked\n");

@@ -993,6 +993,45 @@ START_TEST(swap_in_claims_need_disk_reads)
 }
 END_TEST
 
+/* The guest's own direct signals (QEMU 9.2+ balloon statistics): an OOM
+ * kill, or allocations stalling with little reclaimable cache left, make a
+ * guest below its ceiling in need of at least its reserve; at its ceiling,
+ * or stalls while clean cache remains, do not. */
+START_TEST(oom_kills_and_stalls_are_need)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    struct { const char *name; int64_t actual, cache, kills, stalls; bool need; } cases[] = {
+        { "killed", (int64_t)(2 * GIB), (int64_t)(400 * MIB), 1, 0, true },
+        { "killed at its ceiling", (int64_t)(4 * GIB), (int64_t)(400 * MIB), 1, 0, false },
+        { "stalls, no cache left", (int64_t)(2 * GIB), (int64_t)(20 * MIB), 0, 30, true },
+        { "stalls, cache to drop", (int64_t)(2 * GIB), (int64_t)(400 * MIB), 0, 30, false },
+        { "neither", (int64_t)(2 * GIB), (int64_t)(20 * MIB), 0, 0, false },
+    };
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        guest g;
+        guest_init(&g, cases[i].name, "u6");
+        guest_sample s = sample(1000, 0, 0);
+        s.actual_bytes = s.total_bytes = cases[i].actual;
+        s.cache_bytes = cases[i].cache;
+        s.free_bytes = (int64_t)(600 * MIB);
+        s.available_bytes = s.free_bytes + cases[i].cache;
+        s.oom_kills = 5;
+        s.alloc_stalls = 100;
+        guest_ingest(&g, &s, 1000, 10.0, &lim, &cp);
+        ck_assert_msg(!g.view.in_need, "%s: in need on its first report", cases[i].name);
+        s.last_update = 1002;
+        s.oom_kills += cases[i].kills;
+        s.alloc_stalls += cases[i].stalls;
+        guest_ingest(&g, &s, 1002, 12.0, &lim, &cp);
+        ck_assert_msg(g.view.in_need == cases[i].need, "%s: in need %d", cases[i].name, g.view.in_need);
+        ck_assert_int_eq(g.view.oom_killed, cases[i].kills > 0);
+        if (cases[i].need)
+            ck_assert_uint_ge(g.view.need_bytes, guest_reserve(&g.view, cp.need_reserve_percent, cp.need_reserve_min));
+    }
+}
+END_TEST
+
 START_TEST(bounds_from_policy)
 {
     vm_policy p;
@@ -1178,6 +1217,7 @@ int main(void)
     tcase_add_test(tc, a_process_not_mapping_the_guest_ram_is_not_its_qemu);
     tcase_add_test(tc, untouched_memory_is_free_whatever_the_guest_says);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
+    tcase_add_test(tc, oom_kills_and_stalls_are_need);
     tcase_add_test(tc, qemu_major_faults_become_a_host_rate);
     tcase_add_test(tc, bounds_from_policy);
     tcase_add_test(tc, reload_with_bad_host_reclaim_keeps_the_stage);

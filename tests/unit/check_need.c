@@ -1054,12 +1054,13 @@ END_TEST
  * working set for longer than in the reference run (+1 tick: a liar may
  * cost one tick before host-measured evidence wins). */
 typedef enum {
-    F_FREE, F_AVAIL, F_CACHE, F_TOTAL, F_SWAPIN, F_SWAPOUT, F_MAJFLT, F_MINFLT, F_LASTUPD,
+    F_FREE, F_AVAIL, F_CACHE, F_TOTAL, F_SWAPIN, F_SWAPOUT, F_MAJFLT, F_MINFLT, F_LASTUPD, F_OOMKILL, F_STALLS,
     F_AG_REFAULT_ANON, F_AG_REFAULT_FILE, F_AG_PSWPIN, F_AG_AVAIL, F_AG_TOTAL, F_AG_PSI_SOME, F_AG_PSI_FULL,
     F_AG_HINT, F_AG_SEQ, F_ALL, F_COUNT
 } lie_field;
 static const char *const lie_field_name[F_COUNT] = {
     "free", "available", "cache", "total", "swap_in", "swap_out", "major_faults", "minor_faults", "last_update",
+    "oom_kills", "alloc_stalls",
     "agent refault_anon", "agent refault_file", "agent pswpin", "agent MemAvailable", "agent MemTotal",
     "agent psi some", "agent psi full", "agent hint", "agent seq", "all at once",
 };
@@ -1124,6 +1125,8 @@ static void adversary(trace *s, size_t i, guest_sample *smp, agent_report *rep, 
     LIE(F_MAJFLT, smp->major_faults, lt / 4096);
     LIE(F_MINFLT, smp->minor_faults, lt / 64);
     LIE(F_LASTUPD, smp->last_update, smp->last_update - (int64_t)s->lim.stale_seconds + 1);
+    LIE(F_OOMKILL, smp->oom_kills, (int64_t)tick); /* a kill every report */
+    LIE(F_STALLS, smp->alloc_stalls, lt / 4096);
     LIE(F_AG_REFAULT_ANON, rep->vmstat[AV_REFAULT_ANON], lt / 4096);
     LIE(F_AG_REFAULT_FILE, rep->vmstat[AV_REFAULT_FILE], lt / 4096);
     LIE(F_AG_PSWPIN, rep->vmstat[AV_PSWPIN], lt / 4096);

@@ -608,6 +608,24 @@ START_TEST(guest_stats_parse)
     ck_assert_int_eq(st.swap_in, 0);
     ck_assert_int_eq(st.htlb_pgfail, 0);
     ck_assert_int_eq(st.last_update, 1764748829);
+    ck_assert_int_eq(st.oom_kills, -1); /* QEMU 7.2 has no such statistic */
+    ck_assert_int_eq(st.alloc_stalls, -1);
+    json_object_put(ret);
+
+    /* QEMU 9.2 with a Linux 6.12 guest adds six (virtio-balloon.c's
+     * balloon_stat_names, VIRTIO_BALLOON_S_OOM_KILL ... DIRECT_RECLAIM) */
+    ret = json_tokener_parse(
+        "{\"stats\": {\"stat-swap-in\": 0, \"stat-available-memory\": 398131200, "
+        "\"stat-oom-kills\": 2, \"stat-alloc-stalls\": 17, \"stat-async-scans\": 9000, "
+        "\"stat-direct-scans\": 1200, \"stat-async-reclaims\": 8000, \"stat-direct-reclaims\": 900}, "
+        "\"last-update\": 1764748830}");
+    ck_assert_int_eq(qmp_parse_guest_stats(ret, &st, NULL), 0);
+    ck_assert_int_eq(st.oom_kills, 2);
+    ck_assert_int_eq(st.alloc_stalls, 17);
+    ck_assert_int_eq(st.async_scans, 9000);
+    ck_assert_int_eq(st.direct_scans, 1200);
+    ck_assert_int_eq(st.async_reclaims, 8000);
+    ck_assert_int_eq(st.direct_reclaims, 900);
     json_object_put(ret);
 
     /* unreported (-1), missing, wrong-typed and negative stats are -1 */
