@@ -35,6 +35,9 @@ static field vmstat[] = {
     { "pgsteal_anon", 0, 0 }, { "pgsteal_file", 0, 0 },
     { "pswpin", 0, 0 },       { "pswpout", 0, 0 },
     { "pgmajfault", 0, 0 },
+    { "oom_kill", 0, 0 },     { "allocstall_dma", 0, 0 },
+    { "allocstall_dma32", 0, 0 }, { "allocstall_normal", 0, 0 },
+    { "allocstall_movable", 0, 0 },
 };
 
 /* meminfo fields (kB), sent with a _kb suffix */

@@ -18,7 +18,8 @@ const char *const agent_reject_names[AGENT_REJ_COUNT] = {
 const char *const agent_vmstat_names[AV_COUNT] = {
     "workingset_refault_anon", "workingset_refault_file", "workingset_activate_anon",
     "workingset_activate_file", "pgscan_anon", "pgscan_file", "pgsteal_anon", "pgsteal_file",
-    "pswpin", "pswpout", "pgmajfault",
+    "pswpin", "pswpout", "pgmajfault", "oom_kill", "allocstall_dma", "allocstall_dma32", "allocstall_normal",
+    "allocstall_movable",
 };
 const char *const agent_meminfo_names[AM_COUNT] = {
     "memtotal_kb", "memavailable_kb", "active_anon_kb", "inactive_anon_kb", "active_file_kb",
@@ -184,17 +185,20 @@ void agent_accept(agent_state *st, const agent_report *r, double now, uint64_t g
     st->cur_at = now;
     st->have = true;
     st->messages++;
-    st->refault_anon_ps = st->refault_file_ps = st->pgsteal_file_ps = 0;
+    st->refault_anon_ps = st->refault_file_ps = st->pgsteal_file_ps = st->oom_kill_ps = st->alloc_stall_ps = 0;
     if (!st->have_prev)
         return;
     bool reset = false;
     st->refault_anon_ps = rate(st, AV_REFAULT_ANON, &reset);
     st->refault_file_ps = rate(st, AV_REFAULT_FILE, &reset);
     st->pgsteal_file_ps = rate(st, AV_PGSTEAL_FILE, &reset);
+    st->oom_kill_ps = rate(st, AV_OOM_KILL, &reset);
+    for (int z = AV_ALLOCSTALL_DMA; z <= AV_ALLOCSTALL_MOVABLE; z++)
+        st->alloc_stall_ps += rate(st, z, &reset);
     if (reset) {
         /* counters went backwards with no restart: no evidence this time */
         st->resets++;
-        st->refault_anon_ps = st->refault_file_ps = st->pgsteal_file_ps = 0;
+        st->refault_anon_ps = st->refault_file_ps = st->pgsteal_file_ps = st->oom_kill_ps = st->alloc_stall_ps = 0;
         st->have_prev = false;
     }
 }

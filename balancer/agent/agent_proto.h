@@ -29,6 +29,7 @@ extern const char *const agent_reject_names[AGENT_REJ_COUNT];
 
 enum { AV_REFAULT_ANON, AV_REFAULT_FILE, AV_ACTIVATE_ANON, AV_ACTIVATE_FILE, AV_PGSCAN_ANON,
        AV_PGSCAN_FILE, AV_PGSTEAL_ANON, AV_PGSTEAL_FILE, AV_PSWPIN, AV_PSWPOUT, AV_PGMAJFAULT,
+       AV_OOM_KILL, AV_ALLOCSTALL_DMA, AV_ALLOCSTALL_DMA32, AV_ALLOCSTALL_NORMAL, AV_ALLOCSTALL_MOVABLE,
        AV_COUNT };
 enum { AM_TOTAL, AM_AVAILABLE, AM_ACTIVE_ANON, AM_INACTIVE_ANON, AM_ACTIVE_FILE,
        AM_INACTIVE_FILE, AM_CACHED, AM_DIRTY, AM_WRITEBACK, AM_SWAPCACHED, AM_COUNT };
@@ -56,6 +57,7 @@ typedef struct {
     uint64_t rejected[AGENT_REJ_COUNT];
     /* derived from the last two accepted reports */
     double refault_anon_ps, refault_file_ps, pgsteal_file_ps;
+    double oom_kill_ps, alloc_stall_ps; /* its OOM kills; allocations stalled in direct reclaim, all zones */
     char last_error[160];
 } agent_state;
 

@@ -291,6 +291,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
          * use like any claim (split-lru's need_allowance) */
         v->oom_killed = counter_rate(g, g->cur.oom_kills, g->prev.oom_kills, dt, MAX_FAULTS_PS) > 0;
         v->alloc_stalls_ps = counter_rate(g, g->cur.alloc_stalls, g->prev.alloc_stalls, dt, MAX_FAULTS_PS);
+        if (v->agent_fresh) { /* the agent says the same from /proc/vmstat (any QEMU) */
+            v->oom_killed = v->oom_killed || g->agent.oom_kill_ps > 0;
+            v->alloc_stalls_ps = v->alloc_stalls_ps > g->agent.alloc_stall_ps ? v->alloc_stalls_ps
+                                                                               : g->agent.alloc_stall_ps;
+        }
         v->major_faults_ps =
             backed(g, v, reserve, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
         /* a guest with a quarter of its memory untouched is under no

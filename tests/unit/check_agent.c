@@ -136,6 +136,25 @@ START_TEST(rates_clamps_and_resets)
 }
 END_TEST
 
+/* OOM kills and allocation stalls (every zone's allocstall summed), as
+ * rates between drains; an agent that does not send them shows none. */
+START_TEST(oom_kills_and_stalls_from_vmstat)
+{
+    agent_state st = { 0 };
+    const char *a = "{\"v\":1,\"seq\":1,\"vmstat\":{\"oom_kill\":2,\"allocstall_dma32\":10,"
+                    "\"allocstall_normal\":5,\"allocstall_movable\":0}}";
+    const char *b = "{\"v\":1,\"seq\":2,\"vmstat\":{\"oom_kill\":3,\"allocstall_dma32\":30,"
+                    "\"allocstall_normal\":25,\"allocstall_movable\":0}}";
+    agent_feed_line(&st, a, strlen(a), 100.0, 512 * MIB);
+    agent_feed_line(&st, b, strlen(b), 102.0, 512 * MIB);
+    ck_assert(st.oom_kill_ps == 0.5);
+    ck_assert(st.alloc_stall_ps == 20.0); /* (20 + 20) over 2 s */
+    feed(&st, 104.0, 3, 0, 400000); /* an older agent: no such counters */
+    feed(&st, 106.0, 4, 0, 400000);
+    ck_assert(st.oom_kill_ps == 0 && st.alloc_stall_ps == 0);
+}
+END_TEST
+
 /* At the default 5 s tick the agent's 1 s lines arrive five to a drain,
  * all with the drain's time: the rate is over the drains. */
 START_TEST(rates_over_drains_at_the_default_tick)
@@ -326,6 +345,7 @@ int main(void)
     tcase_add_test(tc, parses_what_the_agent_sends);
     tcase_add_test(tc, rejects_with_reasons);
     tcase_add_test(tc, rates_clamps_and_resets);
+    tcase_add_test(tc, oom_kills_and_stalls_from_vmstat);
     tcase_add_test(tc, rates_over_drains_at_the_default_tick);
     tcase_add_test(tc, rate_limit_drops_floods);
     tcase_add_test(tc, agent_can_only_withdraw_thrashing);

@@ -1055,13 +1055,13 @@ END_TEST
  * cost one tick before host-measured evidence wins). */
 typedef enum {
     F_FREE, F_AVAIL, F_CACHE, F_TOTAL, F_SWAPIN, F_SWAPOUT, F_MAJFLT, F_MINFLT, F_LASTUPD, F_OOMKILL, F_STALLS,
-    F_AG_REFAULT_ANON, F_AG_REFAULT_FILE, F_AG_PSWPIN, F_AG_AVAIL, F_AG_TOTAL, F_AG_PSI_SOME, F_AG_PSI_FULL,
+    F_AG_REFAULT_ANON, F_AG_REFAULT_FILE, F_AG_PSWPIN, F_AG_OOMKILL, F_AG_STALLS, F_AG_AVAIL, F_AG_TOTAL, F_AG_PSI_SOME, F_AG_PSI_FULL,
     F_AG_HINT, F_AG_SEQ, F_ALL, F_COUNT
 } lie_field;
 static const char *const lie_field_name[F_COUNT] = {
     "free", "available", "cache", "total", "swap_in", "swap_out", "major_faults", "minor_faults", "last_update",
     "oom_kills", "alloc_stalls",
-    "agent refault_anon", "agent refault_file", "agent pswpin", "agent MemAvailable", "agent MemTotal",
+    "agent refault_anon", "agent refault_file", "agent pswpin", "agent oom_kill", "agent allocstall", "agent MemAvailable", "agent MemTotal",
     "agent psi some", "agent psi full", "agent hint", "agent seq", "all at once",
 };
 typedef enum { L_MAX, L_ZERO, L_NEG, L_OSC, L_STALE, L_PLAUSIBLE, L_COUNT } lie_way;
@@ -1130,6 +1130,8 @@ static void adversary(trace *s, size_t i, guest_sample *smp, agent_report *rep, 
     LIE(F_AG_REFAULT_ANON, rep->vmstat[AV_REFAULT_ANON], lt / 4096);
     LIE(F_AG_REFAULT_FILE, rep->vmstat[AV_REFAULT_FILE], lt / 4096);
     LIE(F_AG_PSWPIN, rep->vmstat[AV_PSWPIN], lt / 4096);
+    LIE(F_AG_OOMKILL, rep->vmstat[AV_OOM_KILL], (int64_t)tick);
+    LIE(F_AG_STALLS, rep->vmstat[AV_ALLOCSTALL_NORMAL], lt / 4096);
     LIE(F_AG_AVAIL, rep->meminfo_kb[AM_AVAILABLE], act / 1024 * 3 / 100);
     LIE(F_AG_TOTAL, rep->meminfo_kb[AM_TOTAL], act / 1024);
     if (all || adv.f == F_AG_PSI_SOME)
