@@ -59,6 +59,35 @@ SCENARIOS = {
             dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
                  better="higher"),
         ]),
+    # Issue 32: as idle-burst, but B has no page cache to absorb the
+    # allocation: it idles with its memory free, then allocates 300 MiB at
+    # once (faster than a tick), with no swap.  A balloon that took its free
+    # memory leaves it to its OOM killer unless the balloon deflates itself
+    # (deflate-on-oom) or balancerd answers first.
+    "burst-cold": dict(
+        title="B (idle, no cache, then allocates 300 MiB at once; no swap) + W (wss 200 MiB) + S (stream)",
+        limit_mb=900, warmup=40, measure=26, primary="B",
+        solo_possible=True,
+        guests=[
+            dict(name="B", mem=512, run="burst:/dev/vda:0:{burst_at}:300:0", disk="data", metric=BURST,
+                 better="lower", window="once", solo=True, gated=True),
+            dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
+                 gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ]),
+    # Issue 32: a database whose buffers are shared memory (PostgreSQL's
+    # shared_buffers): 300 MiB of shmem, counted by the guest as Cached
+    # (virtio-balloon's disk-caches) but never droppable, beside a streamer.
+    "shmdb": dict(
+        title="D (wss 300 MiB in shared memory, 80% hot, own swap) + S (stream)",
+        limit_mb=640, warmup=10, measure=18, primary="D", solo_possible=True,
+        guests=[
+            dict(name="D", mem=512, run="shmdb:300:80", disk="swap", metric=WSS, better="higher",
+                 solo=True, gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ]),
     # A buffered-IO database: its working set IS page cache (300 MiB of a
     # disk re-read at random), next to a streamer whose cache is not.
     "cachedb": dict(
@@ -134,6 +163,10 @@ CONFIGS = {
     "proxmox": dict(daemon="proxmox"),
     "split-lru": dict(daemon="split-lru"),
     "split-lru-shipped": dict(daemon="split-lru", shipped=True),
+    # issue 32: the shipped defaults with the guests' balloon safety net
+    # (deflate-on-oom, libvirt autodeflate), and with free page reporting on
+    "split-lru-shipped+doo": dict(daemon="split-lru", shipped=True, balloon_opts="deflate-on-oom=on"),
+    "split-lru-shipped+fpr": dict(daemon="split-lru", shipped=True, balloon_opts="free-page-reporting=on"),
     "split-lru+host": dict(daemon="split-lru", host_reclaim=True),
     "split-lru+trim": dict(daemon="split-lru", trim_streams=True),
     "split-lru+drop": dict(daemon="split-lru", drop_idle_cache=True),

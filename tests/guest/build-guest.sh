@@ -60,6 +60,7 @@ for src in "$here"/workloads/*.c; do
     name=$(basename "$src" .c)
     ${CC:-cc} -static -O2 -Wall -Wextra -Werror -o "$root/bin/$name" "$src"
 done
+ln -sf wss "$root/bin/shmdb" # wss with its memory shared (shmem): a database's shared buffers
 # The in-guest agent, when it has been written.
 if [ -f "$top/guest-agent/balancer-agent.c" ]; then
     ${CC:-cc} -static -O2 -Wall -Wextra -Werror -I"$top/guest-agent" \

@@ -11,10 +11,14 @@
  *   WSS grew size_mb=<new total> hot_mb=<new hot>
  * From then on the hot set is HOT_PCT of the new total, spanning both
  * regions (all of the first region, then the start of the second).
+ * Run as `shmdb` (a link to wss) it keeps all of that in shared memory
+ * (MAP_SHARED | MAP_ANONYMOUS: shmem, as a database's shared buffers are),
+ * which the guest counts as Shmem and Cached but can only swap, never drop.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -22,10 +26,12 @@
 
 #define PAGE 4096
 
+static int shared; /* run as shmdb */
+
 static unsigned char *map_and_fill(size_t pages)
 {
     unsigned char *mem = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                              (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED)
         return NULL;
     for (size_t p = 0; p < pages; p++)
@@ -39,6 +45,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: wss SIZE_MB [HOT_PCT] [SECONDS] [GROW_AT_S GROW_MB]\n");
         return 2;
     }
+    const char *self = strrchr(argv[0], '/');
+    shared = strcmp(self ? self + 1 : argv[0], "shmdb") == 0;
     long size_mb = atol(argv[1]);
     long hot_pct = argc > 2 ? atol(argv[2]) : 60;
     long seconds = argc > 3 ? atol(argv[3]) : 0;
