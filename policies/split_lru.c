@@ -1058,6 +1058,20 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m && out->decisions[i].change)
             m->unused += ws[i].on_word;
+        /* what need was given is kept as memory given back is: a need
+         * verdict may lapse in the middle of the allocation it was for (a
+         * burst stalled by a busy host grows used memory by nothing for a
+         * few reports), and taking the grant back as "free memory" then
+         * ends in the guest's OOM killer (bench burst-cold, bench settings:
+         * 414 -> 297 MiB while 300 MiB were being allocated).  Only the
+         * grant, not all it has; its word alone, so the critical tier does
+         * not honour it (keep_backed) */
+        if (m && out->decisions[i].change && ws[i].grew && ws[i].target > g->actual_bytes &&
+            (g->in_need || g->thrashing)) {
+            if (ws[i].target > m->keep_bytes)
+                m->keep_bytes = ws[i].target;
+            m->keep_until_s = in->now_s + KEEP_S;
+        }
         if (m && out->decisions[i].change && ws[i].trimmed)
             m->trimmed_at_s = in->now_s;
         if (m && out->decisions[i].change && ws[i].dropping) {
