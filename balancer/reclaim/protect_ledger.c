@@ -133,11 +133,16 @@ static bool release_entry(GKeyFile *kf, const char *group, GString *what)
     uint64_t before = err ? 0 : g_key_file_get_uint64(kf, group, "before", &err);
     uint64_t wrote = err ? 0 : g_key_file_get_uint64(kf, group, "wrote", &err);
     uint64_t ino = err ? 0 : g_key_file_get_uint64(kf, group, "ino", &err);
-    if (err || (strcmp(file, "memory.low") != 0 && strcmp(file, "memory.soft_limit_in_bytes") != 0)) {
+    /* the group as memcg_protect wrote it: the kind its file names */
+    qemu_memcg m = { .kind = err ? MEMCG_NONE
+                             : strcmp(file, "memory.low") == 0 ? MEMCG_V2
+                             : strcmp(file, "memory.soft_limit_in_bytes") == 0 ? MEMCG_V1 : MEMCG_NONE };
+    if (m.kind == MEMCG_NONE || strlen(dir) >= sizeof(m.dir)) {
         g_string_append_printf(what, "%s: not a protection we write (%s): left alone\n", group,
                                err ? err->message : file);
         return true;
     }
+    snprintf(m.dir, sizeof(m.dir), "%s", dir);
     uint64_t now_ino = dir_inode(dir);
     if (!now_ino) {
         g_string_append_printf(what, "%s is gone (its guest with it)\n", dir);
@@ -160,7 +165,8 @@ static bool release_entry(GKeyFile *kf, const char *group, GString *what)
     }
     char text[32];
     snprintf(text, sizeof(text), "%" PRIu64, before);
-    if (small_file_write_at(dir, file, before_max ? "max" : text) < 0) {
+    memcg_saved saved = { .saved = true, .is_max = before_max, .bytes = before };
+    if (memcg_restore(&m, &saved) < 0) {
         g_string_append_printf(what, "%s/%s: putting back %s: %s\n", dir, file, before_max ? "max" : text,
                                strerror(errno));
         return false;
