@@ -311,27 +311,29 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     return g_steal_pointer(&b);
 }
 
+/* What releasing one ledger found: an error when something of ours could
+ * not be undone, what was found and done, or that there was nothing. */
+static void say_released(bool failed, const char *prefix, const char *what, const char *nothing, const char *ledger)
+{
+    if (failed)
+        log_err("%s%s", prefix, what);
+    else if (what)
+        log_info("%s%s", prefix, what);
+    else
+        log_debug("nothing left behind (no %s recorded in %s)", nothing, ledger);
+}
+
 int balancer_release_leftovers(const char *state_dir)
 {
     g_autofree char *ledger = g_build_filename(state_dir, KDAMOND_LEDGER_FILE, NULL);
     g_autofree char *what = NULL;
-    kdamond_leftover r = kdamond_release_leftover(ledger, &what);
-    if (r == KDAMOND_FAILED)
-        log_err("DAMON: %s", what);
-    else if (what)
-        log_info("DAMON: %s", what);
-    else
-        log_debug("nothing left behind (no kdamond recorded in %s)", ledger);
+    bool kdamond_failed = kdamond_release_leftover(ledger, &what) == KDAMOND_FAILED;
+    say_released(kdamond_failed, "DAMON: ", what, "kdamond", ledger);
     g_autofree char *protect = g_build_filename(state_dir, PROTECT_LEDGER_FILE, NULL);
     g_autofree char *put_back = NULL;
-    protect_leftover p = protect_release_leftover(protect, &put_back);
-    if (p == PROTECT_FAILED)
-        log_err("%s", put_back);
-    else if (put_back)
-        log_info("%s", put_back);
-    else
-        log_debug("nothing left behind (no memory protection recorded in %s)", protect);
-    return r == KDAMOND_FAILED || p == PROTECT_FAILED ? -1 : 0;
+    bool protect_failed = protect_release_leftover(protect, &put_back) == PROTECT_FAILED;
+    say_released(protect_failed, "", put_back, "memory protection", protect);
+    return kdamond_failed || protect_failed ? -1 : 0;
 }
 
 void balancer_free(balancer *b)
