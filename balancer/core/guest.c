@@ -286,6 +286,8 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         uint64_t reserve = guest_reserve(v, cp->need_reserve_percent, cp->need_reserve_min);
         v->swap_in_bps = backed(g, v, reserve, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
         v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
+        v->major_faults_ps =
+            backed(g, v, reserve, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
         /* the guest's own word, and only that: an OOM kill or a stall makes
          * it in need (policies/classify.c), and what need gets is bounded by
          * use like any claim (split-lru's need_allowance) */
@@ -296,8 +298,6 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
             v->alloc_stalls_ps = v->alloc_stalls_ps > g->agent.alloc_stall_ps ? v->alloc_stalls_ps
                                                                                : g->agent.alloc_stall_ps;
         }
-        v->major_faults_ps =
-            backed(g, v, reserve, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
         /* a guest with a quarter of its memory untouched is under no
          * memory pressure: its swap-ins (if any) are not the host's to
          * answer (a cgroup limit inside it, or a lie).  A quarter: a

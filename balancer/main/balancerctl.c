@@ -165,7 +165,7 @@ static void print_explain(json_object *r)
                                   : "normal",
            "");
     if (flag(g, "oom_killed") || dbl(g, "alloc_stalls_per_second") > 0)
-        printf("  the guest says: %s%s%.1f allocations/s stalled in direct reclaim (QEMU 9.2+ balloon statistics)\n",
+        printf("  the guest says: %s%s%.1f allocations/s stalled in direct reclaim (its balloon statistics or its agent)\n",
                flag(g, "oom_killed") ? "its OOM killer ran since its last report" : "",
                flag(g, "oom_killed") ? "; " : "", dbl(g, "alloc_stalls_per_second"));
     printf("  used memory rising %.0f B/s; decaying peak of used %s (reclaim leaves it plus a reserve)%s%s\n",
