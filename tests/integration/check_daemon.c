@@ -1863,14 +1863,24 @@ END_TEST
  * size back.  The reset comes through a second QMP monitor (balancerd
  * holds the first), with -action reboot=reset over the test guest's
  * -no-reboot. */
-START_TEST(rebooted_guest_gets_its_size_back)
+/* The test's work directory, and in it a second QMP monitor for the test
+ * itself (balancerd holds the guest's first; a QEMU monitor serves one
+ * client): its socket's path into mon2; returns the QEMU arguments that
+ * open it (g_free). */
+static char *second_monitor(char *mon2, size_t len)
 {
     snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
     mkdir(workdir, 0700);
     cleanup_register("rm -rf '%s'", workdir);
+    snprintf(mon2, len, "%s/mon2.sock", workdir);
+    return g_strdup_printf("-qmp unix:%s,server=on,wait=off", mon2);
+}
+
+START_TEST(rebooted_guest_gets_its_size_back)
+{
     char mon2[300], extra_qemu[512];
-    snprintf(mon2, sizeof(mon2), "%s/mon2.sock", workdir);
-    snprintf(extra_qemu, sizeof(extra_qemu), "-- -action reboot=reset -qmp unix:%s,server=on,wait=off", mon2);
+    g_autofree char *monitor = second_monitor(mon2, sizeof(mon2));
+    snprintf(extra_qemu, sizeof(extra_qemu), "-- -action reboot=reset %s", monitor);
     guest_vm vm;
     guest_vm_opts o = { .mem_mib = 512, .append = "membal.report=1", .extra = extra_qemu };
     ck_assert(guest_vm_start(&vm, &o) == 0);
@@ -2030,12 +2040,9 @@ END_TEST
  * the guest's driver would retry for ever) and says so once. */
 START_TEST(virtio_mem_refused_unplug_is_held)
 {
-    snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
-    mkdir(workdir, 0700);
-    cleanup_register("rm -rf '%s'", workdir);
     char mon2[300], extra_qemu[512];
-    snprintf(mon2, sizeof(mon2), "%s/mon2.sock", workdir);
-    snprintf(extra_qemu, sizeof(extra_qemu), "--name vm-full --vmem 256:256 -- -qmp unix:%s,server=on,wait=off", mon2);
+    g_autofree char *monitor = second_monitor(mon2, sizeof(mon2));
+    snprintf(extra_qemu, sizeof(extra_qemu), "--name vm-full --vmem 256:256 -- %s", monitor);
     guest_vm vm;
     guest_vm_opts o = { .mem_mib = 256, .append = "membal.report=1 membal.run=burst:/dev/null:0:0:300:0",
                         .extra = extra_qemu };
