@@ -48,10 +48,12 @@
  *
  * Need comes first (do no harm): a guest in need (policies/classify.c: its
  * available memory runs out, or it thrashes) is never a donor and is given
- * what it needs in the same tick, whatever the watermarks say: from the
- * host down to min, the rest reclaimed from the other guests' cheap tiers
- * (never anon).  Reclaim leaves every guest its
- * decaying peak of used memory plus a reserve, and is an experiment: a
+ * what it needs in the same tick, up to its size, whatever the
+ * watermarks and the host's free memory say (bounded by its use, not by
+ * the host's supply: grant_need); the others' cheap tiers pay for it
+ * (never anon).  Reclaim leaves every guest its decaying peak of used
+ * memory plus its headroom (the reserve, or the largest rise of its used
+ * memory within a tick in the last JUMP_HOLD_S), and is an experiment: a
  * guest that shows need, or whose disks read more than before (its page
  * cache was its working set: the host-side analogue of a file refault,
  * mm/workingset.c; for a reader, more than its pace, and only a pace of
@@ -99,6 +101,13 @@
  * while its memory is still on its way; at most this long, for a guest
  * whose driver never loads */
 #define REBOOT_HOLD_S 60.0
+/* A guest's largest rise of used memory within a tick is headroom its
+ * balloon leaves it for this long: an allocation faster than a tick
+ * cannot be answered in time, so the one it has shown it makes (a job, a
+ * compaction, a cron that comes back) is provided for in advance.  An
+ * hour, not minutes: what comes back hourly or after an idle spell must
+ * still find it */
+#define JUMP_HOLD_S 3600.0
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -150,6 +159,9 @@ typedef struct {
     double drop_cost_until_s; /* a drop cost it: not dropped again until then */
     uint64_t reboot_to;     /* rebooted: its size back, held until its balloon is there; 0 none ... */
     double reboot_at_s;     /* ... since then */
+    int64_t used_seen;      /* its used memory at the last valid report; < 0 none */
+    uint64_t jump;          /* the most its used memory rose from one tick to the next ... */
+    double jump_at_s;       /* ... when, within JUMP_HOLD_S */
 } split_guest;
 
 typedef struct {
@@ -194,6 +206,7 @@ typedef struct {
     bool dropping;     /* its idle page cache dropped this tick (drop_idle_cache) */
     bool restoring;    /* a drop's balloon on its way back up */
     uint64_t credit;   /* what its word or swap-ins may be given now (need_allowance) */
+    uint64_t touched;  /* what its QEMU touched since the last tick (need_allowance) */
     uint64_t on_word;  /* given on its word or swap-ins this tick */
     const char *reason;
 } work;
@@ -237,6 +250,15 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         m->settled = g->disk_read_bps < 0 || g->rebooted ? 0 : SETTLE_TICKS;
         m->seen_s = now;
         m->idle_since_s = -1;
+        m->used_seen = -1;
+    }
+    if (g->stats_valid) {
+        uint64_t rise = m->used_seen >= 0 && g->used_bytes > (uint64_t)m->used_seen ? g->used_bytes - (uint64_t)m->used_seen : 0;
+        if (rise >= m->jump || now - m->jump_at_s >= JUMP_HOLD_S) {
+            m->jump = rise;
+            m->jump_at_s = now;
+        }
+        m->used_seen = (int64_t)g->used_bytes;
     }
     /* idle: its QEMU barely runs and its disks are not read (both as the
      * host measures them, so a guest cannot fake idleness to be dropped
@@ -288,8 +310,9 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
  * guest gets memory as fast as it uses it; a guest that only says it needs
  * memory gets two steps, then nothing.  Without an RSS (a backend that
  * cannot measure it) the allowance is a step a tick. */
-static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t step)
+static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t step, uint64_t *touched_out)
 {
+    *touched_out = 0;
     /* unknown, or its whole memory resident whatever its balloon (locked,
      * preallocated or hugepage memory, a VFIO device: the balloon frees
      * nothing on the host): use cannot show, a step a tick */
@@ -301,7 +324,14 @@ static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t ste
     uint64_t touched = m->rss_seen >= 0 && g->host_rss_bytes > m->rss_seen
                            ? (uint64_t)(g->host_rss_bytes - m->rss_seen) : 0;
     m->rss_seen = g->host_rss_bytes;
+    *touched_out = touched;
     m->unused = m->unused > touched ? m->unused - touched : 0;
+    /* what was given and not used is memory its QEMU has not touched:
+     * never more than that (a balloon that took the memory back since
+     * took the grant back with it, and a guest thrashing in all it has
+     * must not be held to a grant of long ago) */
+    uint64_t untouched = g->actual_bytes > (uint64_t)g->host_rss_bytes ? g->actual_bytes - (uint64_t)g->host_rss_bytes : 0;
+    m->unused = min_u64(m->unused, untouched);
     uint64_t cap = 2 * max_u64(step, touched);
     return cap > m->unused ? cap - m->unused : 0;
 }
@@ -647,39 +677,6 @@ static int by_shares_desc(const void *a, const void *b, void *ctx)
     return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }
 
-/* Split budget among the guests' claims (claim[i]) in proportion to their
- * shares, water-filling: a claim smaller than its part is met whole and
- * what it leaves goes to the others.  Adds each grant to the guest's
- * target and its on_word. */
-static void share_budget(const policy_input *in, uint64_t *claim, uint64_t budget, work *ws)
-{
-    for (int round = 0; claim && budget > 0 && round < 64; round++) {
-        double total = 0;
-        for (size_t i = 0; i < in->n_guests; i++)
-            if (claim[i])
-                total += in->guests[i].policy.shares ? in->guests[i].policy.shares : 1;
-        if (total <= 0)
-            break;
-        uint64_t left = budget;
-        bool met = false;
-        for (size_t i = 0; i < in->n_guests && budget > 0; i++) {
-            if (!claim[i])
-                continue;
-            unsigned sh = in->guests[i].policy.shares ? in->guests[i].policy.shares : 1;
-            uint64_t part = (uint64_t)((double)left * sh / total);
-            uint64_t give = min_u64(min_u64(claim[i], max_u64(part, 1)), budget);
-            met = met || give == claim[i];
-            ws[i].target += give;
-            ws[i].changed += give;
-            ws[i].on_word += give;
-            claim[i] -= give;
-            budget -= give;
-        }
-        if (!met)
-            break; /* everyone got their part: nothing left over to share again */
-    }
-}
-
 /* The host's account this tick: its available memory with balloons on
  * their way counted as arrived (signed: growth already asked for and not
  * yet funded is a debt), and where it stands against the watermarks. */
@@ -706,6 +703,7 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m) {
             memory_observe(m, g, in->now_s);
+            w->reserve = max_u64(w->reserve, m->jump); /* its own habits: JUMP_HOLD_S */
             bool back = g->stats_valid && !g->pending_target_bytes &&
                         g->actual_bytes + min_change_of(tun, g) >= m->reboot_to;
             if (m->reboot_to && (back || in->now_s - m->reboot_at_s >= REBOOT_HOLD_S)) {
@@ -713,7 +711,7 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
                 m->settled = 0; /* it settles from when its memory is back */
             }
             w->settling = m->settled < SETTLE_TICKS;
-            w->credit = need_allowance(m, g, w->step);
+            w->credit = need_allowance(m, g, w->step, &w->touched);
             const char *why = g->stats_valid ? reclaim_feedback(m, g, w->reserve, in->now_s) : NULL;
             w->keep = m->keep_bytes;
             w->keep_backed = m->keep_backed;
@@ -799,27 +797,23 @@ static host_account account_host(const policy_input *in, split_state *st, const 
  * measured from its balloon as it is (need_bytes is against actual),
  * so asking again while the balloon moves asks for nothing more.
  *
- * What the others could give without touching a working set is the
- * budget for need that is only the guest's word (available memory
- * running out is reported by the guest; thrashing is backed by its disk
- * reads).  Need beyond it is not granted: a lying guest can take the
- * host's headroom and others' free memory and cache, never their anon
- * (mm: an allocation may reclaim cache, not another process's pages). */
-static uint64_t grant_need(const policy_input *in, work *ws, const host_account *h)
+ * How fast need is answered is the guarantee: a guest in need is given
+ * what it needs in the tick that shows it, up to its size, whether or not
+ * the host has that memory free.  Its balloon is the only thing a
+ * balancer adds between a guest and its memory; refusing the memory
+ * leaves it its OOM killer or its swap, which no balancer would have done
+ * to it, while granting it leaves the host where no balancer leaves it
+ * (the host backs the guest's touches with its own reclaim), and the
+ * reclaim below takes the others' cheap tiers first to pay for it.  What
+ * bounds a grant is use, not the host's supply: a guest is given up to
+ * twice the larger of a step and what its QEMU touched since the last
+ * tick, less what it was given and has not touched (need_allowance), so
+ * a guest that only says it needs memory gains two steps, then nothing,
+ * and no guest ever more than its size. */
+static uint64_t grant_need(const policy_input *in, work *ws)
 {
-    uint64_t cheap = 0;
-    for (size_t i = 0; i < in->n_guests; i++)
-        if (is_adjustable(&in->guests[i], &ws[i]))
-            for (tier t = TIER_STREAM_CACHE; t < TIER_ANON; t++)
-                cheap += tier_supply(&in->guests[i], &ws[i], t, false);
-    /* signed: growth already asked for and not yet funded has pushed the
-     * host's account below zero, and that debt comes first */
-    int64_t budget_s = h->avail_s - (int64_t)in->wm.min + (int64_t)cheap;
-    uint64_t need_budget = budget_s > 0 ? (uint64_t)budget_s : 0;
-
-    uint64_t *claim = calloc(in->n_guests ? in->n_guests : 1, sizeof(*claim)); /* on its word, before the budget */
     uint64_t grown = 0;
-    for (size_t i = 0; claim && i < in->n_guests; i++) {
+    for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
         /* stale guests neither give nor take: a verdict from before their
@@ -834,30 +828,26 @@ static uint64_t grant_need(const policy_input *in, work *ws, const host_account 
             backed = max_u64(backed, w->keep);
         backed = min_u64(backed, g->ceiling_bytes);
         /* thrashing (its swap-ins backed by the disk reads the host
-         * measures) grows it a step, its word (available memory running
-         * out) within what others can spare; both only as far as the
-         * memory given gets used (need_allowance): a guest that reads its
-         * own disk to back a false claim gains two steps, then nothing */
+         * measures) grows it a step or what it needs, its word (available
+         * memory running out) what it needs; both only as far as the
+         * memory given gets used (need_allowance) */
         uint64_t credit = w->credit, thrash = 0;
         if (g->thrashing) {
-            uint64_t to = min_u64(base + w->step, g->ceiling_bytes);
+            /* a step, or what it needs when more: a guest growing faster
+             * than a step a tick would thrash for as long as it grows */
+            uint64_t to = min_u64(base + max_u64(w->step, g->need_bytes), g->ceiling_bytes);
             thrash = to > backed ? min_u64(to - backed, credit) : 0;
             credit -= thrash;
         }
         uint64_t word = g->in_need ? min_u64(g->actual_bytes + g->need_bytes, g->ceiling_bytes) : 0;
         uint64_t from = backed + thrash;
-        claim[i] = word > from ? min_u64(word - from, credit) : 0;
-        w->on_word = thrash;
-        w->target = from;
-        w->changed += from - base;
+        uint64_t claim = word > from ? min_u64(word - from, credit) : 0;
+        w->on_word = thrash + claim;
+        w->target = from + claim;
+        w->changed += w->target - base;
         w->grew = true;
     }
-    /* What others can spare goes to the claims on the guests' word by
-     * shares (water-filling), not to whoever is listed first: a guest that
-     * claims without end gets its shares' part of it, no more, while
-     * others ask too */
-    share_budget(in, claim, need_budget, ws);
-    for (size_t i = 0; claim && i < in->n_guests; i++) {
+    for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         work *w = &ws[i];
         if (!w->grew)
@@ -868,12 +858,11 @@ static uint64_t grant_need(const policy_input *in, work *ws, const host_account 
                                                                         : g->actual_bytes);
         bool add = w->target > base;
         w->reason = !add && base >= g->ceiling_bytes ? (g->thrashing ? "thrashing, at ceiling" : "in need, at ceiling")
-                    : !add && !w->learnt ? "in need: nothing left to give it without a working set"
+                    : !add && !w->learnt ? "in need: what it was given is not in use yet"
                     : g->thrashing ? "thrashing: given memory back"
                     : w->learnt    ? w->learnt
                                    : "in need (available memory running out): given memory";
     }
-    free(claim);
     return grown;
 }
 
@@ -1064,12 +1053,17 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
          * few reports), and taking the grant back as "free memory" then
          * ends in the guest's OOM killer (bench burst-cold, bench settings:
          * 414 -> 297 MiB while 300 MiB were being allocated).  Only the
-         * grant, not all it has; its word alone, so the critical tier does
-         * not honour it (keep_backed) */
+         * grant, not all it has.  The critical tier honours it too
+         * (keep_backed) when the host measured the need: the guest
+         * thrashing, or its QEMU touching what it was given -- a grant
+         * beyond what others could spare is made on that proof, and
+         * taking it back at once would be the same loss twice */
         if (m && out->decisions[i].change && ws[i].grew && ws[i].target > g->actual_bytes &&
             (g->in_need || g->thrashing)) {
             if (ws[i].target > m->keep_bytes)
                 m->keep_bytes = ws[i].target;
+            if ((g->thrashing || ws[i].touched) && ws[i].target > m->keep_backed)
+                m->keep_backed = ws[i].target;
             m->keep_until_s = in->now_s + KEEP_S;
         }
         if (m && out->decisions[i].change && ws[i].trimmed)
@@ -1126,7 +1120,7 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
     }
     hard_rules(in, st, ws);
     host_account h = account_host(in, st, ws);
-    uint64_t grown = grant_need(in, ws, &h);
+    uint64_t grown = grant_need(in, ws);
     uint64_t reclaimed = reclaim_to_high(in, st, ws, &h, grown);
     if (in->tun.trim_streams && !st->reclaiming)
         trim_streams(in, ws);

@@ -29,24 +29,27 @@ G_STATIC_ASSERT(offsetof(guest, hv) == 0);
 /* A target we set is not repeated for this many ticks while the balloon
  * is still on its way there. */
 #define REISSUE_TICKS 3
-#define SELF_DEFLATE_SLACK (4ULL * 1024 * 1024)
+
+void balancer_limits(const balancer_config *c, guest_limits *lim, classify_params *cp)
+{
+    lim->default_floor_percent = c->default_floor_percent;
+    lim->default_floor_min = c->default_floor_min;
+    /* three missed reports make stats stale */
+    lim->stale_seconds = 3 * c->stats_period + c->tick_seconds;
+    /* need uses the reserve reclaim leaves, and looks at least two ticks
+     * ahead: what a guest needs must be there before the next decision */
+    classify_params_default(cp);
+    cp->need_reserve_percent = c->tun.reserve_percent;
+    cp->need_reserve_min = c->tun.reserve_min_bytes;
+    if (cp->need_horizon_s < 2.0 * c->tick_seconds)
+        cp->need_horizon_s = 2.0 * c->tick_seconds;
+}
 
 static void limits_from_config(balancer *b)
 {
-    b->lim.default_floor_percent = b->cfg.default_floor_percent;
-    b->lim.default_floor_min = b->cfg.default_floor_min;
-    /* three missed reports make stats stale */
-    b->lim.stale_seconds = 3 * b->cfg.stats_period + b->cfg.tick_seconds;
+    balancer_limits(&b->cfg, &b->lim, &b->cp);
     b->hv.connect_uri = b->cfg.connect_uri;
     b->hv.stats_period = b->cfg.stats_period;
-    /* need uses the reserve reclaim leaves, and looks at least two ticks
-     * ahead: what a guest needs must be there before the next decision */
-    classify_params d;
-    classify_params_default(&d);
-    b->cp.need_reserve_percent = b->cfg.tun.reserve_percent;
-    b->cp.need_reserve_min = b->cfg.tun.reserve_min_bytes;
-    b->cp.need_horizon_s = d.need_horizon_s > 2.0 * b->cfg.tick_seconds ? d.need_horizon_s
-                                                                         : 2.0 * b->cfg.tick_seconds;
 }
 
 /* Start the [host_reclaim] stage of b->cfg over (cold ages are relearned):
@@ -742,38 +745,20 @@ static bool tick_round(balancer *b)
             /* a virtio-mem device: the guest's size is its balloon's and the device's */
             note_vmem(b, g, guest_fold_vmem(g, &s, b->backend->set_vmem != NULL, (double)mono_ms() / 1000.0));
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
-            /* a report from before a reset describes the guest that was:
-             * the booting one has none until its balloon driver reports */
-            if (g->reset_report && s.last_update <= g->reset_report)
-                g->view.stats_valid = false;
-            else
-                g->reset_report = 0;
             note_job(g, s.job_ms);
             /* balloon changes are sent without waiting: refusals come back here */
             g->balloon_errors += s.balloon_failures;
             b->backend_errors += s.balloon_failures;
         }
-        /* a balloon still on its way counts as done (no overshoot while it moves) */
-        uint64_t heading = balloon_heading(b, g);
-        g->view.pending_target_bytes = heading != g->view.actual_bytes ? heading : 0;
-        /* a balloon growing that we never asked to grow: the guest deflated
-         * it on OOM (deflate-on-oom / libvirt autodeflate); under mode=off
-         * it is the operator's doing */
-        g->view.self_deflated_bytes = 0;
-        if (g->view.stats_valid && g->seen_actual && g->last_target && g->view.policy.mode != VM_MODE_OFF &&
-            mono_ms() - g->last_grow_ms >= reissue_ms(b) && /* not a growth we asked for */
-            g->view.actual_bytes > g->seen_actual + SELF_DEFLATE_SLACK &&
-            g->view.actual_bytes > g->last_target + SELF_DEFLATE_SLACK) {
-            g->view.self_deflated_bytes = g->view.actual_bytes - g->seen_actual;
-            g->self_deflations++;
+        /* a balloon still on its way counts as done (no overshoot while it
+         * moves); one that grew on its own, the guest deflated on OOM
+         * (deflate-on-oom / libvirt autodeflate): not fought (under
+         * mode=off it is the operator's doing) */
+        if (guest_balloon_view(g, balloon_heading(b, g), mono_ms() - g->last_grow_ms < reissue_ms(b))) {
             char sz_[32];
             size_format(g->view.self_deflated_bytes, sz_, sizeof(sz_));
             log_info("guest %s: deflated its balloon by %s on its own (deflate-on-oom): not fought", g->hv.name, sz_);
-            g->last_target = g->view.actual_bytes;
-            g->view.pending_target_bytes = 0;
         }
-        g->seen_actual = g->view.actual_bytes;
-        g->view.rebooted = g->reboot_pending;
         views[i] = g->view;
         if (g->job_ms >= 0)
             views[i].stats_valid = false; /* neither gives nor takes while the job runs */

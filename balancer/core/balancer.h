@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "config/config.h"
+#include "core/guest.h"
 #include "hv/backend.h"
 #include "report/snapshot.h"
 
@@ -25,6 +26,10 @@ typedef struct balancer balancer;
 balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_sockets, bool dry_run,
                        GError **error);
 void balancer_free(balancer *b);
+/* What a configuration makes of the guests' reports, as balancerd uses
+ * it: the default floor, when stats are stale, and the need rules'
+ * reserve and horizon (at least two ticks ahead). */
+void balancer_limits(const balancer_config *c, guest_limits *lim, classify_params *cp);
 /* balancerd --release-leftovers (the unit's ExecStopPost), and every
  * balancerd at start: turn off what a balancerd that is gone left running,
  * as recorded in state_dir (its kdamond: reclaim/kdamond_ledger.h; the

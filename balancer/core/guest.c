@@ -6,6 +6,8 @@
 /* Faster than any real device: a guest claiming more is lying. */
 #define MAX_SWAP_BPS (64.0 * 1024 * 1024 * 1024)
 #define MAX_FAULTS_PS 1e8
+/* a balloon this much above both where it was and where we sent it grew on its own */
+#define SELF_DEFLATE_SLACK (4ULL * 1024 * 1024)
 
 void guest_init(guest *g, const char *name, const char *uuid)
 {
@@ -323,4 +325,28 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->peak_used_bytes = (uint64_t)g->cls.peak_used;
     v->name = g->hv.name;
     v->uuid = g->hv.uuid;
+    /* a report from before a reset describes the guest that was: the
+     * booting one has none until its balloon driver reports */
+    if (g->reset_report && s->last_update <= g->reset_report)
+        v->stats_valid = false;
+    else
+        g->reset_report = 0;
+}
+
+uint64_t guest_balloon_view(guest *g, uint64_t heading, bool grow_asked_lately)
+{
+    guest_view *v = &g->view;
+    v->pending_target_bytes = heading != v->actual_bytes ? heading : 0;
+    v->self_deflated_bytes = 0;
+    if (v->stats_valid && g->seen_actual && g->last_target && v->policy.mode != VM_MODE_OFF &&
+        !grow_asked_lately && v->actual_bytes > g->seen_actual + SELF_DEFLATE_SLACK &&
+        v->actual_bytes > g->last_target + SELF_DEFLATE_SLACK) {
+        v->self_deflated_bytes = v->actual_bytes - g->seen_actual;
+        g->self_deflations++;
+        g->last_target = v->actual_bytes;
+        v->pending_target_bytes = 0;
+    }
+    g->seen_actual = v->actual_bytes;
+    v->rebooted = g->reboot_pending;
+    return v->self_deflated_bytes;
 }

@@ -91,6 +91,15 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
  * (classification, the previous sample, deflate-on-oom evidence) no longer
  * describes the guest that boots. */
 void guest_rebooted(guest *g);
+/* The balloon as the policy sees it this tick, after guest_ingest:
+ * heading is where it is going (the target last sent while it may still
+ * be on its way, else where it is); grow_asked_lately, a growth we asked
+ * for may still be arriving.  Sets the view's pending target, its reboot
+ * flag and, when the balloon grew on its own beyond both where it was and
+ * where we sent it (the guest deflated it on OOM: deflate-on-oom), what
+ * it grew by, which is then taken as the balloon's new target (not
+ * fought).  Returns that growth, 0 none. */
+uint64_t guest_balloon_view(guest *g, uint64_t heading, bool grow_asked_lately);
 /* Fold a sample's virtio-mem device into the guest's size (when
  * resizable: the backend can set it), track whether it follows, at now
  * (s, monotonic).  Returns the device's state. */
