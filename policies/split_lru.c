@@ -703,6 +703,15 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m) {
             memory_observe(m, g, in->now_s);
+            /* its OOM killer ran below its size: the headroom it had was
+             * too small for what it allocates, and the allocation that
+             * failed never shows as used memory -- twice the headroom, for
+             * JUMP_HOLD_S (as a backoff doubles: a few kills find the size
+             * of an allocation that never shows) */
+            if (g->oom_killed && g->actual_bytes < g->ceiling_bytes) {
+                m->jump = min_u64(2 * max_u64(m->jump, w->reserve), g->ceiling_bytes);
+                m->jump_at_s = in->now_s;
+            }
             w->reserve = max_u64(w->reserve, m->jump); /* its own habits: JUMP_HOLD_S */
             bool back = g->stats_valid && !g->pending_target_bytes &&
                         g->actual_bytes + min_change_of(tun, g) >= m->reboot_to;
@@ -840,6 +849,8 @@ static uint64_t grant_need(const policy_input *in, work *ws)
             credit -= thrash;
         }
         uint64_t word = g->in_need ? min_u64(g->actual_bytes + g->need_bytes, g->ceiling_bytes) : 0;
+        if (g->oom_killed) /* room for the allocation that failed: its headroom above its used memory */
+            word = max_u64(word, min_u64(g->used_bytes + w->reserve, g->ceiling_bytes));
         uint64_t from = backed + thrash;
         uint64_t claim = word > from ? min_u64(word - from, credit) : 0;
         w->on_word = thrash + claim;

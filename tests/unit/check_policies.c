@@ -67,6 +67,7 @@ static void model_refresh(sim *s)
         if (s->free_override[i])
             g->free_bytes = s->free_override[i];
         g->available_bytes = g->free_bytes + g->cache_bytes;
+        g->used_bytes = g->actual_bytes - g->available_bytes;
         used += g->actual_bytes;
         /* free page reporting: its free memory is the host's already */
         if (g->free_page_reporting_used == 1)
@@ -460,6 +461,62 @@ START_TEST(never_takes_beyond_available_unless_critical)
     uint64_t reserve = 102 * MIB; /* 5% of ~2 GiB, rounded up below */
     ck_assert_uint_ge(s.v[0].actual_bytes, 1 * GIB + 32 * MIB);
     ck_assert_uint_le(s.v[0].actual_bytes, 1 * GIB + reserve + 16 * MIB);
+    sim_free(&s);
+}
+END_TEST
+
+/* An allocation within a tick is headroom for JUMP_HOLD_S: a guest whose
+ * used memory rose 600 MiB from one tick to the next, then fell back, is
+ * reclaimed down to its used memory plus that, not plus its reserve,
+ * for an hour; then the reserve again. */
+START_TEST(a_jump_is_headroom_for_an_hour)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 1, 0);
+    guest_init(&s, 0, "a", 3 * GIB, 1 * GIB, 512 * MIB);
+    s.v[0].floor_bytes = 512 * MIB;
+    s.host_base = 3 * GIB + 4 * GIB; /* no pressure while it jumps */
+    sim_tick(&s);
+    s.in.now_s += 5;
+    s.anon[0] = 1 * GIB + 600 * MIB;
+    sim_tick(&s);
+    s.in.now_s += 5;
+    s.anon[0] = 1 * GIB;
+    sim_tick(&s);
+    /* then pressure, reclaiming all the time */
+    s.host_base = 3 * GIB + 400 * MIB;
+    s.in.wm.high = 8 * GIB;
+    for (int t = 0; t < 60; t++, s.in.now_s += 5)
+        sim_tick(&s);
+    ck_assert_uint_ge(s.v[0].actual_bytes, 1 * GIB + 600 * MIB);
+    ck_assert_uint_le(s.v[0].actual_bytes, 1 * GIB + 600 * MIB + 32 * MIB);
+    s.in.now_s += 3600;
+    for (int t = 0; t < 60; t++, s.in.now_s += 5)
+        sim_tick(&s);
+    ck_assert_uint_le(s.v[0].actual_bytes, 1 * GIB + 154 * MIB + 16 * MIB); /* 5% of 3 GiB */
+    sim_free(&s);
+}
+END_TEST
+
+/* Its OOM killer ran below its size (the guest says so: QEMU 9.2's
+ * stat-oom-kills, the agent): the allocation that failed never showed as
+ * used memory, so its headroom doubles, and it is given room for it at
+ * once. */
+START_TEST(an_oom_kill_below_its_size_doubles_its_headroom)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 1, 0);
+    guest_init(&s, 0, "a", 1200 * MIB, 1 * GIB, 0);
+    s.v[0].max_bytes = s.v[0].ceiling_bytes = 4 * GIB;
+    s.host_base = 1200 * MIB + 300 * MIB; /* short: reclaiming */
+    s.in.wm.high = 4 * GIB;
+    model_refresh(&s);
+    s.v[0].in_need = s.v[0].oom_killed = true;
+    s.v[0].need_bytes = 32 * MIB; /* what classify asks: a little */
+    s.v[0].host_rss_bytes = (int64_t)s.v[0].actual_bytes; /* it touched all it has */
+    s.ops->decide(&s.in, s.state, &s.out);
+    uint64_t reserve = 4 * GIB / 20;
+    ck_assert_uint_ge(s.d[0].target_bytes, 1 * GIB + 2 * reserve);
     sim_free(&s);
 }
 END_TEST
@@ -1454,6 +1511,8 @@ int main(void)
     tcase_add_test(tc, thrashing_guest_is_protected_and_grows);
     tcase_add_test(tc, floor_ceiling_and_mode_off);
     tcase_add_test(tc, never_takes_beyond_available_unless_critical);
+    tcase_add_test(tc, a_jump_is_headroom_for_an_hour);
+    tcase_add_test(tc, an_oom_kill_below_its_size_doubles_its_headroom);
     tcase_add_test(tc, critical_takes_cache_never_anon);
     tcase_add_test(tc, plenty_grows_short_guests_within_surplus);
     tcase_add_test(tc, no_oscillation_over_many_ticks);
