@@ -133,6 +133,8 @@ typedef struct {
     uint64_t exit_bytes;       /* where the balloon goes if balancerd stops or switches policy
                                 * before the next tick: a move the policy makes for a while only
                                 * (a drop) given back; 0: where it is */
+    uint64_t headroom_bytes;   /* the free memory the policy leaves the guest above its used memory
+                                * (split-lru: its reserve, or more: JUMP_HOLD_S); 0 not said */
     char reason[96];
 } guest_decision;
 

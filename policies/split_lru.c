@@ -1054,6 +1054,7 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
         uint64_t from = ws[i].restoring && g->pending_target_bytes ? g->pending_target_bytes : g->actual_bytes;
         decision_set(&out->decisions[i], from, ws[i].target, min_change, ws[i].reason);
         out->decisions[i].undo = ws[i].restoring;
+        out->decisions[i].headroom_bytes = ws[i].reserve;
         /* a reclaim starts an experiment: its cost is watched for EXPERIMENT_S */
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m && out->decisions[i].change)

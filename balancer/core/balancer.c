@@ -583,6 +583,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
     const guest_view *v = &g->view;
     snprintf(g->last_reason, sizeof(g->last_reason), "%s", d->reason);
     g->decided_target = d->target_bytes;
+    g->headroom = d->headroom_bytes;
     if (g->job_ms >= 0) {
         snprintf(g->last_reason, sizeof(g->last_reason), "left alone: a libvirt job (migration, save or dump) runs");
         return;

@@ -19,6 +19,7 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->policy_errors = g->policy_errors;
     r->target_bytes = guest_shown_target(g);
     r->last_set_bytes = g->last_target;
+    r->headroom_bytes = g->headroom;
     snprintf(r->reason, sizeof(r->reason), "%s", g->last_reason);
     r->quiet_samples = g->cls.quiet;
     r->balloon_ops = g->balloon_ops;

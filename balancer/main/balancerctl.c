@@ -168,9 +168,13 @@ static void print_explain(json_object *r)
         printf("  the guest says: %s%s%.1f allocations/s stalled in direct reclaim (its balloon statistics or its agent)\n",
                flag(g, "oom_killed") ? "its OOM killer ran since its last report" : "",
                flag(g, "oom_killed") ? "; " : "", dbl(g, "alloc_stalls_per_second"));
-    printf("  used memory rising %.0f B/s; decaying peak of used %s (reclaim leaves it plus a reserve)%s%s\n",
+    printf("  used memory rising %.0f B/s; decaying peak of used %s (reclaim leaves it plus its headroom)%s%s\n",
            dbl(g, "used_growth_bytes_per_second"), sz(num(g, "peak_used_bytes"), a),
            flag(g, "in_need") ? ", needs " : "", flag(g, "in_need") ? sz(num(g, "need_bytes"), b) : "");
+    if (num(g, "headroom_bytes") > 0)
+        printf("  headroom its balloon leaves it above its used memory: %s (its reserve, or the most its used memory "
+               "rose within a tick in the last hour; twice that after an OOM kill below its size)\n",
+               sz(num(g, "headroom_bytes"), a));
     printf("  balloon operations %s, errors %s; clamped guest values %s, counter resets %s\n",
            str(g, "balloon_operations"), str(g, "balloon_errors"), str(g, "clamped_values"),
            str(g, "counter_resets"));

@@ -79,6 +79,7 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
     json_object_object_add(o, "uuid", json_object_new_string(g->uuid));
     json_object_object_add(o, "actual_bytes", u64(v->actual_bytes));
     json_object_object_add(o, "target_bytes", u64(g->target_bytes));
+    json_object_object_add(o, "headroom_bytes", u64(g->headroom_bytes));
     json_object_object_add(o, "floor_bytes", u64(v->floor_bytes));
     json_object_object_add(o, "ceiling_bytes", u64(v->ceiling_bytes));
     json_object_object_add(o, "cache_bytes", u64(v->cache_bytes));

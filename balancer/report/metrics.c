@@ -72,6 +72,7 @@ static double gv_thrash(const snapshot_guest *g) { return g->view.thrashing; }
 static double gv_stream(const snapshot_guest *g) { return g->view.streaming; }
 static double gv_need(const snapshot_guest *g) { return g->view.in_need; }
 static double gv_peak_used(const snapshot_guest *g) { return (double)g->view.peak_used_bytes; }
+static double gv_headroom(const snapshot_guest *g) { return (double)g->headroom_bytes; }
 static double gv_stale(const snapshot_guest *g) { return !g->view.stats_valid; }
 static double gv_reclaimed(const snapshot_guest *g) { return (double)g->reclaimed_bytes; }
 static double gv_returned(const snapshot_guest *g) { return (double)g->returned_bytes; }
@@ -218,8 +219,12 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_in_need", "gauge",
                  "1 while the guest's available memory runs out (never a donor, given memory first).", gv_need);
     guest_family(s, b, "balancer_guest_peak_used_bytes", "gauge",
-                 "Decaying peak of the guest's used memory (balloon minus available): reclaim leaves this plus a reserve.",
+                 "Decaying peak of the guest's used memory (balloon minus available): reclaim leaves this plus its headroom.",
                  gv_peak_used);
+    guest_family(s, b, "balancer_guest_headroom_bytes", "gauge",
+                 "Free memory the policy leaves the guest above its used memory: its reserve, or the most its used "
+                 "memory rose within a tick in the last hour (twice that after an OOM kill below its size); 0 not said.",
+                 gv_headroom);
     guest_family(s, b, "balancer_guest_stats_stale", "gauge", "1 when the guest's balloon stats are missing or stale.", gv_stale);
     guest_family(s, b, "balancer_guest_mode_off", "gauge", "1 when the guest's policy is mode=off.", gv_off);
     guest_family(s, b, "balancer_guest_shares", "gauge", "The guest's shares (its policy): it gives in inverse proportion.", gv_shares);

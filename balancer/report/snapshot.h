@@ -39,6 +39,7 @@ typedef struct {
     uint64_t policy_errors;
     uint64_t target_bytes;      /* the policy's last choice, or the current size before it chose */
     uint64_t last_set_bytes;    /* last balloon target set, 0 none */
+    uint64_t headroom_bytes;    /* free memory the policy leaves it above its used memory, 0 not said */
     char reason[96];
     uint32_t quiet_samples;
     uint64_t balloon_ops, balloon_errors, reclaimed_bytes, returned_bytes;

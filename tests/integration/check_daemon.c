@@ -319,6 +319,8 @@ START_TEST(libvirt_metadata_drives_balloon)
     /* <memballoon freePageReporting='on'> (and no autodeflate), read from the domain XML */
     explain_says(domname, "free page reporting on its balloon: on", 5);
     explain_says(domname, "deflate-on-oom on its balloon: off", 5);
+    /* the headroom split-lru leaves it (its reserve at least) */
+    explain_says(domname, "headroom its balloon leaves it above its used memory", 5);
 
     /* raise the floor live: the metadata-change event gives memory back */
     set_policy("<policy min=\"448MiB\"/>");
