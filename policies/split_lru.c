@@ -162,6 +162,7 @@ typedef struct {
     int64_t used_seen;      /* its used memory at the last valid report; < 0 none */
     uint64_t jump;          /* the most its used memory rose from one tick to the next ... */
     double jump_at_s;       /* ... when, within JUMP_HOLD_S */
+    bool frees_nothing;     /* its balloon was seen to free nothing on the host (frees_nothing) */
 } split_guest;
 
 typedef struct {
@@ -195,6 +196,7 @@ typedef struct {
     bool moving;       /* its balloon is still on the way down: not a donor now */
     uint64_t moving_to; /* where it is going */
     bool settling;     /* filled its cache less than SETTLE_TICKS ago: not a donor yet */
+    bool frees_nothing; /* its balloon frees nothing on the host (split_guest's) */
     const char *learnt; /* set when this tick found that a reclaim cost it */
     uint64_t keep_backed; /* the part of keep that host-backed evidence proved:
                         * honoured even in the critical tier */
@@ -503,6 +505,23 @@ static uint64_t exit_size(const split_guest *m, const guest_view *g)
     return to ? min_u64(to, g->ceiling_bytes) : 0;
 }
 
+/* Only memory that frees host memory is a supply: a guest below its size
+ * whose QEMU still holds all of it (locked, preallocated, hugepage or VFIO
+ * memory, or discards turned off: its balloon took memory from the guest
+ * and gave the host none of it) gives nothing, and what its balloon holds
+ * goes back (hard_rules); it is remembered until its QEMU holds less than
+ * all of it.  At its full size that cannot show, so its first reclaim is
+ * the experiment. */
+static void note_frees_nothing(split_guest *m, const guest_view *g)
+{
+    if (g->host_rss_bytes < 0 || !g->max_bytes || !g->stats_valid)
+        return;
+    if (g->actual_bytes + MIB < g->max_bytes && (uint64_t)g->host_rss_bytes >= g->max_bytes)
+        m->frees_nothing = true;
+    else if ((uint64_t)g->host_rss_bytes + MIB < g->max_bytes)
+        m->frees_nothing = false;
+}
+
 /* Will this guest be able to give (now, or once its balloon arrived)? */
 static bool is_donor(const guest_view *g, const work *w)
 {
@@ -554,12 +573,18 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
      * from being pushed out by it) */
     if (g->filling || w->settling)
         return 0;
+    if (w->frees_nothing)
+        return 0;
     uint64_t bound = tier_bound(g, w, t);
     if (w->target <= bound || (with_step && w->changed >= w->step))
         return 0;
     uint64_t room = w->target - bound;
     if (with_step)
         room = min_u64(room, w->step - w->changed);
+    /* free memory its QEMU never touched (a freshly booted guest's) is
+     * not host memory: a balloon taking it frees nothing */
+    uint64_t untouched = g->host_rss_bytes >= 0 && g->actual_bytes > (uint64_t)g->host_rss_bytes
+                             ? g->actual_bytes - (uint64_t)g->host_rss_bytes : 0;
     uint64_t supply;
     switch (t) {
     case TIER_FREE:
@@ -567,8 +592,10 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
          * balloon driver reports its free pages (free page reporting) has
          * handed them to the host already, and taking them frees nothing
          * more -- it only shrinks the guest while host memory stays where
-         * it was, so the squeeze would go on */
-        supply = g->free_page_reporting_used == 1 ? 0 : g->free_bytes > w->reserve ? g->free_bytes - w->reserve : 0;
+         * it was, so the squeeze would go on; nor does untouched memory */
+        supply = g->free_page_reporting_used == 1 ? 0
+                 : g->free_bytes > w->reserve + untouched ? g->free_bytes - w->reserve - untouched
+                                                          : 0;
         break;
     case TIER_STREAM_CACHE:
         supply = is_stream(g, w) ? g->reclaimable_cache_bytes : 0;
@@ -578,8 +605,11 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
         break;
     default:
         /* all it can drop: its cache and free memory, but not free pages
-         * it has reported (see TIER_FREE) */
-        supply = g->policy.protect ? 0 : g->free_page_reporting_used == 1 ? min_u64(room, g->reclaimable_cache_bytes) : room;
+         * it has reported nor memory never touched (see TIER_FREE) */
+        supply = g->policy.protect ? 0
+                 : g->free_page_reporting_used == 1 ? min_u64(room, g->reclaimable_cache_bytes)
+                 : room > untouched                 ? room - untouched
+                                                    : 0;
         break;
     }
     /* a balloon still on its way down takes this much of what the guest
@@ -713,6 +743,8 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
                 m->jump_at_s = in->now_s;
             }
             w->reserve = max_u64(w->reserve, m->jump); /* its own habits: JUMP_HOLD_S */
+            note_frees_nothing(m, g);
+            w->frees_nothing = m->frees_nothing;
             bool back = g->stats_valid && !g->pending_target_bytes &&
                         g->actual_bytes + min_change_of(tun, g) >= m->reboot_to;
             if (m->reboot_to && (back || in->now_s - m->reboot_at_s >= REBOOT_HOLD_S)) {
@@ -755,6 +787,11 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
             w->fixed = true;
             w->target = min_u64(m->reboot_to, g->ceiling_bytes);
             w->reason = "rebooted: its size on its way back";
+        } else if (w->frees_nothing && g->stats_valid && g->policy.mode == VM_MODE_AUTO &&
+                   g->actual_bytes < g->ceiling_bytes) {
+            w->fixed = true;
+            w->target = g->ceiling_bytes;
+            w->reason = "its balloon frees nothing on the host (its memory all resident): given back";
         } else if (g->actual_bytes > g->ceiling_bytes) {
             w->fixed = true;
             w->target = g->ceiling_bytes;
@@ -969,8 +1006,10 @@ static void drop_idle_cache(const policy_input *in, split_state *st, work *ws)
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         /* nor one whose balloon frees nothing on the host (its memory
          * all resident whatever its balloon -- locked, preallocated,
-         * hugepage or VFIO memory -- or not measured) */
-        bool frees = g->host_rss_bytes >= 0 && (!g->max_bytes || (uint64_t)g->host_rss_bytes < g->max_bytes);
+         * hugepage or VFIO memory: frees_nothing; or, its free pages
+         * reported, all of it resident still) or not measured */
+        bool frees = g->host_rss_bytes >= 0 && !w->frees_nothing &&
+                     (!g->max_bytes || (uint64_t)g->host_rss_bytes < g->max_bytes);
         /* nor one without free page reporting: QEMU discards a balloon's
          * pages 4 KiB at a time, splitting the huge pages behind them, and
          * the guest's next touch of that memory is faulted in 4 KiB at a

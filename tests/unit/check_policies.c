@@ -521,6 +521,40 @@ START_TEST(an_oom_kill_below_its_size_doubles_its_headroom)
 }
 END_TEST
 
+/* Only memory that frees host memory is a supply.  Free memory its QEMU
+ * never touched (a freshly booted guest's) frees nothing when a balloon
+ * takes it, and a guest whose QEMU holds all its memory below its size
+ * (locked, hugepage, VFIO) gets what its balloon holds back. */
+START_TEST(only_memory_that_frees_host_memory_is_taken)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "fresh", 2 * GIB, 400 * MIB, 0);
+    s.v[0].host_rss_bytes = 500 * MIB; /* booted, touched 500 MiB of it */
+    guest_init(&s, 1, "pinned", 1536 * MIB, 400 * MIB, 0);
+    s.v[1].max_bytes = s.v[1].ceiling_bytes = 2 * GIB;
+    s.v[1].host_rss_bytes = 2 * GIB; /* its balloon took 512 MiB from it and gave the host none */
+    s.host_base = 3 * GIB + 512 * MIB + 400 * MIB; /* below low, above min: reclaiming */
+    s.in.wm.high = 2 * GIB;
+    sim_tick(&s);
+    ck_assert_str_eq(s.d[1].reason, "its balloon frees nothing on the host (its memory all resident): given back");
+    for (int t = 0; t < 10; t++, s.in.now_s += 5)
+        sim_tick(&s);
+    ck_assert_msg(s.v[0].actual_bytes == 2 * GIB, "fresh: %llu MiB: %s", (unsigned long long)(s.v[0].actual_bytes / MIB),
+                  s.d[0].reason);
+    ck_assert_uint_eq(s.v[1].actual_bytes, 2 * GIB); /* and not taken again */
+    /* once touched (all of it, and what its balloon takes leaves its
+     * QEMU), the same free memory is a supply */
+    for (int t = 0; t < 10; t++, s.in.now_s += 5) {
+        s.v[0].host_rss_bytes = (int64_t)s.v[0].actual_bytes;
+        sim_tick(&s);
+    }
+    ck_assert_msg(s.v[0].actual_bytes < 2 * GIB - 256 * MIB, "fresh, touched: %llu MiB: %s (%s)",
+                  (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason, s.out.summary);
+    sim_free(&s);
+}
+END_TEST
+
 /* A critical host: the balloon takes every guest's cache (all of it, not
  * half), never its anonymous working set -- below that the host kernel
  * swaps, as with no balancer -- and nothing from a protected guest. */
@@ -1512,6 +1546,7 @@ int main(void)
     tcase_add_test(tc, floor_ceiling_and_mode_off);
     tcase_add_test(tc, never_takes_beyond_available_unless_critical);
     tcase_add_test(tc, a_jump_is_headroom_for_an_hour);
+    tcase_add_test(tc, only_memory_that_frees_host_memory_is_taken);
     tcase_add_test(tc, an_oom_kill_below_its_size_doubles_its_headroom);
     tcase_add_test(tc, critical_takes_cache_never_anon);
     tcase_add_test(tc, plenty_grows_short_guests_within_surplus);
