@@ -162,7 +162,10 @@ typedef struct {
     int64_t used_seen;      /* its used memory at the last valid report; < 0 none */
     uint64_t jump;          /* the most its used memory rose from one tick to the next ... */
     double jump_at_s;       /* ... when, within JUMP_HOLD_S */
-    bool frees_nothing;     /* its balloon was seen to free nothing on the host (frees_nothing) */
+    bool frees_nothing;     /* its balloon was seen to free nothing on the host (note_frees_nothing) ... */
+    double frees_nothing_at_s; /* ... when */
+    uint64_t fn_actual;     /* its balloon and ... */
+    int64_t fn_rss;         /* ... what its QEMU had touched, when last seen not shrinking; fn_rss < 0 none */
 } split_guest;
 
 typedef struct {
@@ -253,6 +256,7 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         m->seen_s = now;
         m->idle_since_s = -1;
         m->used_seen = -1;
+        m->fn_rss = -1;
     }
     if (g->stats_valid) {
         uint64_t rise = m->used_seen >= 0 && g->used_bytes > (uint64_t)m->used_seen ? g->used_bytes - (uint64_t)m->used_seen : 0;
@@ -505,21 +509,40 @@ static uint64_t exit_size(const split_guest *m, const guest_view *g)
     return to ? min_u64(to, g->ceiling_bytes) : 0;
 }
 
-/* Only memory that frees host memory is a supply: a guest below its size
- * whose QEMU still holds all of it (locked, preallocated, hugepage or VFIO
- * memory, or discards turned off: its balloon took memory from the guest
- * and gave the host none of it) gives nothing, and what its balloon holds
- * goes back (hard_rules); it is remembered until its QEMU holds less than
- * all of it.  At its full size that cannot show, so its first reclaim is
- * the experiment. */
-static void note_frees_nothing(split_guest *m, const guest_view *g)
+/* Only memory that frees host memory is a supply: a guest whose balloon
+ * took FREES_NOTHING_MIN or more of what its QEMU had touched while that
+ * fell by less than a quarter of it (locked, preallocated, hugepage or VFIO
+ * memory, discards turned off: its balloon took memory from the guest and
+ * gave the host little of it) gives nothing more, and what its balloon
+ * holds goes back (hard_rules), for JUMP_HOLD_S (then it is tried again).
+ * Its QEMU's own memory is in what it touched, so only the change says
+ * it, not the level; its first reclaim is the experiment. */
+#define FREES_NOTHING_MIN (64 * MIB)
+static void note_frees_nothing(split_guest *m, const guest_view *g, double now)
 {
-    if (g->host_rss_bytes < 0 || !g->max_bytes || !g->stats_valid)
-        return;
-    if (g->actual_bytes + MIB < g->max_bytes && (uint64_t)g->host_rss_bytes >= g->max_bytes)
-        m->frees_nothing = true;
-    else if ((uint64_t)g->host_rss_bytes + MIB < g->max_bytes)
+    if (m->frees_nothing && now - m->frees_nothing_at_s >= JUMP_HOLD_S)
         m->frees_nothing = false;
+    if (g->host_rss_bytes < 0 || !g->stats_valid || g->pending_target_bytes) {
+        m->fn_rss = -1; /* unmeasured, or a balloon still moving: no baseline */
+        return;
+    }
+    if (m->fn_rss >= 0 && g->actual_bytes < m->fn_actual) {
+        /* a balloon takes free pages first, and free memory its QEMU
+         * never touched (or handed back: free page reporting) frees
+         * nothing however it is taken: only what it took beyond that
+         * should have left its QEMU */
+        uint64_t untouched = m->fn_actual > (uint64_t)m->fn_rss ? m->fn_actual - (uint64_t)m->fn_rss : 0;
+        uint64_t took = m->fn_actual - g->actual_bytes;
+        uint64_t expect = took > untouched ? took - untouched : 0;
+        if (expect < FREES_NOTHING_MIN)
+            return; /* small steps add up against the same baseline */
+        if (g->host_rss_bytes + (int64_t)(expect / 4) > m->fn_rss) {
+            m->frees_nothing = true;
+            m->frees_nothing_at_s = now;
+        }
+    }
+    m->fn_actual = g->actual_bytes;
+    m->fn_rss = g->host_rss_bytes;
 }
 
 /* Will this guest be able to give (now, or once its balloon arrived)? */
@@ -743,7 +766,7 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
                 m->jump_at_s = in->now_s;
             }
             w->reserve = max_u64(w->reserve, m->jump); /* its own habits: JUMP_HOLD_S */
-            note_frees_nothing(m, g);
+            note_frees_nothing(m, g, in->now_s);
             w->frees_nothing = m->frees_nothing;
             bool back = g->stats_valid && !g->pending_target_bytes &&
                         g->actual_bytes + min_change_of(tun, g) >= m->reboot_to;
