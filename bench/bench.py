@@ -35,7 +35,8 @@ the runs in OUT/results.csv, e.g. of an earlier bench or one cut short.
 
 Names are comma- or space-separated; --list prints scenarios and configs.
 Needs root (cgroups, swapon).  MEMBAL_ACCEL=tcg|kvm as for
-tests/guest/boot-guest.sh.
+tests/guest/boot-guest.sh.  BENCH_VERBOSE=1 runs balancerd with --verbose
+(every round's decisions in LOGS/balancerd-*.log).
 """
 
 import argparse
@@ -374,6 +375,8 @@ step_percent = 20
                "--control-socket", ""]
         for g in self.guests():
             cmd += ["--qmp", os.path.join(self.dir, g["name"], "qmp.sock")]
+        if os.environ.get("BENCH_VERBOSE"):  # every tick's decisions in the daemon's log
+            cmd.append("--verbose")
         self.daemon_log = os.path.join(self.dir, "balancerd.log")
         self.daemon_started = time.time()
         self.daemon = subprocess.Popen(cmd, stdout=open(self.daemon_log, "w"), stderr=subprocess.STDOUT)
