@@ -102,7 +102,7 @@
  * whose driver never loads */
 #define REBOOT_HOLD_S 60.0
 /* A guest's largest rise of used memory within a tick is headroom its
- * balloon leaves it for this long: an allocation faster than a tick
+ * balloon leaves it for one to two of these windows: an allocation faster than a tick
  * cannot be answered in time, so the one it has shown it makes (a job, a
  * compaction, a cron that comes back) is provided for in advance.  An
  * hour, not minutes: what comes back hourly or after an idle spell must
@@ -137,7 +137,8 @@ typedef struct {
     double keep_until_s;    /* ... until then */
     bool cache_hot;         /* its page cache refaulted: not streaming */
     uint64_t keep_backed;   /* the part of keep_bytes that host-measured evidence proved
-                             * (thrashing, a cache refault: its disk reads) */
+                             * (thrashing, a cache refault: its disk reads; a need grant its
+                             * QEMU touched) */
     uint64_t unused;        /* given on its word or its swap-ins and not yet seen used (need_allowance) */
     int64_t rss_seen;       /* what its QEMU had touched last tick (resident + swapped); < 0 unknown */
     bool known;             /* set up by memory_observe */
@@ -160,12 +161,19 @@ typedef struct {
     uint64_t reboot_to;     /* rebooted: its size back, held until its balloon is there; 0 none ... */
     double reboot_at_s;     /* ... since then */
     int64_t used_seen;      /* its used memory at the last valid report; < 0 none */
-    uint64_t jump;          /* the most its used memory rose from one tick to the next ... */
-    double jump_at_s;       /* ... when, within JUMP_HOLD_S */
+    uint64_t jump;          /* the most its used memory rose from one tick to the next in this
+                             * JUMP_HOLD_S window ... */
+    uint64_t jump_prev;     /* ... and in the one before (headroom is the larger: a rise is kept
+                             * one to two windows) */
+    double jump_window_s;   /* when this window began */
+    uint64_t last_rise;     /* its used memory's rise at the last valid report */
     bool frees_nothing;     /* its balloon was seen to free nothing on the host (note_frees_nothing) ... */
     double frees_nothing_at_s; /* ... when */
-    uint64_t fn_actual;     /* its balloon and ... */
-    int64_t fn_rss;         /* ... what its QEMU had touched, when last seen not shrinking; fn_rss < 0 none */
+    unsigned fn_strikes;    /* takes in a row after which its QEMU did not shrink */
+    uint64_t fn_actual;     /* its balloon, its free memory and ... */
+    uint64_t fn_free;
+    int64_t fn_rss;         /* ... what its QEMU had touched at the baseline (< 0 none) ... */
+    double fn_at_s;         /* ... taken then */
 } split_guest;
 
 typedef struct {
@@ -256,15 +264,21 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         m->seen_s = now;
         m->idle_since_s = -1;
         m->used_seen = -1;
+        m->jump_window_s = now;
         m->fn_rss = -1;
+    }
+    if (now - m->jump_window_s >= JUMP_HOLD_S) {
+        m->jump_prev = m->jump;
+        m->jump = 0;
+        m->jump_window_s = now;
     }
     if (g->stats_valid) {
         uint64_t rise = m->used_seen >= 0 && g->used_bytes > (uint64_t)m->used_seen ? g->used_bytes - (uint64_t)m->used_seen : 0;
-        if (rise >= m->jump || now - m->jump_at_s >= JUMP_HOLD_S) {
-            m->jump = rise;
-            m->jump_at_s = now;
-        }
+        m->jump = max_u64(m->jump, rise);
+        m->last_rise = rise;
         m->used_seen = (int64_t)g->used_bytes;
+    } else {
+        m->used_seen = -1; /* a rise across a gap in its reports is not one tick's */
     }
     /* idle: its QEMU barely runs and its disks are not read (both as the
      * host measures them, so a guest cannot fake idleness to be dropped
@@ -315,7 +329,10 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
  * what is unused.  An allocating
  * guest gets memory as fast as it uses it; a guest that only says it needs
  * memory gets two steps, then nothing.  Without an RSS (a backend that
- * cannot measure it) the allowance is a step a tick. */
+ * cannot measure it), or with its QEMU holding its whole size (locked
+ * memory, or QEMU's own memory on top of a small guest's), the allowance
+ * is a step a tick: such a guest can be given its size a step a tick on
+ * its word alone, paid by others' cheap tiers, never their anon. */
 static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t step, uint64_t *touched_out)
 {
     *touched_out = 0;
@@ -510,39 +527,51 @@ static uint64_t exit_size(const split_guest *m, const guest_view *g)
 }
 
 /* Only memory that frees host memory is a supply: a guest whose balloon
- * took FREES_NOTHING_MIN or more of what its QEMU had touched while that
- * fell by less than a quarter of it (locked, preallocated, hugepage or VFIO
- * memory, discards turned off: its balloon took memory from the guest and
- * gave the host little of it) gives nothing more, and what its balloon
- * holds goes back (hard_rules), for JUMP_HOLD_S (then it is tried again).
- * Its QEMU's own memory is in what it touched, so only the change says
- * it, not the level; its first reclaim is the experiment. */
+ * twice in a row took FREES_NOTHING_MIN or more of what its QEMU had
+ * touched while that fell by less than a quarter of it (locked,
+ * preallocated, hugepage or VFIO memory, discards turned off: its balloon
+ * took memory from the guest and gave the host little of it) gives
+ * nothing more, and what its balloon holds goes back (hard_rules), for
+ * JUMP_HOLD_S (then it is tried again).  What its QEMU touched includes
+ * QEMU's own memory, so which free pages were ever touched cannot be
+ * told: only a take beyond its free memory judges, against a baseline at
+ * most FN_BASELINE_S old (QEMU's own memory grows slowly), twice in a
+ * row, and never a guest that reports its free pages (handed back
+ * already). */
 #define FREES_NOTHING_MIN (64 * MIB)
+#define FN_BASELINE_S 60.0
 static void note_frees_nothing(split_guest *m, const guest_view *g, double now)
 {
-    if (m->frees_nothing && now - m->frees_nothing_at_s >= JUMP_HOLD_S)
+    if (m->frees_nothing && now - m->frees_nothing_at_s >= JUMP_HOLD_S) {
         m->frees_nothing = false;
-    if (g->host_rss_bytes < 0 || !g->stats_valid || g->pending_target_bytes) {
-        m->fn_rss = -1; /* unmeasured, or a balloon still moving: no baseline */
+        m->fn_strikes = 0;
+    }
+    if (g->host_rss_bytes < 0 || !g->stats_valid || g->free_page_reporting_used == 1) {
+        m->fn_rss = -1;
         return;
     }
-    if (m->fn_rss >= 0 && g->actual_bytes < m->fn_actual) {
-        /* a balloon takes free pages first, and free memory its QEMU
-         * never touched (or handed back: free page reporting) frees
-         * nothing however it is taken: only what it took beyond that
-         * should have left its QEMU */
-        uint64_t untouched = m->fn_actual > (uint64_t)m->fn_rss ? m->fn_actual - (uint64_t)m->fn_rss : 0;
+    if (g->pending_target_bytes)
+        return; /* judged once the balloon arrived, against the baseline from before */
+    if (m->fn_rss >= 0 && g->actual_bytes < m->fn_actual && now - m->fn_at_s <= FN_BASELINE_S) {
+        /* a balloon takes free pages first, and the host cannot tell
+         * which of them its QEMU ever touched (its own memory is in what
+         * the host sees): only what it took beyond the guest's free
+         * memory (page cache, which was touched) must have left */
         uint64_t took = m->fn_actual - g->actual_bytes;
-        uint64_t expect = took > untouched ? took - untouched : 0;
+        uint64_t expect = took > m->fn_free ? took - m->fn_free : 0;
         if (expect < FREES_NOTHING_MIN)
             return; /* small steps add up against the same baseline */
-        if (g->host_rss_bytes + (int64_t)(expect / 4) > m->fn_rss) {
+        bool fell = g->host_rss_bytes + (int64_t)(expect / 4) <= m->fn_rss;
+        m->fn_strikes = fell ? 0 : m->fn_strikes + 1;
+        if (m->fn_strikes >= 2) {
             m->frees_nothing = true;
             m->frees_nothing_at_s = now;
         }
     }
     m->fn_actual = g->actual_bytes;
+    m->fn_free = g->free_bytes;
     m->fn_rss = g->host_rss_bytes;
+    m->fn_at_s = now;
 }
 
 /* Will this guest be able to give (now, or once its balloon arrived)? */
@@ -579,9 +608,10 @@ static uint64_t tier_bound(const guest_view *g, const work *w, tier t)
         bound = max_u64(bound, (uint64_t)g->host_ws_bytes + w->reserve);
     /* what a reclaim just proved the guest needs is not taken again; when
      * the host is critical only as far as the proof was host-backed
-     * (thrashing, a cache refault: disk reads):
-     * the same loss twice (others give by shares, and below that the host
-     * swaps, as with no balancer) -- a guest's own word cannot shelter it */
+     * (thrashing, a cache refault: disk reads, a need grant its QEMU
+     * touched): the same loss twice (others give by shares, and below that
+     * the host swaps, as with no balancer) -- a guest's own word cannot
+     * shelter it */
     return max_u64(bound, t != TIER_ANON ? w->keep : w->keep_backed);
 }
 
@@ -594,9 +624,7 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
      * critical: the host kernel balances it, as with no balancer (no tier
      * takes anyone's anonymous memory, so this shelters no working set
      * from being pushed out by it) */
-    if (g->filling || w->settling)
-        return 0;
-    if (w->frees_nothing)
+    if (g->filling || w->settling || w->frees_nothing)
         return 0;
     uint64_t bound = tier_bound(g, w, t);
     if (w->target <= bound || (with_step && w->changed >= w->step))
@@ -761,11 +789,13 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
              * failed never shows as used memory -- twice the headroom, for
              * JUMP_HOLD_S (as a backoff doubles: a few kills find the size
              * of an allocation that never shows) */
-            if (g->oom_killed && g->actual_bytes < g->ceiling_bytes) {
-                m->jump = min_u64(2 * max_u64(m->jump, w->reserve), g->ceiling_bytes);
-                m->jump_at_s = in->now_s;
-            }
-            w->reserve = max_u64(w->reserve, m->jump); /* its own habits: JUMP_HOLD_S */
+            if (g->oom_killed && g->actual_bytes < g->ceiling_bytes)
+                m->jump = min_u64(2 * max_u64(max_u64(m->jump, m->jump_prev), w->reserve), g->ceiling_bytes);
+            /* a rise that ate all it had left was bigger than it could
+             * show (used memory cannot pass its balloon): twice it */
+            else if (m->last_rise && g->available_bytes < w->reserve / 2 && g->actual_bytes < g->ceiling_bytes)
+                m->jump = min_u64(max_u64(m->jump, 2 * m->last_rise), g->ceiling_bytes);
+            w->reserve = max_u64(w->reserve, max_u64(m->jump, m->jump_prev)); /* its own habits: JUMP_HOLD_S */
             note_frees_nothing(m, g, in->now_s);
             w->frees_nothing = m->frees_nothing;
             bool back = g->stats_valid && !g->pending_target_bytes &&
@@ -877,8 +907,9 @@ static host_account account_host(const policy_input *in, split_state *st, const 
  * bounds a grant is use, not the host's supply: a guest is given up to
  * twice the larger of a step and what its QEMU touched since the last
  * tick, less what it was given and has not touched (need_allowance), so
- * a guest that only says it needs memory gains two steps, then nothing,
- * and no guest ever more than its size. */
+ * a guest that only says it needs memory gains two steps, then nothing
+ * (a step a tick when the host cannot measure its use), and no guest
+ * ever more than its size. */
 static uint64_t grant_need(const policy_input *in, work *ws)
 {
     uint64_t grown = 0;
@@ -904,7 +935,7 @@ static uint64_t grant_need(const policy_input *in, work *ws)
         if (g->thrashing) {
             /* a step, or what it needs when more: a guest growing faster
              * than a step a tick would thrash for as long as it grows */
-            uint64_t to = min_u64(base + max_u64(w->step, g->need_bytes), g->ceiling_bytes);
+            uint64_t to = min_u64(max_u64(base + w->step, g->actual_bytes + g->need_bytes), g->ceiling_bytes);
             thrash = to > backed ? min_u64(to - backed, credit) : 0;
             credit -= thrash;
         }
@@ -915,7 +946,7 @@ static uint64_t grant_need(const policy_input *in, work *ws)
         uint64_t claim = word > from ? min_u64(word - from, credit) : 0;
         w->on_word = thrash + claim;
         w->target = from + claim;
-        w->changed += w->target - base;
+        w->changed += w->target > base ? w->target - base : 0;
         w->grew = true;
     }
     for (size_t i = 0; i < in->n_guests; i++) {
@@ -1029,10 +1060,8 @@ static void drop_idle_cache(const policy_input *in, split_state *st, work *ws)
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         /* nor one whose balloon frees nothing on the host (its memory
          * all resident whatever its balloon -- locked, preallocated,
-         * hugepage or VFIO memory: frees_nothing; or, its free pages
-         * reported, all of it resident still) or not measured */
-        bool frees = g->host_rss_bytes >= 0 && !w->frees_nothing &&
-                     (!g->max_bytes || (uint64_t)g->host_rss_bytes < g->max_bytes);
+         * hugepage or VFIO memory -- or not measured) */
+        bool frees = g->host_rss_bytes >= 0 && (!g->max_bytes || (uint64_t)g->host_rss_bytes < g->max_bytes);
         /* nor one without free page reporting: QEMU discards a balloon's
          * pages 4 KiB at a time, splitting the huge pages behind them, and
          * the guest's next touch of that memory is faulted in 4 KiB at a
@@ -1128,16 +1157,17 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
          * ends in the guest's OOM killer (bench burst-cold, bench settings:
          * 414 -> 297 MiB while 300 MiB were being allocated).  Only the
          * grant, not all it has.  The critical tier honours it too
-         * (keep_backed) when the host measured the need: the guest
-         * thrashing, or its QEMU touching what it was given -- a grant
-         * beyond what others could spare is made on that proof, and
-         * taking it back at once would be the same loss twice */
+         * (keep_backed) as far as the host measured the need: all of it
+         * for a guest thrashing, what its QEMU touched since the last
+         * tick otherwise -- taking that back at once would be the same
+         * loss twice */
         if (m && out->decisions[i].change && ws[i].grew && ws[i].target > g->actual_bytes &&
             (g->in_need || g->thrashing)) {
             if (ws[i].target > m->keep_bytes)
                 m->keep_bytes = ws[i].target;
-            if ((g->thrashing || ws[i].touched) && ws[i].target > m->keep_backed)
-                m->keep_backed = ws[i].target;
+            uint64_t proven = g->thrashing ? ws[i].target : min_u64(ws[i].target, g->actual_bytes + ws[i].touched);
+            if (proven > m->keep_backed)
+                m->keep_backed = proven;
             m->keep_until_s = in->now_s + KEEP_S;
         }
         if (m && out->decisions[i].change && ws[i].trimmed)

@@ -249,8 +249,9 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
      * own memory makes the bound loose; memory outside the guest's
      * MemTotal (a crashkernel reservation) is left out of it, up to an
      * eighth.  It bounds used memory (need) and swap-in claims below,
-     * never what a donor is taken: zero pages after a migration are
-     * untouched and used */
+     * not what a donor is taken here: zero pages after a migration are
+     * untouched and used (split-lru counts untouched free memory as no
+     * supply itself, which only takes less) */
     uint64_t untouched = s->rss_bytes > 0 && (uint64_t)s->rss_bytes < v->actual_bytes
                              ? v->actual_bytes - (uint64_t)s->rss_bytes : 0;
     if (untouched && s->total_bytes > 0 && (uint64_t)s->total_bytes < v->actual_bytes) {
@@ -314,6 +315,8 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     } else if (!v->stats_valid) {
         v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = v->alloc_stalls_ps = 0;
         v->oom_killed = false;
+    } else {
+        v->oom_killed = false; /* a kill is an event: told once, on the report that counted it */
     }
 
     v->thrashing = g->cls.thrashing;
