@@ -321,6 +321,15 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         m->disk_avg_bps = m->disk_avg_bps < 0 ? g->disk_read_bps : 0.875 * m->disk_avg_bps + 0.125 * g->disk_read_bps;
 }
 
+/* Memory of its balloon its QEMU never touched (nor touched and handed
+ * back: free page reporting): free in the guest, not resident on the
+ * host.  0 when the host does not measure it. */
+static uint64_t untouched_of(const guest_view *g)
+{
+    return g->host_rss_bytes >= 0 && g->actual_bytes > (uint64_t)g->host_rss_bytes
+               ? g->actual_bytes - (uint64_t)g->host_rss_bytes : 0;
+}
+
 /* A guest's word (available memory running out) and its swap-ins are
  * backed by the host only when the memory it is given gets used: what its
  * QEMU has touched (resident + swapped) grows.  What was given on its word
@@ -353,8 +362,7 @@ static uint64_t need_allowance(split_guest *m, const guest_view *g, uint64_t ste
      * never more than that (a balloon that took the memory back since
      * took the grant back with it, and a guest thrashing in all it has
      * must not be held to a grant of long ago) */
-    uint64_t untouched = g->actual_bytes > (uint64_t)g->host_rss_bytes ? g->actual_bytes - (uint64_t)g->host_rss_bytes : 0;
-    m->unused = min_u64(m->unused, untouched);
+    m->unused = min_u64(m->unused, untouched_of(g));
     uint64_t cap = 2 * max_u64(step, touched);
     return cap > m->unused ? cap - m->unused : 0;
 }
@@ -634,8 +642,7 @@ static uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool wit
         room = min_u64(room, w->step - w->changed);
     /* free memory its QEMU never touched (a freshly booted guest's) is
      * not host memory: a balloon taking it frees nothing */
-    uint64_t untouched = g->host_rss_bytes >= 0 && g->actual_bytes > (uint64_t)g->host_rss_bytes
-                             ? g->actual_bytes - (uint64_t)g->host_rss_bytes : 0;
+    uint64_t untouched = untouched_of(g);
     uint64_t supply;
     switch (t) {
     case TIER_FREE:
@@ -768,6 +775,24 @@ typedef struct {
     bool relieved;     /* short within PACE_WATCH_S */
 } host_account;
 
+/* The free memory a guest's balloon leaves it above its used memory: its
+ * reserve, or its own habits when larger -- the most its used memory rose
+ * within a tick in this JUMP_HOLD_S window or the last (memory_observe).
+ * Its OOM killer having run below its size says the headroom it had was
+ * too small for what it allocates, and the allocation that failed never
+ * shows as used memory: twice the headroom (as a backoff doubles: a few
+ * kills find the size of an allocation that never shows).  A rise that
+ * ate all it had left was bigger than it could show (used memory cannot
+ * pass its balloon): twice the rise. */
+static uint64_t headroom_of(split_guest *m, const guest_view *g, uint64_t reserve)
+{
+    if (g->oom_killed && g->actual_bytes < g->ceiling_bytes)
+        m->jump = min_u64(2 * max_u64(max_u64(m->jump, m->jump_prev), reserve), g->ceiling_bytes);
+    else if (m->last_rise && g->available_bytes < reserve / 2 && g->actual_bytes < g->ceiling_bytes)
+        m->jump = min_u64(max_u64(m->jump, 2 * m->last_rise), g->ceiling_bytes);
+    return max_u64(reserve, max_u64(m->jump, m->jump_prev));
+}
+
 /* Stage 1. Hard rules first: off, ceiling, floor. */
 static void hard_rules(const policy_input *in, split_state *st, work *ws)
 {
@@ -784,18 +809,7 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
         if (m) {
             memory_observe(m, g, in->now_s);
-            /* its OOM killer ran below its size: the headroom it had was
-             * too small for what it allocates, and the allocation that
-             * failed never shows as used memory -- twice the headroom, for
-             * JUMP_HOLD_S (as a backoff doubles: a few kills find the size
-             * of an allocation that never shows) */
-            if (g->oom_killed && g->actual_bytes < g->ceiling_bytes)
-                m->jump = min_u64(2 * max_u64(max_u64(m->jump, m->jump_prev), w->reserve), g->ceiling_bytes);
-            /* a rise that ate all it had left was bigger than it could
-             * show (used memory cannot pass its balloon): twice it */
-            else if (m->last_rise && g->available_bytes < w->reserve / 2 && g->actual_bytes < g->ceiling_bytes)
-                m->jump = min_u64(max_u64(m->jump, 2 * m->last_rise), g->ceiling_bytes);
-            w->reserve = max_u64(w->reserve, max_u64(m->jump, m->jump_prev)); /* its own habits: JUMP_HOLD_S */
+            w->reserve = headroom_of(m, g, w->reserve);
             note_frees_nothing(m, g, in->now_s);
             w->frees_nothing = m->frees_nothing;
             bool back = g->stats_valid && !g->pending_target_bytes &&

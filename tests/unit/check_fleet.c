@@ -213,14 +213,13 @@ static void workload_tick(fguest *g, double now, double tick)
     g->swapped = 0;
     if (pinned > g->actual) {
         uint64_t deficit = pinned - g->actual;
-        if (g->w == W_JUMP && now >= g->t_event + g->t_hold + tick)
-            g->late_harm++; /* counted below as swap or a kill; a deflate-on-oom save is not harm */
+        /* after its first allocation's hold: harm there is a repeat */
+        bool late = g->w == W_JUMP && now >= g->t_event + g->t_hold + tick;
         if (g->swap != SWAP_NONE) {
             g->swapped = deficit;
             g->thrash_ticks++;
+            g->late_harm += late;
         } else if (g->doo && g->actual + deficit <= g->max) {
-            if (g->w == W_JUMP && now >= g->t_event + g->t_hold + tick)
-                g->late_harm--;
             g->actual += deficit; /* the balloon gives way (deflate-on-oom) ... */
             g->target = g->actual; /* ... and stays there until a new target */
             g->saves++;
@@ -229,6 +228,7 @@ static void workload_tick(fguest *g, double now, double tick)
              * (what it had before stays, as far as it still fits) */
             g->ooms++;
             g->ooms_total++;
+            g->late_harm += late;
             uint64_t fits = g->actual > KERNEL + g->shm ? g->actual - KERNEL - g->shm : 0;
             want = min_u(g->anon, fits);
         }
