@@ -300,6 +300,8 @@ class Run:
         for i, g in enumerate(self.guests()):
             run = g["run"].format(**subst)
             append = "membal.report=1 membal.run=" + run
+            if self.args.guest_append:
+                append += " " + self.args.guest_append
             mem = ["--mem", str(g["mem"])]
             if self.conf.get("vmem"):  # half boot memory, half virtio-mem (2 MiB blocks), all plugged
                 half = g["mem"] // 4 * 2
@@ -1069,6 +1071,9 @@ def main():
     ap.add_argument("--smoke", action="store_true",
                     help="one short round of %s x %s, gates reported only" % (
                         "+".join(SMOKE_SCENARIOS), "+".join(SMOKE_CONFIGS)))
+    ap.add_argument("--guest-append", default="", metavar="ARGS",
+                    help="kernel arguments added to every guest's command line "
+                         "(e.g. init_on_alloc=0)")
     ap.add_argument("--out", default=os.path.join(TOP, "build/bench"))
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--report", action="store_true",

@@ -35,18 +35,6 @@
 #define PAGE 4096
 #define MIB (1024 * 1024)
 
-/* Sleep until CLOCK_MONOTONIC reaches t (seconds); returns at once if past. */
-static void sleep_until(double t)
-{
-    struct timespec ts;
-    ts.tv_sec = (time_t)t;
-    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L)
-        ts.tv_nsec = 999999999L;
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
-}
-
 int main(int argc, char **argv)
 {
     double prog_start = now_s();

@@ -5,12 +5,19 @@
  *   WSS t=<s> ops=<n> ops_s=<rate> size_mb=<m> hot_mb=<h>
  * (t counts from the "WSS ready" line; size_mb and hot_mb are the current
  * sizes).
- * Usage: wss SIZE_MB [HOT_PCT=60] [SECONDS=0 (forever)] [GROW_AT_S=0 GROW_MB=0]
+ * Usage: wss SIZE_MB [HOT_PCT=60] [SECONDS=0 (forever)] [GROW_AT_S=0 GROW_MB=0 [RATE=0]]
  * Growth (when GROW_AT_S > 0 and GROW_MB > 0): once t reaches GROW_AT_S it
  * maps GROW_MB more, writes every new page once and prints
  *   WSS grew size_mb=<new total> hot_mb=<new hot>
  * From then on the hot set is HOT_PCT of the new total, spanning both
  * regions (all of the first region, then the start of the second).
+ * RATE > 0 paces it at RATE operations a second, as a database serving
+ * queries at a modest rate rather than one scanning flat out: each page of
+ * its hot set is then touched every hot/RATE seconds on average, a
+ * lukewarm working set that a host's LRU can take for colder than a
+ * stream's page cache (the seed mails' pathology).  Operations a stall
+ * made late are not caught up beyond one second, so a stall shows as lost
+ * operations.
  * Run as `shmdb` (a link to wss) it keeps all of that in shared memory
  * (MAP_SHARED | MAP_ANONYMOUS: shmem, as a database's shared buffers are),
  * which the guest counts as Shmem and Cached but can only swap, never drop.
@@ -41,8 +48,8 @@ static unsigned char *map_and_fill(size_t pages)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc == 5 || argc > 6) {
-        fprintf(stderr, "usage: wss SIZE_MB [HOT_PCT] [SECONDS] [GROW_AT_S GROW_MB]\n");
+    if (argc < 2 || argc == 5 || argc > 7) {
+        fprintf(stderr, "usage: wss SIZE_MB [HOT_PCT] [SECONDS] [GROW_AT_S GROW_MB [RATE]]\n");
         return 2;
     }
     const char *self = strrchr(argv[0], '/');
@@ -52,8 +59,9 @@ int main(int argc, char **argv)
     long seconds = argc > 3 ? atol(argv[3]) : 0;
     long grow_at = argc > 5 ? atol(argv[4]) : 0;
     long grow_mb = argc > 5 ? atol(argv[5]) : 0;
+    long rate = argc > 6 ? atol(argv[6]) : 0;
     if (size_mb <= 0 || hot_pct <= 0 || hot_pct > 100 || seconds < 0 || grow_at < 0 ||
-        grow_mb < 0) {
+        grow_mb < 0 || rate < 0) {
         fprintf(stderr, "wss: bad arguments\n");
         return 2;
     }
@@ -74,8 +82,20 @@ int main(int argc, char **argv)
 
     uint64_t x = 88172645463325252ULL, ops = 0, last_ops = 0;
     double start = now_s(), last = start;
+    /* paced: batches of a hundredth of a second's operations, each due at
+     * `due`; unpaced: batches of 4096 back to back */
+    int batch = rate ? (int)(rate / 100 > 0 ? rate / 100 : 1) : 4096;
+    double due = start;
     for (;;) {
-        for (int i = 0; i < 4096; i++) {
+        if (rate) {
+            double t0 = now_s();
+            if (due > t0)
+                sleep_until(due);
+            else if (t0 - due > 1.0)
+                due = t0; /* late by more than a second: those operations are lost */
+            due += (double)batch / (double)rate;
+        }
+        for (int i = 0; i < batch; i++) {
             x ^= x << 13; x ^= x >> 7; x ^= x << 17; /* xorshift64 */
             size_t page = (size_t)(x % hot);
             unsigned char *base = page < pages1 ? mem + page * PAGE
