@@ -727,31 +727,35 @@ static bool host_swapped(const guest_view *g, const work *w)
     return g->host_faults_ps >= HOST_BOUND_FPS && !is_stream(g, w);
 }
 
-/* The stream tier's step while the host swaps: every tick of a
- * step-a-tick reclaim is a tick the host pays swap I/O for someone's
- * memory instead of taking a cache that will not be read again -- a
- * working set's (the seed mails' page cache, one level up), or the
- * stream's own cache, which its guest rewrites as it reads on, so the
- * host swaps it in only to have it overwritten, and the working sets are
- * next in its LRU.  So a stream gives what the host is short of at once.
- * Measured (bench db-stream, one run each, 2026-12-06): a streamer's QEMU
- * swapped in 1 GiB from host swap in a 30 s window and waited 6.6-19.6 s
- * under no balancer; a step a tick left it 149 MiB. Its balloon's own
- * speed paces it: a move still on its way counts as supply to come, and
- * nothing more is asked until it arrives.  Raises the stream donors'
- * step to what they gave so far plus the shortfall and returns whether
- * it did; stream_step_restore puts the steps back (a step is step_of the
- * guest: nothing to remember). */
-static bool stream_step_raise(const policy_input *in, work *ws, uint64_t shortfall)
+/* The stream tier while the host swaps: every tick of a step-a-tick
+ * reclaim is a tick the host pays swap I/O for someone's memory instead
+ * of taking a cache that will not be read again -- a working set's (the
+ * seed mails' page cache, one level up), or the stream's own cache, which
+ * its guest rewrites as it reads on, so the host swaps it in only to have
+ * it overwritten, and the working sets are next in its LRU.  Nor is the
+ * shortfall to `high` the measure of it: a host that swaps is short of
+ * what it swaps, which its available memory (held near zero by its own
+ * reclaim) does not show.  So while any guest's QEMU faults from host swap
+ * at HOST_BOUND_FPS or more, the streams give all their cache at once,
+ * down to their used memory and headroom.  Measured (bench db-stream,
+ * 2026-12-06): under no balancer a streamer's QEMU swapped in 1 GiB in a
+ * 30 s window and waited 6.6-19.6 s for it; a step a tick left it 149 MiB,
+ * and the shortfall to `high` a tick (56 MiB at a 700 MiB host) took S from
+ * 512 to 288 MiB in 15 s while the host went on swapping.  Its balloon's
+ * own speed paces it: a move still on its way counts as supply to come.
+ * Lifts the stream donors' step and returns whether it did;
+ * stream_step_restore puts the steps back (a step is step_of the guest:
+ * nothing to remember). */
+static bool stream_step_raise(const policy_input *in, work *ws)
 {
     bool swapping = false;
     for (size_t i = 0; i < in->n_guests && !swapping; i++)
         swapping = in->guests[i].host_faults_ps >= HOST_BOUND_FPS;
-    if (!swapping || !shortfall)
+    if (!swapping)
         return false;
     for (size_t i = 0; i < in->n_guests; i++)
         if (is_stream(&in->guests[i], &ws[i]))
-            ws[i].step = max_u64(ws[i].step, ws[i].changed + shortfall);
+            ws[i].step = UINT64_MAX;
     return true;
 }
 
@@ -1016,8 +1020,8 @@ static uint64_t reclaim_to_high(const policy_input *in, const split_state *st, w
         uint64_t want = need - reclaimed;
         if (want <= later)
             break;
-        bool raised = t == TIER_STREAM_CACHE && stream_step_raise(in, ws, want - later);
-        uint64_t got = reclaim_tier(in, ws, t, want - later);
+        bool raised = t == TIER_STREAM_CACHE && stream_step_raise(in, ws);
+        uint64_t got = reclaim_tier(in, ws, t, raised ? max_u64(unbounded, want - later) : want - later);
         if (raised) {
             stream_step_restore(in, ws);
             for (size_t i = 0; got && i < in->n_guests; i++) {
