@@ -37,6 +37,25 @@ CACHEDB = ("CACHEDB", "ops", "ops/s")
 # begin inside the measure window
 BURST = ("BURST", "secs", "burst s")
 
+def paced_db_beside_stream(program):
+    """A database whose whole 320 MiB buffer pool is in use but lukewarm
+    (4000 queries a second, each page touched every ~20 s), beside a
+    streamer whose guest cycles its page cache every ~10 s.  To the host
+    both are anonymous memory, and the database's pages look the colder:
+    with no balancer the host swaps the database's QEMU.  Paced, so its
+    ops/s is 4000 less what its stalls cost it.  program: wss (anonymous
+    memory) or shmdb (shared memory)."""
+    return dict(
+        title="D (%s 320 MiB, all in use, 4000 ops/s, own swap) + S (stream)" % program,
+        limit_mb=700, warmup=10, measure=30, primary="D", solo_possible=True,
+        guests=[
+            dict(name="D", mem=512, run="%s:320:100:0:0:0:4000" % program, disk="swap", metric=WSS,
+                 better="higher", solo=True, gated=True, paced=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ])
+
+
 SCENARIOS = {
     # The seed mails: a database-like working set next to a streaming job.
     "seed": dict(
@@ -91,33 +110,11 @@ SCENARIOS = {
             dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
                  better="higher"),
         ]),
-    # Issue 36, the seed mails' shape one level up: a database whose whole
-    # 320 MiB buffer pool is in use but lukewarm (4000 queries a second,
-    # each page touched every ~20 s), beside a streamer whose guest cycles
-    # its page cache every ~10 s.  To the host both are anonymous memory,
-    # and the database's pages look the colder: with no balancer the host
-    # swaps the database's QEMU.  Paced, so its ops/s is 4000 less what its
-    # stalls cost it.
-    "db-stream": dict(
-        title="D (wss 320 MiB, all in use, 4000 ops/s, own swap) + S (stream)",
-        limit_mb=700, warmup=10, measure=30, primary="D", solo_possible=True,
-        guests=[
-            dict(name="D", mem=512, run="wss:320:100:0:0:0:4000", disk="swap", metric=WSS,
-                 better="higher", solo=True, gated=True, paced=True),
-            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
-                 better="higher"),
-        ]),
+    # Issue 36, the seed mails' shape one level up (paced_db_beside_stream)
+    "db-stream": paced_db_beside_stream("wss"),
     # The same with the buffer pool in shared memory (PostgreSQL's
     # shared_buffers): Shmem the guest counts as cache but cannot drop.
-    "shmdb-stream": dict(
-        title="D (shmdb 320 MiB, all in use, 4000 ops/s, own swap) + S (stream)",
-        limit_mb=700, warmup=10, measure=30, primary="D", solo_possible=True,
-        guests=[
-            dict(name="D", mem=512, run="shmdb:320:100:0:0:0:4000", disk="swap", metric=WSS,
-                 better="higher", solo=True, gated=True, paced=True),
-            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
-                 better="higher"),
-        ]),
+    "shmdb-stream": paced_db_beside_stream("shmdb"),
     # A buffered-IO database: its working set IS page cache (300 MiB of a
     # disk re-read at random), next to a streamer whose cache is not.
     "cachedb": dict(
