@@ -470,8 +470,8 @@ def goals(rows, scenarios, scenario_defs, measure_s, confs=("split-lru", "split-
     """The working-set guest's stall time and refaults (host swap-in, guest
     refaults) at most 5 % of none's (issues 33 and 36), for each split-lru
     configuration present: (scenario, text, met).  Where none's own figure
-    is below the material floor there is nothing to cut: met is None and
-    the line says whether the configuration stayed under that floor."""
+    is below the material floor there is nothing to cut: met is None when
+    the configuration stayed under that floor too, False when it did not."""
     out = []
     for s in scenarios:
         base = s.split("@")[0]
@@ -489,7 +489,8 @@ def goals(rows, scenarios, scenario_defs, measure_s, confs=("split-lru", "split-
                     if mb < floor:
                         out.append((s, "%s %s %s: none's %s is below the material floor %s, nothing to cut; "
                                     "%s %s" % (g["name"], name, conf, num(mb), num(floor), num(ma),
-                                               "within it" if ma < floor else "above it"), None))
+                                               "within it" if ma < floor else "above it"),
+                                    None if ma < floor else False))
                         continue
                     pct = 100 * ma / mb
                     out.append((s, "%s %s %s of none's: %s vs %s (%s %%)" % (

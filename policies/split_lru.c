@@ -738,10 +738,15 @@ static bool host_swapped(const guest_view *g, const work *w)
  * reclaim) does not show.  So while any guest's QEMU faults from host swap
  * at HOST_BOUND_FPS or more, the streams give all their cache at once,
  * down to their used memory and headroom.  Measured (bench db-stream,
- * 2026-12-06): under no balancer a streamer's QEMU swapped in 1 GiB in a
- * 30 s window and waited 6.6-19.6 s for it; a step a tick left it 149 MiB,
- * and the shortfall to `high` a tick (56 MiB at a 700 MiB host) took S from
- * 512 to 288 MiB in 15 s while the host went on swapping.  Its balloon's
+ * bench/results/2026-12-06-seed-promise-tcg.md): under no balancer a
+ * streamer's QEMU swapped in 260-1038 MiB in a 30 s window and waited
+ * 4.3-6.9 s for it; the shortfall to `high` a tick (56 MiB at a 700 MiB
+ * host) took S from 512 to 288 MiB in 15-30 s while the host went on
+ * swapping.  Open (a review of this rule): the swap-in it counts includes
+ * what a balloon's own inflation over swapped memory causes; what it takes
+ * beyond the host's need is counted as surplus before it arrives; and a
+ * guest wrongly taken for a stream whose own QEMU the host swaps has no
+ * refault proof to win it back.  Its balloon's
  * own speed paces it: a move still on its way counts as supply to come.
  * Lifts the stream donors' step and returns whether it did;
  * stream_step_restore puts the steps back (a step is step_of the guest:

@@ -16,7 +16,8 @@
  * its hot set is then touched every hot/RATE seconds on average, a
  * lukewarm working set that a host's LRU can take for colder than a
  * stream's page cache (the seed mails' pathology).  Operations a stall
- * made late are not caught up beyond one second, so a stall shows as lost
+ * made late by up to a second are caught up; behind by more, they are all
+ * lost, so a stall longer than a second shows as lost
  * operations.
  * Run as `shmdb` (a link to wss) it keeps all of that in shared memory
  * (MAP_SHARED | MAP_ANONYMOUS: shmem, as a database's shared buffers are),
