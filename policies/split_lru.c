@@ -174,6 +174,7 @@ typedef struct {
     uint64_t fn_free;
     int64_t fn_rss;         /* ... what its QEMU had touched at the baseline (< 0 none) ... */
     double fn_at_s;         /* ... taken then */
+    uint64_t actual_seen;   /* its balloon at the last tick; 0 none */
 } split_guest;
 
 typedef struct {
@@ -205,6 +206,8 @@ typedef struct {
     uint64_t keep;     /* learnt: reclaim outside the critical tier leaves this */
     bool cache_hot;    /* its cache refaulted: not treated as streaming */
     bool moving;       /* its balloon is still on the way down: not a donor now */
+    bool inflated;     /* its balloon on its way down now or since the last tick: its QEMU's faults
+                        * may be the balloon's own (stream_step_raise) */
     uint64_t moving_to; /* where it is going */
     bool settling;     /* filled its cache less than SETTLE_TICKS ago: not a donor yet */
     bool frees_nothing; /* its balloon frees nothing on the host (split_guest's) */
@@ -719,12 +722,22 @@ static uint64_t reclaim_tier(const policy_input *in, work *ws, tier t, uint64_t 
     return taken;
 }
 
-/* A guest whose working set the host is swapping: its QEMU faults its
- * memory back in from host swap at HOST_BOUND_FPS or more, and it is not
- * a stream (a streamer's faults are its own cache, read once). */
+/* The host swaps this guest's memory, and not because of a balloon we
+ * are inflating in it: a balloon's pages are allocated by the guest, and
+ * a guest that clears what it allocates (init_on_alloc, Debian's default)
+ * touches every page the host swapped out before handing it over, so its
+ * QEMU faults them in from host swap -- the move's own cost, not the host
+ * short of memory; counted, the rule would sustain itself. */
+static bool swapped_by_host(const guest_view *g, const work *w)
+{
+    return g->host_faults_ps >= HOST_BOUND_FPS && !w->inflated;
+}
+
+/* A guest whose working set the host is swapping: swapped_by_host, and
+ * not a stream (a streamer's faults are its own cache, read once). */
 static bool host_swapped(const guest_view *g, const work *w)
 {
-    return g->host_faults_ps >= HOST_BOUND_FPS && !is_stream(g, w);
+    return swapped_by_host(g, w) && !is_stream(g, w);
 }
 
 /* The stream tier while the host swaps: every tick of a step-a-tick
@@ -742,12 +755,16 @@ static bool host_swapped(const guest_view *g, const work *w)
  * streamer's QEMU swapped in 260-1038 MiB in a 30 s window and waited
  * 4.3-6.9 s for it; the shortfall to `high` a tick (56 MiB at a 700 MiB
  * host) took S from 512 to 288 MiB in 15-30 s while the host went on
- * swapping.  Open (a review of this rule): the swap-in it counts includes
- * what a balloon's own inflation over swapped memory causes; what it takes
- * beyond the host's need is counted as surplus before it arrives; and a
- * guest wrongly taken for a stream whose own QEMU the host swaps has no
- * refault proof to win it back.  Its balloon's
- * own speed paces it: a move still on its way counts as supply to come.
+ * swapping.  What bounds it: the faults it counts are not a balloon's own
+ * (swapped_by_host); what it takes beyond the host's need is not spent
+ * before it arrives (grow_for_comfort pays from memory free now); a
+ * guest wrongly taken for a stream proves its cache was hot by its disk
+ * reads once its own QEMU stops waiting for host swap (emit_decisions asks
+ * the experiment again every tick it runs), and it is never the critical
+ * tier: nobody's used memory, headroom or proven keep is taken.  Shares do
+ * not shelter streamed cache here: they weigh how a reclaim's cost is
+ * shared, and a cache read once costs nothing to lose.  Its balloon's own
+ * speed paces it: a move still on its way counts as supply to come.
  * Lifts the stream donors' step and returns whether it did;
  * stream_step_restore puts the steps back (a step is step_of the guest:
  * nothing to remember). */
@@ -755,7 +772,7 @@ static bool stream_step_raise(const policy_input *in, work *ws)
 {
     bool swapping = false;
     for (size_t i = 0; i < in->n_guests && !swapping; i++)
-        swapping = in->guests[i].host_faults_ps >= HOST_BOUND_FPS;
+        swapping = swapped_by_host(&in->guests[i], &ws[i]);
     if (!swapping)
         return false;
     for (size_t i = 0; i < in->n_guests; i++)
@@ -786,6 +803,8 @@ static int by_shares_desc(const void *a, const void *b, void *ctx)
 typedef struct {
     int64_t avail_s;
     uint64_t avail;    /* avail_s, at least 0 */
+    uint64_t free_now; /* what it has now, less the growth on its way: balloons on their way
+                        * down not counted (a grant spends only this: grow_for_comfort) */
     bool critical;     /* below min */
     bool relieved;     /* short within PACE_WATCH_S */
 } host_account;
@@ -817,6 +836,7 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
         work *w = &ws[i];
         w->target = g->pending_target_bytes ? g->pending_target_bytes : g->actual_bytes;
         w->moving = g->pending_target_bytes && g->pending_target_bytes < g->actual_bytes;
+        w->inflated = w->moving;
         w->moving_to = g->pending_target_bytes;
         w->step = step_of(tun, g);
         w->reserve = guest_reserve(g, tun->reserve_percent, tun->reserve_min_bytes);
@@ -827,6 +847,8 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
             w->reserve = headroom_of(m, g, w->reserve);
             note_frees_nothing(m, g, in->now_s);
             w->frees_nothing = m->frees_nothing;
+            w->inflated |= g->actual_bytes + min_change_of(tun, g) <= m->actual_seen;
+            m->actual_seen = g->actual_bytes;
             bool back = g->stats_valid && !g->pending_target_bytes &&
                         g->actual_bytes + min_change_of(tun, g) >= m->reboot_to;
             if (m->reboot_to && (back || in->now_s - m->reboot_at_s >= REBOOT_HOLD_S)) {
@@ -895,14 +917,18 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
  * nothing until used). */
 static host_account account_host(const policy_input *in, split_state *st, const work *ws)
 {
-    int64_t in_flight = 0;
+    int64_t in_flight = 0, owed = 0;
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         if (g->pending_target_bytes && !ws[i].restoring)
             in_flight += (int64_t)g->actual_bytes - (int64_t)g->pending_target_bytes;
+        if (g->pending_target_bytes > g->actual_bytes && !ws[i].restoring)
+            owed += (int64_t)(g->pending_target_bytes - g->actual_bytes);
     }
     host_account h = { .avail_s = (int64_t)in->host.available_bytes + in_flight };
     h.avail = h.avail_s > 0 ? (uint64_t)h.avail_s : 0;
+    int64_t now_s = (int64_t)in->host.available_bytes - owed;
+    h.free_now = now_s > 0 ? (uint64_t)now_s : 0;
 
     if (!st->reclaiming && h.avail < in->wm.low)
         st->reclaiming = true;
@@ -1126,7 +1152,12 @@ static void grow_for_comfort(const policy_input *in, const split_state *st, work
                              uint64_t grown)
 {
     const policy_tunables *tun = &in->tun;
-    uint64_t surplus = h->avail > in->wm.high ? h->avail - in->wm.high : 0;
+    /* never promise memory the host does not have: comfort is paid from
+     * what is free now, not from a balloon on its way down (an inflation
+     * takes seconds to minutes, and what the host swaps meanwhile is
+     * what it lacks), nor from what growth already asked for */
+    uint64_t have = min_u64(h->avail, h->free_now);
+    uint64_t surplus = have > in->wm.high ? have - in->wm.high : 0;
     if (!st->reclaiming && surplus > grown) {
         uint64_t budget = surplus - grown;
         size_t *order = malloc(in->n_guests * sizeof(*order) + 1);
@@ -1211,17 +1242,22 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
             m->read_after_drop = 0;
         }
         out->decisions[i].exit_bytes = m ? exit_size(m, g) : 0;
-        if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed && !ws[i].dropping) {
-            bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
-            /* an experiment whose "before" was unknown takes the first
-             * known one, and one whose reads could not prove a cost asks
-             * again (its pace known by now, or its QEMU no longer waiting):
-             * the average, not this tick's (it may already refault); a
-             * proactive one extended with the host short is asked again
-             * as one taken under pressure (the relief may speed it up) */
-            if (running && (m->disk_before_bps < 0 || !m->reads_prove || (m->proactive && (!ws[i].trimmed || h->relieved))) &&
-                m->disk_avg_bps >= 0)
-                experiment_before(m, g, m->disk_avg_bps, in->now_s, ws[i].trimmed && !h->relieved);
+        if (!m)
+            continue;
+        bool takes = out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed && !ws[i].dropping;
+        bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
+        /* an experiment whose "before" was unknown takes the first known
+         * one, and one whose reads could not prove a cost asks again (its
+         * pace known by now, or its QEMU no longer waiting), every tick it
+         * runs, whether or not more is taken (one move may take all it
+         * gives: stream_step_raise): the average, not this tick's (it may
+         * already refault); a proactive one extended with the host short
+         * is asked again as one taken under pressure (the relief may speed
+         * it up) */
+        if (running && m->disk_avg_bps >= 0 &&
+            (m->disk_before_bps < 0 || !m->reads_prove || (takes && m->proactive && (!ws[i].trimmed || h->relieved))))
+            experiment_before(m, g, m->disk_avg_bps, in->now_s, takes ? ws[i].trimmed && !h->relieved : m->proactive);
+        if (takes) {
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
                 m->proactive = false; /* a new experiment: a trim begins now */

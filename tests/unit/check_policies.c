@@ -322,6 +322,83 @@ START_TEST(host_swapping_takes_stream_cache_at_once)
 }
 END_TEST
 
+/* ... but not on faults a balloon of ours causes: a guest that clears
+ * the pages it allocates (init_on_alloc) faults in every page of its own
+ * swapped-out memory its inflating balloon takes, so a guest whose balloon
+ * is on its way down, or came down since the last tick, is not evidence
+ * that the host swaps -- counted, the rule would keep itself going */
+START_TEST(a_balloons_own_faults_do_not_take_streams_at_once)
+{
+    uint64_t step = 4 * GIB / 10;
+    for (int arrived = 0; arrived < 2; arrived++) {
+        sim s;
+        sim_init(&s, &policy_split_lru, 3, 0);
+        guest_init(&s, 0, "W", 4 * GIB, 3584 * MIB, 512 * MIB);
+        guest_init(&s, 1, "S", 4 * GIB, 256 * MIB, 8 * GIB);
+        guest_init(&s, 2, "S2", 4 * GIB, 256 * MIB, 8 * GIB);
+        s.v[1].streaming = s.v[2].streaming = true;
+        s.host_base = 64 * GIB; /* plenty: the first tick only observes */
+        sim_tick(&s);
+        ck_assert_uint_eq(s.v[2].actual_bytes, 4 * GIB);
+        /* S's balloon took 256 MiB, or is taking it, and its QEMU faults */
+        s.v[1].actual_bytes = 4 * GIB - 256 * MIB;
+        if (!arrived) {
+            s.v[1].actual_bytes = 4 * GIB;
+            s.v[1].pending_target_bytes = 4 * GIB - 256 * MIB;
+        }
+        s.v[1].host_faults_ps = 5000;
+        s.host_base = 10 * GIB; /* short: available 0, 256 MiB on its way */
+        model_refresh(&s);
+        s.ops->decide(&s.in, s.state, &s.out);
+        ck_assert(s.d[2].change);
+        ck_assert_uint_le(4 * GIB - s.d[2].target_bytes, step); /* the shortfall, a step at most */
+        ck_assert_str_eq(s.d[2].reason, "reclaim: streaming page cache");
+        /* the same faults with S's balloon still: the host swaps */
+        s.v[1].pending_target_bytes = 0;
+        s.in.now_s += 5;
+        model_refresh(&s);
+        s.ops->decide(&s.in, s.state, &s.out);
+        ck_assert_str_eq(s.d[2].reason, "reclaim: streaming page cache, at once (the host is swapping)");
+        ck_assert_uint_gt(4 * GIB - s.d[2].target_bytes, 3 * GIB);
+        sim_free(&s);
+    }
+}
+END_TEST
+
+/* A reader taken for a stream while its own QEMU was swapped by the host:
+ * its reads could not prove a cost then (a relieved stream reads faster
+ * too), but once its QEMU stops waiting they can, within the experiment,
+ * even though nothing more is taken from it (all its cache went in one
+ * move) -- a cache that refaults comes back */
+START_TEST(a_reader_taken_while_swapped_can_still_prove_a_refault)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 64 * GIB);
+    guest_init(&s, 0, "W", 4 * GIB, 3584 * MIB, 512 * MIB);
+    guest_init(&s, 1, "D", 4 * GIB, 1 * GIB, 8 * GIB);
+    s.v[1].streaming = true; /* reads 4 MiB/s all the time, a big cache: taken for a stream */
+    s.v[1].disk_read_bps = 4.0 * MIB;
+    for (int t = 0; t < 15; t++, s.in.now_s += 5) /* watched 75 s: its pace is known */
+        sim_tick(&s);
+    s.host_base = 8 * GIB; /* short, and the host swaps D's own QEMU */
+    s.v[1].host_faults_ps = 2000;
+    sim_tick(&s);
+    ck_assert_str_eq(s.d[1].reason, "reclaim: streaming page cache, at once (the host is swapping)");
+    uint64_t taken_to = s.v[1].actual_bytes;
+    ck_assert_uint_lt(taken_to, 2 * GIB);
+    s.in.now_s += 5;
+    s.v[1].host_faults_ps = 0; /* relieved */
+    sim_tick(&s);
+    ck_assert_uint_eq(s.v[1].actual_bytes, taken_to);
+    s.in.now_s += 5;
+    s.v[1].disk_read_bps = 20.0 * MIB; /* more than twice its pace and 2 MiB/s: its cache refaults */
+    sim_tick(&s);
+    ck_assert_str_eq(s.d[1].reason, "its cache was its working set: given back");
+    ck_assert_uint_gt(s.v[1].actual_bytes, 3 * GIB);
+    sim_free(&s);
+}
+END_TEST
+
 START_TEST(working_set_cache_only_after_streaming_cache)
 {
     sim s;
@@ -613,6 +690,36 @@ START_TEST(plenty_grows_short_guests_within_surplus)
     ck_assert_uint_eq(s.v[1].actual_bytes, 1 * GIB);
     model_refresh(&s);
     ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.high);
+    sim_free(&s);
+}
+END_TEST
+
+/* Never promise memory the host does not have: comfort growth is paid
+ * from what the host has free now, not from a balloon on its way down
+ * (counted as arrived by the watermarks) -- an inflation takes seconds to
+ * minutes, and what the host swaps meanwhile is what it lacks */
+START_TEST(comfort_spends_only_memory_free_now)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 2, 0);
+    guest_init(&s, 0, "short", 1 * GIB, 1000 * MIB, 0);
+    s.v[0].ceiling_bytes = s.v[0].max_bytes = 4 * GIB;
+    guest_init(&s, 1, "S", 2 * GIB, 256 * MIB, 8 * GIB);
+    s.v[1].pending_target_bytes = 1 * GIB; /* 1 GiB on its way to the host */
+    s.host_base = 3 * GIB + 668 * MIB;    /* 668 MiB free now: above low, below high */
+    model_refresh(&s);
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert_msg(!s.d[0].change, "grown to %llu MiB on memory not yet freed",
+                  (unsigned long long)(s.d[0].target_bytes / MIB));
+    /* arrived: 1692 MiB free, 924 MiB above high */
+    s.v[1].actual_bytes = 1 * GIB;
+    s.v[1].pending_target_bytes = 0;
+    s.in.now_s += 5;
+    model_refresh(&s);
+    s.ops->decide(&s.in, s.state, &s.out);
+    ck_assert(s.d[0].change);
+    ck_assert_uint_gt(s.d[0].target_bytes, 1 * GIB);
+    ck_assert_str_eq(s.d[0].reason, "short of available memory: growing");
     sim_free(&s);
 }
 END_TEST
@@ -1555,6 +1662,8 @@ int main(void)
     tcase_add_test(tc, hysteresis_reclaims_to_high_then_stops);
     tcase_add_test(tc, streaming_guest_gives_before_working_set);
     tcase_add_test(tc, host_swapping_takes_stream_cache_at_once);
+    tcase_add_test(tc, a_balloons_own_faults_do_not_take_streams_at_once);
+    tcase_add_test(tc, a_reader_taken_while_swapped_can_still_prove_a_refault);
     tcase_add_test(tc, reported_free_memory_is_not_a_supply);
     tcase_add_test(tc, rebooted_guest_gets_its_size_back_and_settles);
     tcase_add_test(tc, working_set_cache_only_after_streaming_cache);
@@ -1566,6 +1675,7 @@ int main(void)
     tcase_add_test(tc, an_oom_kill_below_its_size_doubles_its_headroom);
     tcase_add_test(tc, critical_takes_cache_never_anon);
     tcase_add_test(tc, plenty_grows_short_guests_within_surplus);
+    tcase_add_test(tc, comfort_spends_only_memory_free_now);
     tcase_add_test(tc, no_oscillation_over_many_ticks);
     tcase_add_test(tc, shares_weight_the_reclaim);
     tcase_add_test(tc, need_is_answered_by_use_not_by_what_the_host_has_free);
