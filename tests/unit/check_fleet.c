@@ -6,8 +6,10 @@
  * watermarks, step, reserve, default floor) through the daemon's own data
  * path (core/guest.c's ingest of a raw sample, guest_balloon_view, the
  * policy, the actuator's clamp to floor and ceiling).  The property: no
- * guest is OOM-killed or thrashes under split-lru where it is not under
- * no balancer, and memory is still reclaimed where it is cheap.
+ * guest is OOM-killed (by its kernel or the host's), thrashes in its own
+ * swap or has its working set in the host's swap under split-lru where
+ * it is not under no balancer, and memory is still reclaimed where it is
+ * cheap.
  *
  * The guest kernel (per guest, drawn): swap on a disk the host sees, zram
  * (swap-in that no host disk read backs), or no swap; deflate-on-oom or
@@ -36,10 +38,24 @@
  * over 1.2-2.5x overcommit.  Balloons inflate at INFLATE_BPS (the guest
  * must find the pages) and deflate within the tick.
  *
- * Not modelled: the host's own swap and its OOM killer (the host has
- * swap enough for every guest at full size, as with no balancer; a
- * balancer never asks for more than that), host reclaim (DAMON),
- * the agent, virtio-mem, stale reports, CPU.
+ * The host: RAM for the guests (what their QEMUs touched) and swap
+ * enough for every guest at full size.  What does not fit is swapped out
+ * by its LRU, which cannot tell a lukewarm working set from a stream's
+ * cache read a moment ago: memory a guest touched and freed goes first,
+ * then everyone's in-use memory in proportion (locked memory never).  A
+ * guest's in-use memory in host swap is faulted back in by its QEMU each
+ * tick (its host major faults, as balancerd reads them) and is a tick of
+ * host thrashing for it, unless it is a stream's cache (read once: the
+ * guest overwrites it, which costs the host the swap-in all the same).
+ * Host swap writes at most HOST_SWAP_BPS, slower than a balloon inflates:
+ * when what must go out grows faster than that, the guests whose QEMUs
+ * touched more memory this tick wait for it (a host-thrashing tick for
+ * each).  When what must go out is more than can be swapped (locked
+ * memory), the host's OOM killer kills the QEMU holding the most
+ * (resident + swapped), the worst harm.
+ *
+ * Not modelled: host reclaim (DAMON), the agent, virtio-mem, stale
+ * reports, CPU.
  *
  * FLEET_SEEDS=N sets the number of fleets (1000); FLEET_ONE=SEED prints
  * one fleet's run tick by tick; FLEET_DEBUG=1 lists the swapless jump
@@ -65,6 +81,8 @@
 #define RUN_S 3600.0               /* an hour: KEEP_S, the pace and peak decays all run out */
 #define QEMU_OWN (128 * MIB)        /* QEMU's own memory, in what the host sees it touched ... */
 #define QEMU_GROWTH (64.0 * MIB)    /* ... growing this much an hour (code cache, heap) */
+#define HOST_SWAP_BPS (64.0 * MIB)  /* the host's swap writes this fast, at most */
+#define HOST_THRASH_MIN (4 * MIB)   /* a guest's in-use memory in host swap that is a thrashing tick */
 
 typedef enum { W_DB, W_SHMDB, W_STREAM, W_CACHEDB, W_JUMP, W_GROW, W_BOOT, W_REBOOT, W_CHURN, W_KINDS } workload;
 static const char *const wl_name[W_KINDS] = { "db",   "shmdb", "stream", "cachedb", "jump",
@@ -92,9 +110,14 @@ typedef struct {
     double startup_at;       /* a start-up allocation is under way from this time, -1 none */
     double swapin_total, disk_total, cpu_ms;
     int64_t ooms_total;
+    uint64_t hswap;          /* of its memory, what the host swapped out */
+    uint64_t touched_seen;   /* what its QEMU had touched at the host's last tick */
+    double qflt_total;       /* its QEMU's major faults (host swap-ins, pages) */
     guest cg;
     /* outcome */
     unsigned ooms, thrash_ticks, saves;
+    unsigned host_thrash;    /* ticks its in-use memory (not a stream's cache) was in host swap */
+    bool host_killed;        /* its QEMU killed by the host's OOM killer */
     unsigned late_harm;      /* jump: ticks OOM-killed or swapping after its first allocation's hold */
     unsigned fn_flags;       /* times split-lru said its balloon frees nothing */
     double resident_s;       /* host memory it held, byte-seconds */
@@ -103,6 +126,7 @@ typedef struct {
 typedef struct {
     size_t n;
     uint64_t host;
+    uint64_t host_out;       /* what the host has swapped out */
     fguest g[MAXG];
 } fleet;
 
@@ -271,18 +295,76 @@ static void sample_of(const fguest *g, double now, guest_sample *s)
         .major_faults = (int64_t)(g->swapin_total / 4096), .minor_faults = 0,
         .oom_kills = g->stats92 ? g->ooms_total : -1, .alloc_stalls = g->stats92 ? 0 : -1,
         .rss_bytes = (int64_t)(g->touched + QEMU_OWN + (uint64_t)(now / 3600.0 * QEMU_GROWTH)), .host_ws_bytes = -1,
-        .disk_read_bytes = (int64_t)g->disk_total, .qemu_major_faults = -1, .qemu_cpu_ms = (int64_t)g->cpu_ms,
+        .disk_read_bytes = (int64_t)g->disk_total, .qemu_major_faults = (int64_t)g->qflt_total, .qemu_cpu_ms = (int64_t)g->cpu_ms,
         .job_ms = -1, .free_page_reporting = g->fpr, .free_page_reporting_used = g->fpr ? 1 : -1,
         .deflate_on_oom = g->doo,
     };
 }
 
 typedef struct {
-    unsigned ooms, thrash_ticks, saves, moves, late_harm, fn_flags;
+    unsigned ooms, thrash_ticks, saves, moves, late_harm, fn_flags, host_thrash, host_kills;
     double footprint_s; /* all guests' host memory, byte-seconds */
 } outcome;
 
 static bool tracing;
+static unsigned at_once; /* split-lru's moves of a stream's cache at once (the host swapping) */
+
+/* What a guest's QEMU holds in use now: what its workload touches. */
+static uint64_t in_use_of(const fguest *g)
+{
+    return min_u(min_u(KERNEL + g->shm + g->anon, g->actual) + g->cache, g->touched);
+}
+
+/* The host after the guests' tick: what does not fit its RAM is swapped
+ * out (memory touched and freed first, then in-use memory in proportion),
+ * what is in use and swapped comes back in (its QEMU's major faults); a
+ * QEMU that touched more while more had to go out than the swap writes in
+ * a tick waited for it; and more to go out than can be swapped (locked
+ * memory) is its OOM killer's: the QEMU holding the most goes.  Returns
+ * what the guests hold in RAM. */
+static uint64_t host_tick(fleet *f, double tick, bool first)
+{
+    uint64_t held = 0, freed = 0, in_use = 0;
+    fguest *victim = NULL;
+    for (size_t i = 0; i < f->n; i++) {
+        fguest *g = &f->g[i];
+        if (!g->present)
+            continue;
+        held += g->touched;
+        if (g->locked)
+            continue;
+        freed += g->touched - in_use_of(g);
+        in_use += in_use_of(g);
+        if (!victim || g->touched > victim->touched)
+            victim = g;
+    }
+    uint64_t out = held > f->host ? held - f->host : 0;
+    if (out > freed + in_use && victim) {
+        victim->present = false;
+        victim->host_killed = true;
+        victim->t_event = 1e18; /* not back */
+        return host_tick(f, tick, first);
+    }
+    bool stalled = !first && out > f->host_out + (uint64_t)(HOST_SWAP_BPS * tick);
+    f->host_out = out;
+    uint64_t cold = min_u(out, freed), warm = out - cold;
+    for (size_t i = 0; i < f->n; i++) {
+        fguest *g = &f->g[i];
+        uint64_t was = g->touched_seen;
+        g->touched_seen = g->present ? g->touched : 0;
+        g->hswap = 0;
+        if (!g->present || g->locked)
+            continue;
+        uint64_t use = in_use_of(g);
+        uint64_t hot = in_use ? (uint64_t)((double)warm * (double)use / (double)in_use) : 0;
+        g->hswap = (freed ? (uint64_t)((double)cold * (double)(g->touched - use) / (double)freed) : 0) + hot;
+        g->qflt_total += (double)hot / 4096;
+        /* a stream's cache is read once: its swap-in is the host's cost, not the guest's working set */
+        uint64_t ws = g->w == W_STREAM ? (uint64_t)((double)hot * (double)(use - min_u(use, g->cache)) / (double)(use ? use : 1)) : hot;
+        g->host_thrash += ws >= HOST_THRASH_MIN || (stalled && g->touched > was);
+    }
+    return held;
+}
 
 /* Run fleet f (a copy) for RUN_S under ops (NULL: no balancer); per-guest
  * outcomes into per[]. */
@@ -319,7 +401,6 @@ static void run_fleet(const fleet *tmpl, const policy_ops *ops, const balancer_c
     }
     for (double now = 0; now < RUN_S; now += tick) {
         size_t n = 0;
-        uint64_t held = 0;
         for (size_t i = 0; i < f.n; i++) {
             fguest *g = &f.g[i];
             /* arrivals, resets, churn */
@@ -345,7 +426,12 @@ static void run_fleet(const fleet *tmpl, const policy_ops *ops, const balancer_c
             else
                 g->actual = g->target;
             workload_tick(g, now, tick);
-            held += g->touched;
+        }
+        uint64_t held = host_tick(&f, tick, now == 0);
+        for (size_t i = 0; i < f.n; i++) {
+            fguest *g = &f.g[i];
+            if (!g->present)
+                continue;
             g->resident_s += (double)g->touched * tick;
             guest_sample s;
             sample_of(g, now, &s);
@@ -377,6 +463,7 @@ static void run_fleet(const fleet *tmpl, const policy_ops *ops, const balancer_c
             g->cg.last_target = t;
             per[at[k]].moves++;
             g->fn_flags += strstr(dec[k].reason, "frees nothing") != NULL;
+            at_once += strstr(dec[k].reason, "at once (the host is swapping)") != NULL;
         }
         if (tracing && ops)
             for (size_t k = 0; k < n; k++)
@@ -401,10 +488,14 @@ static void run_fleet(const fleet *tmpl, const policy_ops *ops, const balancer_c
         per[i].fn_flags = f.g[i].fn_flags;
         per[i].ooms = f.g[i].ooms;
         per[i].thrash_ticks = f.g[i].thrash_ticks;
+        per[i].host_thrash = f.g[i].host_thrash;
+        per[i].host_kills = f.g[i].host_killed;
         per[i].saves = f.g[i].saves;
         per[i].footprint_s = f.g[i].resident_s;
         total->ooms += per[i].ooms;
         total->thrash_ticks += per[i].thrash_ticks;
+        total->host_thrash += per[i].host_thrash;
+        total->host_kills += per[i].host_kills;
         total->saves += per[i].saves;
         total->moves += per[i].moves;
         total->footprint_s += per[i].footprint_s;
@@ -462,8 +553,12 @@ START_TEST(no_guest_is_harmed_where_no_balancer_harms_none)
         sum_split.ooms += split.ooms;
         sum_split.thrash_ticks += split.thrash_ticks;
         sum_split.saves += split.saves;
+        sum_split.host_thrash += split.host_thrash;
+        sum_split.host_kills += split.host_kills;
         sum_none.ooms += none.ooms;
         sum_none.thrash_ticks += none.thrash_ticks;
+        sum_none.host_thrash += none.host_thrash;
+        sum_none.host_kills += none.host_kills;
         bool harmed = false;
         for (size_t i = 0; i < f.n; i++) {
             const fguest *g = &f.g[i];
@@ -473,7 +568,8 @@ START_TEST(no_guest_is_harmed_where_no_balancer_harms_none)
             locked_guests += g->locked;
             if (g->w == W_JUMP && per_split[i].late_harm > per_none[i].late_harm)
                 late_hurt[g->swap != SWAP_NONE || g->stats92 ? 1 : 0]++;
-            bool hurt = per_split[i].ooms > per_none[i].ooms || per_split[i].thrash_ticks > per_none[i].thrash_ticks;
+            bool hurt = per_split[i].ooms > per_none[i].ooms || per_split[i].thrash_ticks > per_none[i].thrash_ticks ||
+                        per_split[i].host_thrash > per_none[i].host_thrash || per_split[i].host_kills > per_none[i].host_kills;
             if (!hurt)
                 continue;
             harm_by[g->w]++;
@@ -485,9 +581,11 @@ START_TEST(no_guest_is_harmed_where_no_balancer_harms_none)
             }
             harmed = true;
             if (shown < 10)
-                printf("  guest %zu (%s): split-lru %u OOM kills, %u thrashing ticks; none %u, %u\n", i,
-                       wl_name[g->w], per_split[i].ooms, per_split[i].thrash_ticks, per_none[i].ooms,
-                       per_none[i].thrash_ticks);
+                printf("  guest %zu (%s): split-lru %u OOM kills, %u thrashing ticks, %u host-swapped ticks%s; "
+                       "none %u, %u, %u%s\n", i, wl_name[g->w], per_split[i].ooms, per_split[i].thrash_ticks,
+                       per_split[i].host_thrash, per_split[i].host_kills ? ", killed by the host" : "",
+                       per_none[i].ooms, per_none[i].thrash_ticks, per_none[i].host_thrash,
+                       per_none[i].host_kills ? ", killed by the host" : "");
         }
         if (harmed && shown++ < 10)
             describe(&f, seed);
@@ -497,6 +595,9 @@ START_TEST(no_guest_is_harmed_where_no_balancer_harms_none)
            "deflate-on-oom saves %u\n",
            seeds, harmed_fleets, sum_split.ooms, sum_none.ooms, sum_split.thrash_ticks, sum_none.thrash_ticks,
            sum_split.saves);
+    printf("host swap: working sets host-swapped %u guest-ticks under split-lru (none %u); QEMUs killed by the host "
+           "%u (none %u); streams given at once while the host swapped %u times\n",
+           sum_split.host_thrash, sum_none.host_thrash, sum_split.host_kills, sum_none.host_kills, at_once);
     printf("harmed guests by workload:");
     for (int k = 0; k < W_KINDS; k++)
         printf(" %s %u/%u", wl_name[k], harm_by[k], guests_by[k]);
