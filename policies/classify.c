@@ -1,5 +1,9 @@
 #include "policies/classify.h"
 
+#include <math.h>
+
+#define DEFAULT_PERIOD_S 2.0 /* the stats period the defaults' sample counts are for */
+
 void classify_params_default(classify_params *p)
 {
     p->swap_in_bps_enter = 256.0 * 1024; /* 64 pages/s */
@@ -15,6 +19,16 @@ void classify_params_default(classify_params *p)
     p->need_horizon_s = 10.0;
     p->need_quiet_exit = 3;
     p->peak_decay = 0.98;
+}
+
+void classify_params_for_period(classify_params *p, double period_s)
+{
+    if (period_s <= 0)
+        return;
+    double k = DEFAULT_PERIOD_S / period_s; /* reports now per report then */
+    p->quiet_ticks_exit = (unsigned)fmax(1.0, round((double)p->quiet_ticks_exit * k));
+    p->need_quiet_exit = (unsigned)fmax(1.0, round((double)p->need_quiet_exit * k));
+    p->peak_decay = pow(p->peak_decay, 1.0 / k);
 }
 
 /* Need: used memory rising fast enough to eat the available memory above

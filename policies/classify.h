@@ -39,6 +39,12 @@ typedef struct {
     double peak_decay;            /* per sample: the peak of used memory decays to this fraction */
 } classify_params;
 
+/* The defaults (classify_params_default) count reports at a 2 s stats
+ * period; for another period, the counts that give the same times:
+ * thrashing ends after 12 s quiet, need after 6 s, the peak of used memory
+ * halves in about 69 s. */
+void classify_params_for_period(classify_params *p, double period_s);
+
 typedef struct {
     bool thrashing;
     bool streaming;

@@ -43,8 +43,9 @@ bool cadence_due(double *next_s, double interval_s, double now_s)
 
 void policy_tunables_default(policy_tunables *t)
 {
-    t->step_percent = 10.0;
-    t->step_min_bytes = 32 * MIB;
+    /* per tick: at the 1 s tick, 10 % of a guest's size per 5 s */
+    t->step_percent = 2.0;
+    t->step_min_bytes = 8 * MIB;
     t->reserve_percent = 5.0;
     t->reserve_min_bytes = 32 * MIB;
     t->comfort_percent = 15.0;

@@ -78,8 +78,9 @@
 #define PACE_WATCH_S 60.0      /* a reader's pace is known once it has been watched this long */
 #define MAX_TRACKED 65536
 #define SETTLE_TICKS 3      /* new, rebooted, or after filling its cache, a guest gives nothing for
-                             * this many ticks with valid stats (a report
-                             * at least every tick at the shipped 5 s tick and 2 s stats period) */
+                             * this many ticks with valid stats (three reports at the shipped
+                             * 1 s tick and 1 s stats period: what takes two to tell a warm-up
+                             * from a stream, and one to see it go on) */
 #define SLOWED_AFTER_S 10.0 /* a trimmed stream's reads are judged this long after the trim began ... */
 #define SLOWED_FRACTION 0.75 /* ... and below this share of what they were, the trim slowed it */
 #define IDLE_CPU 0.05          /* a guest whose QEMU uses less of a CPU than this ... */
@@ -142,7 +143,7 @@ typedef struct {
     uint64_t unused;        /* given on its word or its swap-ins and not yet seen used (need_allowance) */
     int64_t rss_seen;       /* what its QEMU had touched last tick (resident + swapped); < 0 unknown */
     bool known;             /* set up by memory_observe */
-    double disk_avg_bps;    /* its disk reads, averaged over ~8 ticks; < 0 unknown */
+    double disk_avg_bps;    /* its disk reads, averaged over ~EXPERIMENT_S; < 0 unknown */
     double disk_pace_bps;   /* the fastest it was seen reading (a tick), decaying; filling included */
     double disk_pace_at_s;  /* when disk_pace_bps was last updated */
     double watched_since_s; /* when it was first seen */
@@ -244,7 +245,8 @@ static void split_state_free(void *p)
 }
 
 /* What the host measures of a guest, remembered across ticks: its disk
- * reads averaged over ~8 ticks (a reclaim's "before"), its pace (the
+ * reads averaged over about EXPERIMENT_S (a reclaim's "before", over as
+ * long as its cost is watched after), its pace (the
  * fastest it read lately, a streamer's "before"), and how long ago it last
  * filled its cache. */
 static void memory_observe(split_guest *m, const guest_view *g, double now)
@@ -291,6 +293,7 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
     m->idle_since_s = !idle ? -1 : m->idle_since_s < 0 ? now : m->idle_since_s;
     if (m->drop_at_s && now - m->drop_at_s <= DROP_WATCH_S && g->disk_read_bps > 0 && now > m->seen_s)
         m->read_after_drop += g->disk_read_bps * (now - m->seen_s);
+    double dt = now > m->seen_s ? now - m->seen_s : 0;
     m->seen_s = now;
     if (m->dropped && m->read_after_drop >= DROP_COST_FRACTION * (double)m->dropped) {
         /* it read back a good part of what a drop took: its cache was not
@@ -318,10 +321,13 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
      * settles nothing */
     if (m->settled < SETTLE_TICKS && g->stats_valid && !g->rebooted)
         m->settled++;
+    /* an average over time, whatever the tick: each observation weighs
+     * what the time since the last one does */
+    double w = 1.0 - exp(-dt / EXPERIMENT_S);
     if (g->disk_read_bps < 0)
         m->disk_avg_bps = -1;
     else
-        m->disk_avg_bps = m->disk_avg_bps < 0 ? g->disk_read_bps : 0.875 * m->disk_avg_bps + 0.125 * g->disk_read_bps;
+        m->disk_avg_bps = m->disk_avg_bps < 0 ? g->disk_read_bps : (1.0 - w) * m->disk_avg_bps + w * g->disk_read_bps;
 }
 
 /* Memory of its balloon its QEMU never touched (nor touched and handed

@@ -26,9 +26,14 @@
 /* the backend's hv_guest is the first member of our guest */
 G_STATIC_ASSERT(offsetof(guest, hv) == 0);
 
-/* A target we set is not repeated for this many ticks while the balloon
- * is still on its way there. */
-#define REISSUE_TICKS 3
+/* A balloon asked to move counts as on its way there for this long (a
+ * target is not asked for again meanwhile, and the policy counts it as
+ * arrived): a 512 MiB inflation under TCG takes seconds */
+#define REISSUE_S 15LL
+/* Stats are stale after three missed reports, and not sooner than this:
+ * a guest on a busy host answers the stats timer late (a stale guest is
+ * held, given nothing and taken nothing from) */
+#define STALE_MIN_S 10
 
 void balancer_limits(const balancer_config *c, guest_limits *lim, classify_params *cp)
 {
@@ -36,9 +41,12 @@ void balancer_limits(const balancer_config *c, guest_limits *lim, classify_param
     lim->default_floor_min = c->default_floor_min;
     /* three missed reports make stats stale */
     lim->stale_seconds = 3 * c->stats_period + c->tick_seconds;
+    if (lim->stale_seconds < STALE_MIN_S)
+        lim->stale_seconds = STALE_MIN_S;
     /* need uses the reserve reclaim leaves, and looks at least two ticks
      * ahead: what a guest needs must be there before the next decision */
     classify_params_default(cp);
+    classify_params_for_period(cp, c->stats_period);
     cp->need_reserve_percent = c->tun.reserve_percent;
     cp->need_reserve_min = c->tun.reserve_min_bytes;
     if (cp->need_horizon_s < 2.0 * c->tick_seconds)
@@ -502,17 +510,11 @@ static void note_job(guest *g, int64_t job_ms)
     g->job_ms = job_ms;
 }
 
-/* How long a balloon asked to move may still be on its way. */
-static int64_t reissue_ms(const balancer *b)
-{
-    return (int64_t)REISSUE_TICKS * b->cfg.tick_seconds * 1000;
-}
-
 /* Where the guest's balloon is going: the target asked for last, while
  * it may still be on its way, else where it is. */
-static uint64_t balloon_heading(const balancer *b, const guest *g)
+static uint64_t balloon_heading(const guest *g)
 {
-    return g->last_target && g->last_target != g->view.actual_bytes && mono_ms() - g->last_set_ms < reissue_ms(b)
+    return g->last_target && g->last_target != g->view.actual_bytes && mono_ms() - g->last_set_ms < REISSUE_S * 1000
                ? g->last_target
                : g->view.actual_bytes;
 }
@@ -595,7 +597,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         target = v->floor_bytes;
     if (target > v->ceiling_bytes)
         target = v->ceiling_bytes;
-    uint64_t heading = balloon_heading(b, g);
+    uint64_t heading = balloon_heading(g);
     if (target == heading)
         return; /* there, or already asked and on its way; a move on its way elsewhere is
                  * called off, even back to where the balloon still is (a drop that ended
@@ -755,7 +757,7 @@ static bool tick_round(balancer *b)
          * moves); one that grew on its own, the guest deflated on OOM
          * (deflate-on-oom / libvirt autodeflate): not fought (under
          * mode=off it is the operator's doing) */
-        if (guest_balloon_view(g, balloon_heading(b, g), mono_ms() - g->last_grow_ms < reissue_ms(b))) {
+        if (guest_balloon_view(g, balloon_heading(g), mono_ms() - g->last_grow_ms < REISSUE_S * 1000)) {
             char sz_[32];
             size_format(g->view.self_deflated_bytes, sz_, sizeof(sz_));
             log_info("guest %s: deflated its balloon by %s on its own (deflate-on-oom): not fought", g->hv.name, sz_);

@@ -595,9 +595,10 @@ START_TEST(no_guest_is_harmed_where_no_balancer_harms_none)
            "deflate-on-oom saves %u\n",
            seeds, harmed_fleets, sum_split.ooms, sum_none.ooms, sum_split.thrash_ticks, sum_none.thrash_ticks,
            sum_split.saves);
-    printf("host swap: working sets host-swapped %u guest-ticks under split-lru (none %u); QEMUs killed by the host "
-           "%u (none %u); streams given at once while the host swapped %u times\n",
-           sum_split.host_thrash, sum_none.host_thrash, sum_split.host_kills, sum_none.host_kills, at_once);
+    printf("host swap: working sets host-swapped %.0f guest-seconds under split-lru (none %.0f); QEMUs killed by the "
+           "host %u (none %u); streams given at once while the host swapped %u times\n",
+           sum_split.host_thrash * (double)cfg.tick_seconds, sum_none.host_thrash * (double)cfg.tick_seconds,
+           sum_split.host_kills, sum_none.host_kills, at_once);
     printf("harmed guests by workload:");
     for (int k = 0; k < W_KINDS; k++)
         printf(" %s %u/%u", wl_name[k], harm_by[k], guests_by[k]);

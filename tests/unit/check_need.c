@@ -96,6 +96,10 @@ static void trace_init(trace *s, size_t n, uint64_t host)
     s->balloon_rate = BALLOON_RATE;
     s->state = policy_split_lru.state_new();
     policy_tunables_default(&s->in.tun);
+    /* the model's own step, not the shipped per-tick one: its expected
+     * values were set at 10 % a tick (a 5 s tick's rate) */
+    s->in.tun.step_percent = 10.0;
+    s->in.tun.step_min_bytes = 32 * MIB;
     classify_params_default(&s->cp);
     s->in.guests = s->v;
     s->in.n_guests = n;

@@ -87,6 +87,10 @@ static void sim_init(sim *s, const policy_ops *ops, size_t n, uint64_t host_base
     s->host_base = host_base;
     s->state = ops->state_new ? ops->state_new() : NULL;
     policy_tunables_default(&s->in.tun);
+    /* the model's own step, not the shipped per-tick one: its expected
+     * values were set at 10 % a tick (a 5 s tick's rate) */
+    s->in.tun.step_percent = 10.0;
+    s->in.tun.step_min_bytes = 32 * MIB;
     s->in.wm.min = 256 * MIB;
     s->in.wm.low = 512 * MIB;
     s->in.wm.high = 768 * MIB;
