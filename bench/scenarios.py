@@ -172,7 +172,7 @@ SCENARIOS = {
 # daemon); balloon_opts: extra virtio-balloon-pci properties; host_reclaim:
 # [host_reclaim] enabled; trim_streams, drop_idle_cache: the [policy]
 # keys; solo: only the scenario's solo guests; shipped: balancerd at its
-# shipped defaults (1 s tick and stats period, 2/5/8 % watermarks, 2 % step a tick, default floor)
+# shipped defaults (1 s tick, 2 s stats period, 2/5/8 % watermarks, 2 % step a tick, default floor)
 # instead of the bench's quicker settings (bench.py write_config); vmem:
 # every guest boots with half its memory and a virtio-mem device of the
 # other half, plugged at boot (the same memory in all; balancerd resizes it

@@ -30,6 +30,7 @@ typedef struct {
     uint64_t ceiling_bytes;    /* resolved ceiling: min(policy max, max_bytes) */
 
     bool stats_valid;          /* guest stats fresh enough to judge */
+    bool stats_fresh;          /* ... and a report the guest made since the last tick */
     uint64_t free_bytes;       /* guest MemFree ("unused") */
     uint64_t available_bytes;  /* guest MemAvailable */
     uint64_t cache_bytes;      /* guest page cache ("disk_caches": Cached, Shmem included) */

@@ -77,10 +77,13 @@
 #define HOST_BOUND_FPS 256.0   /* its QEMU's major faults/s (1 MiB/s of host swap-in) that set its pace */
 #define PACE_WATCH_S 60.0      /* a reader's pace is known once it has been watched this long */
 #define MAX_TRACKED 65536
-#define SETTLE_TICKS 3      /* new, rebooted, or after filling its cache, a guest gives nothing for
-                             * this many ticks with valid stats (three reports at the shipped
-                             * 1 s tick and 1 s stats period: what takes two to tell a warm-up
-                             * from a stream, and one to see it go on) */
+#define SETTLE_REPORTS 3    /* new, rebooted, or after filling its cache, a guest gives nothing
+                             * until it made this many fresh reports (what takes two to tell a
+                             * warm-up from a stream, and one to see it go on) ... */
+#define SETTLE_S 10.0       /* ... over at least this long: a warm-up's reads tail off for seconds
+                             * after its cache stops growing, and its usual reads (a reclaim's
+                             * "before") must not hold them (check_need's adversary at a 2 s tick:
+                             * honest guests lost 1714 ticks without it, 1616 with) */
 #define SLOWED_AFTER_S 10.0 /* a trimmed stream's reads are judged this long after the trim began ... */
 #define SLOWED_FRACTION 0.75 /* ... and below this share of what they were, the trim slowed it */
 #define IDLE_CPU 0.05          /* a guest whose QEMU uses less of a CPU than this ... */
@@ -102,13 +105,19 @@
  * while its memory is still on its way; at most this long, for a guest
  * whose driver never loads */
 #define REBOOT_HOLD_S 60.0
-/* A guest's largest rise of used memory within a tick is headroom its
- * balloon leaves it for one to two of these windows: an allocation faster than a tick
- * cannot be answered in time, so the one it has shown it makes (a job, a
- * compaction, a cron that comes back) is provided for in advance.  An
- * hour, not minutes: what comes back hourly or after an idle spell must
- * still find it */
+/* A guest's largest rise of used memory within JUMP_WINDOW_S is headroom
+ * its balloon leaves it for one to two of these windows: an allocation
+ * faster than need is seen and answered (a report and a tick, up to 3 s
+ * at the shipped 2 s stats period and 1 s tick) cannot be answered in time, so the one it has shown it makes (a
+ * job, a compaction, a cron that comes back) is provided for in advance.
+ * An hour, not minutes: what comes back hourly or after an idle spell
+ * must still find it */
 #define JUMP_HOLD_S 3600.0
+#define JUMP_WINDOW_S 5.0
+#define USED_SLOTS 8 /* reports held to find the rise within JUMP_WINDOW_S */
+/* A balloon seen coming down counts as inflating this long after (a slow
+ * inflation of a big guest moves less than a balloon operation a tick) */
+#define INFLATE_GRACE_S 5.0
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -147,7 +156,11 @@ typedef struct {
     double disk_pace_bps;   /* the fastest it was seen reading (a tick), decaying; filling included */
     double disk_pace_at_s;  /* when disk_pace_bps was last updated */
     double watched_since_s; /* when it was first seen */
-    unsigned settled;       /* ticks with valid stats since it appeared, rebooted or last filled its cache
+    double unwaited_s;      /* how long it was seen with its QEMU not waiting for host swap (its
+                             * pace is its own once this reaches PACE_WATCH_S) ... */
+    bool pace_own;          /* ... as it stood when the running experiment's "before" was taken */
+    double settle_from_s;   /* when it appeared, rebooted or last filled its cache ... */
+    unsigned settled;       /* ... and its fresh reports since
                              * (capped at SETTLE_TICKS) */
     double seen_s;          /* when it was last observed */
     double idle_since_s;    /* idle (drop_idle_cache) since then; < 0 not idle */
@@ -161,13 +174,15 @@ typedef struct {
     double drop_cost_until_s; /* a drop cost it: not dropped again until then */
     uint64_t reboot_to;     /* rebooted: its size back, held until its balloon is there; 0 none ... */
     double reboot_at_s;     /* ... since then */
-    int64_t used_seen;      /* its used memory at the last valid report; < 0 none */
-    uint64_t jump;          /* the most its used memory rose from one tick to the next in this
+    uint64_t used_v[USED_SLOTS]; /* its used memory at its last valid reports ... */
+    double used_at[USED_SLOTS];  /* ... when */
+    unsigned used_n, used_head;  /* reports held (0: none, or a gap in its reports), the newest */
+    uint64_t jump;          /* the most its used memory rose within JUMP_WINDOW_S in this
                              * JUMP_HOLD_S window ... */
     uint64_t jump_prev;     /* ... and in the one before (headroom is the larger: a rise is kept
                              * one to two windows) */
     double jump_window_s;   /* when this window began */
-    uint64_t last_rise;     /* its used memory's rise at the last valid report */
+    uint64_t last_rise;     /* its used memory's rise within JUMP_WINDOW_S at the last valid report */
     bool frees_nothing;     /* its balloon was seen to free nothing on the host (note_frees_nothing) ... */
     double frees_nothing_at_s; /* ... when */
     unsigned fn_strikes;    /* takes in a row after which its QEMU did not shrink */
@@ -176,6 +191,7 @@ typedef struct {
     int64_t fn_rss;         /* ... what its QEMU had touched at the baseline (< 0 none) ... */
     double fn_at_s;         /* ... taken then */
     uint64_t actual_seen;   /* its balloon at the last tick; 0 none */
+    double inflated_at_s;   /* when its balloon was last seen coming down; < 0 never */
 } split_guest;
 
 typedef struct {
@@ -244,6 +260,33 @@ static void split_state_free(void *p)
     free(s);
 }
 
+/* Not settled yet: new, rebooted or its cache just filled (SETTLE_*). */
+static bool settling(const split_guest *m, double now)
+{
+    return m->settled < SETTLE_REPORTS || now - m->settle_from_s < SETTLE_S;
+}
+
+/* Its used memory's rise within JUMP_WINDOW_S up to this report: above
+ * the least it used since the newest report at least that old (at any
+ * tick and stats period, what it allocated faster than need is answered).
+ * Records the report. */
+static uint64_t rise_within(split_guest *m, uint64_t used, double now)
+{
+    uint64_t least = used;
+    for (unsigned k = 0; k < m->used_n; k++) {
+        unsigned i = (m->used_head + USED_SLOTS - k) % USED_SLOTS;
+        least = min_u64(least, m->used_v[i]);
+        if (now - m->used_at[i] >= JUMP_WINDOW_S)
+            break;
+    }
+    m->used_head = (m->used_head + 1) % USED_SLOTS;
+    m->used_v[m->used_head] = used;
+    m->used_at[m->used_head] = now;
+    if (m->used_n < USED_SLOTS)
+        m->used_n++;
+    return used - least;
+}
+
 /* What the host measures of a guest, remembered across ticks: its disk
  * reads averaged over about EXPERIMENT_S (a reclaim's "before", over as
  * long as its cost is watched after), its pace (the
@@ -265,25 +308,24 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         /* without a disk-read rate yet (it takes two samples) nothing
          * says whether it is warming up: it gives nothing until it has
          * been watched for SETTLE_TICKS */
-        m->settled = g->disk_read_bps < 0 || g->rebooted ? 0 : SETTLE_TICKS;
+        m->settled = g->disk_read_bps < 0 || g->rebooted ? 0 : SETTLE_REPORTS;
+        m->settle_from_s = m->settled ? now - SETTLE_S : now;
         m->seen_s = now;
         m->idle_since_s = -1;
-        m->used_seen = -1;
         m->jump_window_s = now;
         m->fn_rss = -1;
+        m->inflated_at_s = -1;
     }
     if (now - m->jump_window_s >= JUMP_HOLD_S) {
         m->jump_prev = m->jump;
         m->jump = 0;
         m->jump_window_s = now;
     }
-    if (g->stats_valid) {
-        uint64_t rise = m->used_seen >= 0 && g->used_bytes > (uint64_t)m->used_seen ? g->used_bytes - (uint64_t)m->used_seen : 0;
-        m->jump = max_u64(m->jump, rise);
-        m->last_rise = rise;
-        m->used_seen = (int64_t)g->used_bytes;
-    } else {
-        m->used_seen = -1; /* a rise across a gap in its reports is not one tick's */
+    if (g->stats_fresh) {
+        m->last_rise = rise_within(m, g->used_bytes, now);
+        m->jump = max_u64(m->jump, m->last_rise);
+    } else if (!g->stats_valid) {
+        m->used_n = 0; /* a rise across a gap in its reports is not one window's */
     }
     /* idle: its QEMU barely runs and its disks are not read (both as the
      * host measures them, so a guest cannot fake idleness to be dropped
@@ -305,22 +347,33 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         m->disk_pace_bps *= exp2(-(now - m->disk_pace_at_s) / PACE_HALF_LIFE_S);
         m->disk_pace_at_s = now;
     }
-    if (g->disk_read_bps > m->disk_pace_bps)
-        m->disk_pace_bps = g->disk_read_bps;
+    /* a pace of its own: not reads while its QEMU waited for host swap
+     * (a cache refaulting then would raise the bar its refault is judged
+     * by: experiment_ask_again) */
+    if (g->host_faults_ps < HOST_BOUND_FPS) {
+        if (g->disk_read_bps > m->disk_pace_bps)
+            m->disk_pace_bps = g->disk_read_bps;
+        m->unwaited_s = fmin(m->unwaited_s + dt, PACE_WATCH_S);
+    }
     if (g->filling) {
         /* reads into free memory are a warm-up, not its usual rate: the
          * average (a reclaim's "before") starts over from its first
          * settled sample (from zero, a stream's "before" would be too low
          * for ticks and its steady reads would look like refaults) */
         m->settled = 0;
+        m->settle_from_s = now;
         m->disk_avg_bps = -1;
         return;
     }
     /* a report the guest did not make (a booting guest without its
      * balloon driver yet, stale stats), or made before its reboot,
      * settles nothing */
-    if (m->settled < SETTLE_TICKS && g->stats_valid && !g->rebooted)
+    if (m->settled < SETTLE_REPORTS && g->stats_fresh && !g->rebooted)
         m->settled++;
+    if (settling(m, now)) {
+        m->disk_avg_bps = -1; /* its usual reads start once settled */
+        return;
+    }
     /* an average over time, whatever the tick: each observation weighs
      * what the time since the last one does */
     double w = 1.0 - exp(-dt / EXPERIMENT_S);
@@ -390,7 +443,8 @@ static double max_d(double a, double b) { return a > b ? a : b; }
  * filling included), and its reads prove nothing when that pace is not its
  * own or not known: its QEMU was waiting for host swap (its major faults,
  * as the host measures them), or it has been watched less than
- * PACE_WATCH_S (balancerd started with the host already short).  A fault
+ * PACE_WATCH_S with its QEMU not waiting (balancerd started with the host
+ * already short; its pace counts only such reads).  A fault
  * rate not known (its first sample, or a QEMU whose RSS cannot be measured)
  * counts as not waiting.  Need and thrashing still prove a cost.  (A
  * reading database thus loses the disk evidence; one at rest keeps it.)
@@ -411,7 +465,25 @@ static void experiment_before(split_guest *m, const guest_view *g, double usual,
      * could speed a reader up: its usual reads are the measure */
     bool reader = !proactive && ((g->streaming && !m->cache_hot) || usual >= REFAULT_MIN_BPS);
     m->disk_before_bps = reader ? max_d(usual, m->disk_pace_bps) : usual;
-    m->reads_prove = !reader || (g->host_faults_ps < HOST_BOUND_FPS && now - m->watched_since_s >= PACE_WATCH_S);
+    m->pace_own = m->unwaited_s >= PACE_WATCH_S;
+    m->reads_prove = !reader || (g->host_faults_ps < HOST_BOUND_FPS && m->pace_own);
+}
+
+/* A running experiment whose reads could not prove a cost when it began
+ * (its QEMU waited for host swap, or its pace was not known yet) can once
+ * its QEMU no longer waits, if its pace was its own then (watched
+ * PACE_WATCH_S with its QEMU not waiting; else a stream the relief speeds
+ * up would look like a refault), every tick it runs, whether or not more is taken (one move may take all
+ * it gives: stream_step_raise): against the "before" taken then (its pace
+ * then counted only reads while its QEMU did not wait), not the average or
+ * the pace since, which the refault it is to catch may already have
+ * raised. */
+static void experiment_ask_again(split_guest *m, const guest_view *g, double now)
+{
+    if (!m->shrunk_at_s || now - m->shrunk_at_s > EXPERIMENT_S || m->reads_prove || m->disk_before_bps < 0 ||
+        !m->pace_own || g->host_faults_ps >= HOST_BOUND_FPS)
+        return;
+    m->reads_prove = true;
 }
 
 /* Did the last reclaim from this guest cost it?  Need or thrashing, or its
@@ -853,16 +925,20 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
             w->reserve = headroom_of(m, g, w->reserve);
             note_frees_nothing(m, g, in->now_s);
             w->frees_nothing = m->frees_nothing;
-            w->inflated |= g->actual_bytes + min_change_of(tun, g) <= m->actual_seen;
+            if (g->actual_bytes < m->actual_seen)
+                m->inflated_at_s = in->now_s;
+            w->inflated |= m->inflated_at_s >= 0 && in->now_s - m->inflated_at_s <= INFLATE_GRACE_S;
             m->actual_seen = g->actual_bytes;
             bool back = g->stats_valid && !g->pending_target_bytes &&
                         g->actual_bytes + min_change_of(tun, g) >= m->reboot_to;
             if (m->reboot_to && (back || in->now_s - m->reboot_at_s >= REBOOT_HOLD_S)) {
                 m->reboot_to = 0;
                 m->settled = 0; /* it settles from when its memory is back */
+                m->settle_from_s = in->now_s;
             }
-            w->settling = m->settled < SETTLE_TICKS;
+            w->settling = settling(m, in->now_s);
             w->credit = need_allowance(m, g, w->step, &w->touched);
+            experiment_ask_again(m, g, in->now_s);
             const char *why = g->stats_valid ? reclaim_feedback(m, g, w->reserve, in->now_s) : NULL;
             w->keep = m->keep_bytes;
             w->keep_backed = m->keep_backed;
@@ -1248,22 +1324,17 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
             m->read_after_drop = 0;
         }
         out->decisions[i].exit_bytes = m ? exit_size(m, g) : 0;
-        if (!m)
-            continue;
-        bool takes = out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed && !ws[i].dropping;
-        bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
-        /* an experiment whose "before" was unknown takes the first known
-         * one, and one whose reads could not prove a cost asks again (its
-         * pace known by now, or its QEMU no longer waiting), every tick it
-         * runs, whether or not more is taken (one move may take all it
-         * gives: stream_step_raise): the average, not this tick's (it may
-         * already refault); a proactive one extended with the host short
-         * is asked again as one taken under pressure (the relief may speed
-         * it up) */
-        if (running && m->disk_avg_bps >= 0 &&
-            (m->disk_before_bps < 0 || !m->reads_prove || (takes && m->proactive && (!ws[i].trimmed || h->relieved))))
-            experiment_before(m, g, m->disk_avg_bps, in->now_s, takes ? ws[i].trimmed && !h->relieved : m->proactive);
-        if (takes) {
+        if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed && !ws[i].dropping) {
+            bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
+            /* an experiment whose "before" was unknown takes the first
+             * known one, and one whose reads could not prove a cost asks
+             * again (its pace known by now, or its QEMU no longer waiting):
+             * the average, not this tick's (it may already refault); a
+             * proactive one extended with the host short is asked again
+             * as one taken under pressure (the relief may speed it up) */
+            if (running && (m->disk_before_bps < 0 || !m->reads_prove || (m->proactive && (!ws[i].trimmed || h->relieved))) &&
+                m->disk_avg_bps >= 0)
+                experiment_before(m, g, m->disk_avg_bps, in->now_s, ws[i].trimmed && !h->relieved);
             if (!running) {
                 m->shrunk_from = g->actual_bytes;
                 m->proactive = false; /* a new experiment: a trim begins now */

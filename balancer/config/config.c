@@ -15,11 +15,15 @@ void config_defaults(balancer_config *c)
     memset(c, 0, sizeof(*c));
     c->connect_uri = g_strdup("qemu:///system");
     c->policy = g_strdup("split-lru");
-    /* a guest in need starts getting memory within about a second (Hyper-V
-     * rebalances every second): a report a second, a decision a second
-     * (bench/scale.sh: 200 guests at a 1 s tick cost under 1 % of a core) */
+    /* a guest in need is answered at the first decision after the report
+     * that shows it: a decision a second (Hyper-V rebalances every second;
+     * bench/scale.sh: 200 guests at a 1 s tick cost under 1 % of a core), a
+     * report every 2 s -- the period the classifier's rate thresholds were
+     * set for (at 1 s a streamer's second-long jitter read as need or
+     * thrashing and won its cache back in 3 of 6 runs,
+     * bench/results/2026-12-06-one-second-tcg.md) */
     c->tick_seconds = 1;
-    c->stats_period = 1;
+    c->stats_period = 2;
     c->wm_min = g_strdup("2%");
     c->wm_low = g_strdup("5%");
     c->wm_high = g_strdup("8%");

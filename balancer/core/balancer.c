@@ -29,7 +29,7 @@ G_STATIC_ASSERT(offsetof(guest, hv) == 0);
 /* A balloon asked to move counts as on its way there for this long (a
  * target is not asked for again meanwhile, and the policy counts it as
  * arrived): a 512 MiB inflation under TCG takes seconds */
-#define REISSUE_S 15LL
+#define REISSUE_S 15LL /* ... or three ticks, when longer */
 /* Stats are stale after three missed reports, and not sooner than this:
  * a guest on a busy host answers the stats timer late (a stale guest is
  * held, given nothing and taken nothing from) */
@@ -510,11 +510,18 @@ static void note_job(guest *g, int64_t job_ms)
     g->job_ms = job_ms;
 }
 
+/* How long a balloon asked to move counts as on its way (REISSUE_S). */
+static int64_t reissue_ms(const balancer *b)
+{
+    int64_t ticks3 = 3LL * b->cfg.tick_seconds;
+    return (ticks3 > REISSUE_S ? ticks3 : REISSUE_S) * 1000;
+}
+
 /* Where the guest's balloon is going: the target asked for last, while
  * it may still be on its way, else where it is. */
-static uint64_t balloon_heading(const guest *g)
+static uint64_t balloon_heading(const balancer *b, const guest *g)
 {
-    return g->last_target && g->last_target != g->view.actual_bytes && mono_ms() - g->last_set_ms < REISSUE_S * 1000
+    return g->last_target && g->last_target != g->view.actual_bytes && mono_ms() - g->last_set_ms < reissue_ms(b)
                ? g->last_target
                : g->view.actual_bytes;
 }
@@ -597,7 +604,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         target = v->floor_bytes;
     if (target > v->ceiling_bytes)
         target = v->ceiling_bytes;
-    uint64_t heading = balloon_heading(g);
+    uint64_t heading = balloon_heading(b, g);
     if (target == heading)
         return; /* there, or already asked and on its way; a move on its way elsewhere is
                  * called off, even back to where the balloon still is (a drop that ended
@@ -726,7 +733,7 @@ static bool tick_round(balancer *b)
             b->backend->agent_drain(&b->hv, &g->hv, &g->agent, g->view.actual_bytes);
         if (b->backend->sample(&b->hv, &g->hv, &s, &serr) < 0) {
             log_debug("guest %s: no stats this tick: %s", g->hv.name, serr->message);
-            g->view.stats_valid = false;
+            g->view.stats_valid = g->view.stats_fresh = false;
         } else {
             /* host truth the backend does not have: what its QEMU touched */
             int pid = b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : 0;
@@ -757,14 +764,14 @@ static bool tick_round(balancer *b)
          * moves); one that grew on its own, the guest deflated on OOM
          * (deflate-on-oom / libvirt autodeflate): not fought (under
          * mode=off it is the operator's doing) */
-        if (guest_balloon_view(g, balloon_heading(g), mono_ms() - g->last_grow_ms < REISSUE_S * 1000)) {
+        if (guest_balloon_view(g, balloon_heading(b, g), mono_ms() - g->last_grow_ms < reissue_ms(b))) {
             char sz_[32];
             size_format(g->view.self_deflated_bytes, sz_, sizeof(sz_));
             log_info("guest %s: deflated its balloon by %s on its own (deflate-on-oom): not fought", g->hv.name, sz_);
         }
         views[i] = g->view;
         if (g->job_ms >= 0)
-            views[i].stats_valid = false; /* neither gives nor takes while the job runs */
+            views[i].stats_valid = views[i].stats_fresh = false; /* neither gives nor takes while the job runs */
     }
     policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host,
                         .huge_refault = b->huge_refault, .observing = b->paused || b->dry_run, .wm = b->wm,

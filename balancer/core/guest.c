@@ -15,11 +15,8 @@ void guest_init(guest *g, const char *name, const char *uuid)
     snprintf(g->hv.name, sizeof(g->hv.name), "%s", name);
     snprintf(g->hv.uuid, sizeof(g->hv.uuid), "%s", uuid);
     vm_policy_default(&g->policy);
-    g->disk_prev = -1;
     g->disk_read_bps = -1;
-    g->qflt_prev = -1;
     g->qemu_faults_ps = -1;
-    g->qcpu_prev = -1;
     g->qemu_cpu = -1;
     g->job_ms = -1;
     g->vmem_asked = UINT64_MAX;
@@ -84,17 +81,35 @@ static double counter_rate(guest *g, int64_t now_v, int64_t prev_v, double dt, d
 /* Host-side evidence: the rate of a host-measured counter (what the
  * guest's disks read, its QEMU's major faults and CPU), over the host's clock;
  * rate stays as it was until there are two samples. */
-static double host_counter_rate(int64_t *prev, double *prev_at, int64_t v, double mono, double rate)
+/* The counter's rate over the last window seconds or more (from the
+ * newest sample at least that old, else the oldest held; 0: since the
+ * last sample); rate when no time has passed; -1 when it is not measured;
+ * 0 when it went backwards (a new QEMU, a replaced disk: its samples start
+ * over). */
+static double host_counter_rate(host_counter *c, int64_t v, double mono, double rate, double window)
 {
     if (v < 0) {
-        *prev = -1;
+        c->n = 0;
         return -1;
     }
-    if (*prev >= 0 && mono > *prev_at)
-        rate = v >= *prev ? (double)(v - *prev) / (mono - *prev_at) : 0;
-    *prev = v;
-    *prev_at = mono;
-    return rate;
+    if (c->n && v < c->v[c->head]) {
+        c->n = 0;
+        rate = 0;
+    }
+    if (c->n && mono <= c->at[c->head])
+        return rate;
+    c->head = (c->head + 1) % HOST_RATE_SLOTS;
+    c->v[c->head] = v;
+    c->at[c->head] = mono;
+    if (c->n < HOST_RATE_SLOTS)
+        c->n++;
+    unsigned from = c->head;
+    for (unsigned k = 1; k < c->n; k++) {
+        from = (c->head + HOST_RATE_SLOTS - k) % HOST_RATE_SLOTS;
+        if (mono - c->at[from] >= window)
+            break;
+    }
+    return from == c->head ? rate : (double)(v - c->v[from]) / (mono - c->at[from]);
 }
 
 /* A swap-in or a major fault is a read from the guest's disk: the guest
@@ -204,13 +219,12 @@ uint64_t reclaimable_cache(uint64_t cache, uint64_t available, uint64_t free_byt
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp)
 {
-    g->disk_read_bps = host_counter_rate(&g->disk_prev, &g->disk_prev_at, s->disk_read_bytes, mono, g->disk_read_bps);
-    g->qemu_faults_ps = host_counter_rate(&g->qflt_prev, &g->qflt_prev_at, s->qemu_major_faults, mono,
-                                          g->qemu_faults_ps);
+    g->disk_read_bps = host_counter_rate(&g->disk, s->disk_read_bytes, mono, g->disk_read_bps, 0);
+    g->qemu_faults_ps = host_counter_rate(&g->qflt, s->qemu_major_faults, mono, g->qemu_faults_ps, HOST_RATE_WINDOW_S);
     /* a QEMU whose CPU time went backwards is a new one: unknown, not idle */
-    bool cpu_reset = s->qemu_cpu_ms >= 0 && g->qcpu_prev >= 0 && s->qemu_cpu_ms < g->qcpu_prev;
-    double cpu_ms_ps = host_counter_rate(&g->qcpu_prev, &g->qcpu_prev_at, s->qemu_cpu_ms, mono,
-                                         g->qemu_cpu < 0 ? -1 : g->qemu_cpu * 1000.0);
+    bool cpu_reset = s->qemu_cpu_ms >= 0 && g->qcpu.n && s->qemu_cpu_ms < g->qcpu.v[g->qcpu.head];
+    double cpu_ms_ps = host_counter_rate(&g->qcpu, s->qemu_cpu_ms, mono, g->qemu_cpu < 0 ? -1 : g->qemu_cpu * 1000.0,
+                                         HOST_RATE_WINDOW_S);
     g->qemu_cpu = cpu_ms_ps < 0 || cpu_reset ? -1 : cpu_ms_ps / 1000.0;
     guest_view *v = &g->view;
     bool fresh_report = !g->have_cur || s->last_update != g->cur.last_update;
@@ -334,6 +348,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         v->stats_valid = false;
     else
         g->reset_report = 0;
+    v->stats_fresh = v->stats_valid && fresh_report;
 }
 
 uint64_t guest_balloon_view(guest *g, uint64_t heading, bool grow_asked_lately)

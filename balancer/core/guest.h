@@ -17,6 +17,23 @@
 #include "policies/vmem_plan.h"
 #include "reclaim/host_swap.h"
 
+/* A counter the host measures (a guest's disk reads, its QEMU's major
+ * faults and CPU time), with its recent samples.  Its QEMU's fault and
+ * CPU rates are taken over at least HOST_RATE_WINDOW_S whatever the tick:
+ * a second of host swap-in at a 1 s tick must not read as the host
+ * swapping (split-lru takes every stream's cache at once then), nor a
+ * second of quiet as idle.  Disk reads are taken tick to tick: they are
+ * the evidence that answers a guest (a cache that refaults, swap-ins its
+ * disks back), and a window would only delay it. */
+#define HOST_RATE_WINDOW_S 5.0
+#define HOST_RATE_SLOTS 8
+typedef struct {
+    int64_t v[HOST_RATE_SLOTS];
+    double at[HOST_RATE_SLOTS]; /* host monotonic s */
+    unsigned n;                 /* samples held (0: none, or reset) */
+    unsigned head;              /* the newest */
+} host_counter;
+
 typedef struct guest {
     hv_guest hv;              /* identity and the backend's handle */
     vm_policy policy;
@@ -29,14 +46,11 @@ typedef struct guest {
     uint64_t counter_resets;  /* counters that went backwards */
     uint64_t unbacked_claims; /* swap-in/fault rates the guest's disk reads cannot explain (capped) */
     uint64_t unbacked_short;  /* ... believed all the same: the guest was short by the host's account */
-    int64_t disk_prev;        /* last disk_read_bytes, -1 none */
-    double disk_prev_at;      /* host monotonic s of disk_prev */
+    host_counter disk;        /* disk_read_bytes */
     double disk_read_bps;     /* host-measured read rate, -1 unknown */
-    int64_t qflt_prev;        /* last qemu_major_faults, -1 none */
-    double qflt_prev_at;      /* host monotonic s of qflt_prev */
+    host_counter qflt;        /* qemu_major_faults */
     double qemu_faults_ps;    /* its QEMU's major faults per second, -1 unknown */
-    int64_t qcpu_prev;        /* last qemu_cpu_ms, -1 none */
-    double qcpu_prev_at;      /* host monotonic s of qcpu_prev */
+    host_counter qcpu;        /* qemu_cpu_ms */
     double qemu_cpu;          /* the CPUs its QEMU keeps busy (CPU seconds per second), -1 unknown */
     uint64_t clamped_values;  /* guest values outside what the host allows */
     guest_view view;

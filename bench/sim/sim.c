@@ -247,7 +247,7 @@ static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv,
     gv->actual_bytes = s->actual;
     gv->floor_bytes = floor_of(s->max);
     gv->ceiling_bytes = s->max;
-    gv->stats_valid = true;
+    gv->stats_valid = gv->stats_fresh = true;
     gv->free_bytes = room - s->cache;
     gv->cache_bytes = s->cache;
     gv->reclaimable_cache_bytes = s->cache; /* no Shmem in these guests */

@@ -199,7 +199,7 @@ static guest_view base_guest(const char *name, uint64_t actual, uint64_t anon)
     g.max_bytes = g.ceiling_bytes = actual;
     g.actual_bytes = actual;
     g.floor_bytes = 256 * MIB;
-    g.stats_valid = true;
+    g.stats_valid = g.stats_fresh = true;
     g.available_bytes = actual - anon;
     g.free_bytes = g.available_bytes;
     g.cache_bytes = g.reclaimable_cache_bytes = 0;

@@ -231,7 +231,7 @@ START_TEST(config_defaults_and_load)
     ck_assert(c.tun.trim_streams && c.tun.drop_idle_cache);
     ck_assert_str_eq(c.policy, "mom");
     ck_assert_uint_eq(c.tick_seconds, 3);
-    ck_assert_uint_eq(c.stats_period, 1);
+    ck_assert_uint_eq(c.stats_period, 2);
     ck_assert(c.tun.step_percent == 20.0);
     ck_assert_uint_eq(c.tun.reserve_min_bytes, 16 * MIB);
     watermarks wm;

@@ -97,7 +97,7 @@ static void trace_init(trace *s, size_t n, uint64_t host)
     s->state = policy_split_lru.state_new();
     policy_tunables_default(&s->in.tun);
     /* the model's own step, not the shipped per-tick one: its expected
-     * values were set at 10 % a tick (a 5 s tick's rate) */
+     * values were set at 10 % a tick */
     s->in.tun.step_percent = 10.0;
     s->in.tun.step_min_bytes = 32 * MIB;
     classify_params_default(&s->cp);
@@ -116,7 +116,7 @@ static void trace_guest(trace *s, size_t i, const char *name, role r, uint64_t m
     vm_policy_default(&g->policy);
     g->max_bytes = g->ceiling_bytes = g->actual_bytes = max;
     g->floor_bytes = 128 * MIB;
-    g->stats_valid = true;
+    g->stats_valid = g->stats_fresh = true;
     g->disk_read_bps = 0;
     s->t[i] = (tguest){ .r = r, .anon = anon, .cache_want = cache_want, .target = max, .touched = max,
                         .cpu = r == IDLE ? 0.02 : 1.0, .fpr = 1, .fpr_used = -1 };
@@ -291,6 +291,8 @@ static void trace_tick(trace *s)
             s->v[i].actual_bytes = s->t[i].stale_at;
             s->v[i].stats_valid = false;
         }
+        if (!s->core) /* a report a tick, unless stale (the core says for itself) */
+            s->v[i].stats_fresh = s->v[i].stats_valid;
     }
     policy_split_lru.decide(&s->in, s->state, &s->out);
     for (size_t i = 0; i < s->n; i++) {

@@ -45,7 +45,7 @@ static void guest_init(sim *s, size_t i, const char *name, uint64_t actual, uint
     g->actual_bytes = actual;
     g->floor_bytes = 256 * MIB;
     g->ceiling_bytes = actual;
-    g->stats_valid = true;
+    g->stats_valid = g->stats_fresh = true;
     g->host_rss_bytes = -1; /* this model does not measure what a guest touches */
     g->host_ws_bytes = -1;
     g->host_faults_ps = -1;
@@ -88,7 +88,7 @@ static void sim_init(sim *s, const policy_ops *ops, size_t n, uint64_t host_base
     s->state = ops->state_new ? ops->state_new() : NULL;
     policy_tunables_default(&s->in.tun);
     /* the model's own step, not the shipped per-tick one: its expected
-     * values were set at 10 % a tick (a 5 s tick's rate) */
+     * values were set at 10 % a tick */
     s->in.tun.step_percent = 10.0;
     s->in.tun.step_min_bytes = 32 * MIB;
     s->in.wm.min = 256 * MIB;
@@ -105,10 +105,18 @@ static void sim_free(sim *s)
         s->ops->state_free(s->state);
 }
 
+/* The clock of the next report (5 s on). */
+static void later(sim *s)
+{
+    s->in.now_s += 5;
+}
+
 /* One tick: refresh the model, decide, apply.  Returns bytes moved. */
 static uint64_t sim_tick(sim *s)
 {
     model_refresh(s);
+    for (size_t i = 0; i < s->n; i++) /* a report a tick, unless the test made it stale */
+        s->v[i].stats_fresh = s->v[i].stats_valid;
     s->ops->decide(&s->in, s->state, &s->out);
     uint64_t moved = 0;
     for (size_t i = 0; i < s->n; i++) {
@@ -208,10 +216,10 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     guest_init(&s, 1, "N", 4 * GIB, 1 * GIB, 0);
     s.host_base = 6 * GIB; /* short: both give free memory */
     for (int t = 0; t < 40; t++)
-        sim_tick(&s);
+        later(&s), sim_tick(&s);
     ck_assert_uint_lt(s.v[0].actual_bytes, 3 * GIB);
     s.v[0].rebooted = true;
-    sim_tick(&s);
+    later(&s), sim_tick(&s);
     s.v[0].rebooted = false;
     ck_assert_str_eq(s.d[0].reason, "rebooted: given its size back");
     uint64_t back = s.v[0].actual_bytes; /* a MiB short: the driver acknowledges it */
@@ -223,7 +231,7 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     s.v[0].pending_target_bytes = back;
     for (int t = 0; t < 6; t++) {
         model_refresh(&s);
-        s.ops->decide(&s.in, s.state, &s.out);
+        later(&s), s.ops->decide(&s.in, s.state, &s.out);
         ck_assert_str_eq(s.d[0].reason, "rebooted: its size on its way back");
         ck_assert_uint_eq(s.d[0].target_bytes, back);
         ck_assert_uint_eq(s.v[0].actual_bytes, squeezed);
@@ -233,18 +241,18 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     /* booting: no stats for five ticks, then three valid reports */
     for (int t = 0; t < 5; t++) {
         s.v[0].stats_valid = false;
-        sim_tick(&s);
+        later(&s), sim_tick(&s);
         ck_assert_uint_eq(s.v[0].actual_bytes, back);
     }
     s.v[0].stats_valid = true;
     for (int t = 0; t < 2; t++) { /* settled at its third */
         s.host_base -= 64 * MIB; /* the host stays short */
-        sim_tick(&s);
+        later(&s), sim_tick(&s);
         ck_assert_msg(s.v[0].actual_bytes == back, "R gave at its valid report %d: %s", t + 1, s.d[0].reason);
     }
     /* settled: a donor again */
     for (int t = 0; t < 10; t++)
-        sim_tick(&s);
+        later(&s), sim_tick(&s);
     ck_assert_uint_lt(s.v[0].actual_bytes, back);
     /* reset while its balloon was on its way down (the driver of the
      * guest that shut down never acknowledged it): the size comes back all
@@ -253,7 +261,7 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     s.v[0].pending_target_bytes = 1 * GIB;
     s.v[0].rebooted = true;
     model_refresh(&s);
-    s.ops->decide(&s.in, s.state, &s.out);
+    later(&s), s.ops->decide(&s.in, s.state, &s.out);
     ck_assert_str_eq(s.d[0].reason, "rebooted: given its size back");
     ck_assert_uint_eq(s.d[0].target_bytes, 4 * GIB - MIB);
     sim_free(&s);
@@ -329,7 +337,7 @@ END_TEST
 /* ... but not on faults a balloon of ours causes: a guest that clears
  * the pages it allocates (init_on_alloc) faults in every page of its own
  * swapped-out memory its inflating balloon takes, so a guest whose balloon
- * is on its way down, or came down since the last tick, is not evidence
+ * is on its way down, or came down in the last 5 s, is not evidence
  * that the host swaps -- counted, the rule would keep itself going */
 START_TEST(a_balloons_own_faults_do_not_take_streams_at_once)
 {
@@ -357,9 +365,9 @@ START_TEST(a_balloons_own_faults_do_not_take_streams_at_once)
         ck_assert(s.d[2].change);
         ck_assert_uint_le(4 * GIB - s.d[2].target_bytes, step); /* the shortfall, a step at most */
         ck_assert_str_eq(s.d[2].reason, "reclaim: streaming page cache");
-        /* the same faults with S's balloon still: the host swaps */
+        /* the same faults with S's balloon still for over 5 s: the host swaps */
         s.v[1].pending_target_bytes = 0;
-        s.in.now_s += 5;
+        s.in.now_s += 6;
         model_refresh(&s);
         s.ops->decide(&s.in, s.state, &s.out);
         ck_assert_str_eq(s.d[2].reason, "reclaim: streaming page cache, at once (the host is swapping)");
@@ -390,12 +398,15 @@ START_TEST(a_reader_taken_while_swapped_can_still_prove_a_refault)
     ck_assert_str_eq(s.d[1].reason, "reclaim: streaming page cache, at once (the host is swapping)");
     uint64_t taken_to = s.v[1].actual_bytes;
     ck_assert_uint_lt(taken_to, 2 * GIB);
+    /* its cache refaults at once (more than twice its pace and 2 MiB/s)
+     * while its QEMU still waits for host swap: nothing proves it yet,
+     * and those reads do not become its pace */
     s.in.now_s += 5;
-    s.v[1].host_faults_ps = 0; /* relieved */
+    s.v[1].disk_read_bps = 20.0 * MIB;
     sim_tick(&s);
     ck_assert_uint_eq(s.v[1].actual_bytes, taken_to);
     s.in.now_s += 5;
-    s.v[1].disk_read_bps = 20.0 * MIB; /* more than twice its pace and 2 MiB/s: its cache refaults */
+    s.v[1].host_faults_ps = 0; /* relieved, still refaulting */
     sim_tick(&s);
     ck_assert_str_eq(s.d[1].reason, "its cache was its working set: given back");
     ck_assert_uint_gt(s.v[1].actual_bytes, 3 * GIB);
@@ -942,8 +953,7 @@ START_TEST(mom_grows_without_pressure_and_ignores_tiny_changes)
     ck_assert(s.d[0].change);
     ck_assert_uint_eq(s.d[0].target_bytes, (uint64_t)(2.0 * GIB * 1.05));
     /* and not again until 10 s later */
-    s.in.now_s += 5;
-    s.ops->decide(&s.in, s.state, &s.out);
+    later(&s), s.ops->decide(&s.in, s.state, &s.out);
     ck_assert(!s.d[0].change);
     sim_free(&s);
 }
