@@ -52,7 +52,9 @@
  * touched more memory this tick wait for it (a host-thrashing tick for
  * each).  When what must go out is more than can be swapped (locked
  * memory), the host's OOM killer kills the QEMU holding the most
- * (resident + swapped), the worst harm.
+ * (resident + swapped, locked or not), the worst harm.  The workloads are
+ * timed in seconds (STARTUP_S, BLIND_S, CACHE_FILL_BPS, TOUCH_ALL_S), the
+ * same at any tick; a guest reports at every tick.
  *
  * Not modelled: host reclaim (DAMON), the agent, virtio-mem, stale
  * reports, CPU.
@@ -62,6 +64,7 @@
  * guests hurt (their seed, whether they report OOM kills).
  */
 #include <check.h>
+#include <math.h>
 
 #include "check_run.h"
 #include <stdio.h>
@@ -82,6 +85,11 @@
 #define QEMU_OWN (128 * MIB)        /* QEMU's own memory, in what the host sees it touched ... */
 #define QEMU_GROWTH (64.0 * MIB)    /* ... growing this much an hour (code cache, heap) */
 #define HOST_SWAP_BPS (64.0 * MIB)  /* the host's swap writes this fast, at most */
+/* The workloads in seconds, whatever the tick balancerd runs at: */
+#define STARTUP_S 10.0              /* a start-up allocation: half at once, the rest this much later */
+#define BLIND_S 5.0                 /* a booting guest reports nothing for 1-4 of these */
+#define CACHE_FILL_BPS (51.2 * MIB) /* page cache refilled this fast (not a stream's: its reads) */
+#define TOUCH_ALL_S 5.0             /* a guest touches all its in-use memory this often */
 #define HOST_THRASH_MIN (4 * MIB)   /* a guest's in-use memory in host swap that is a thrashing tick */
 
 typedef enum { W_DB, W_SHMDB, W_STREAM, W_CACHEDB, W_JUMP, W_GROW, W_BOOT, W_REBOOT, W_CHURN, W_KINDS } workload;
@@ -100,7 +108,7 @@ typedef struct {
     double read_bps;         /* disk reads into its cache (stream, shmdb) */
     double t_event, t_hold;  /* jump: first allocation, how long it holds it; grow: start; boot,
                               * churn: arrival; reboot: the reset */
-    unsigned blind_ticks;    /* boot, reboot, churn: ticks with no balloon statistics */
+    double blind_s;          /* boot, reboot, churn: how long it reports no balloon statistics */
     /* state */
     bool present;
     unsigned generation;     /* churn: a new guest in the slot */
@@ -160,7 +168,7 @@ static void draw_fleet(fleet *f, uint64_t seed)
         g->cache_want = pct_of(g->max, 5, 15);
         g->anon0 = pct_of(g->max, 5, 15);
         g->t_event = RUN_S * (0.1 + 0.6 * xu());
-        g->blind_ticks = 1 + (unsigned)(xr() % 4);
+        g->blind_s = BLIND_S * (double)(1 + xr() % 4);
         switch (g->w) {
         case W_DB: g->anon0 = pct_of(g->max, 40, 70); break;
         case W_SHMDB:
@@ -195,22 +203,22 @@ static void draw_fleet(fleet *f, uint64_t seed)
 }
 
 /* A guest (re)starts: empty memory, its balloon at tgt, no statistics
- * for its first blind_ticks. */
-static void boot(fguest *g, double now, uint64_t balloon)
+ * for its first blind_s. */
+static void boot(fguest *g, double now, uint64_t balloon, double tick)
 {
     g->present = true;
     g->actual = g->target = balloon;
     g->anon = g->cache = g->swapped = 0;
     g->touched = KERNEL;
-    g->blind_left = g->blind_ticks;
+    g->blind_left = (unsigned)ceil(g->blind_s / tick);
     g->startup_at = now;
 }
 
 /* What the workload wants now (before the balloon has its say). */
-static uint64_t anon_want(const fguest *g, double now, double tick)
+static uint64_t anon_want(const fguest *g, double now)
 {
-    if (g->startup_at >= 0) /* a start-up allocation takes two ticks */
-        return (uint64_t)((double)g->anon0 * min_u(2, (uint64_t)((now - g->startup_at) / tick) + 1) / 2.0);
+    if (g->startup_at >= 0) /* a start-up allocation: half at once, the rest STARTUP_S later */
+        return now - g->startup_at >= STARTUP_S ? g->anon0 : g->anon0 / 2;
     switch (g->w) {
     case W_JUMP: {
         /* allocates within a tick, holds it, frees it; again after as long */
@@ -230,9 +238,9 @@ static uint64_t anon_want(const fguest *g, double now, double tick)
 /* One tick of guest g's workload on its balloon; counts harm. */
 static void workload_tick(fguest *g, double now, double tick)
 {
-    if (g->startup_at >= 0 && now - g->startup_at >= 2 * tick)
+    if (g->startup_at >= 0 && now - g->startup_at >= STARTUP_S)
         g->startup_at = -1;
-    uint64_t want = anon_want(g, now, tick);
+    uint64_t want = anon_want(g, now);
     uint64_t pinned = KERNEL + g->shm + want;
     g->swapped = 0;
     if (pinned > g->actual) {
@@ -263,7 +271,7 @@ static void workload_tick(fguest *g, double now, double tick)
     uint64_t cache_room = room > KEEP_FREE ? room - KEEP_FREE : 0;
     double reads = g->read_bps * tick;
     uint64_t before = g->cache;
-    uint64_t grow_cache = g->w == W_STREAM || g->w == W_SHMDB ? (uint64_t)reads : 256 * MIB;
+    uint64_t grow_cache = g->w == W_STREAM || g->w == W_SHMDB ? (uint64_t)reads : (uint64_t)(CACHE_FILL_BPS * tick);
     g->cache = min_u(min_u(g->cache_want, cache_room), g->cache + grow_cache);
     if (g->w == W_CACHEDB && g->cache > before)
         reads += (double)(g->cache - before); /* its misses read back */
@@ -331,12 +339,12 @@ static uint64_t host_tick(fleet *f, double tick, bool first)
         if (!g->present)
             continue;
         held += g->touched;
+        if (!victim || g->touched > victim->touched)
+            victim = g; /* oom_badness: locked memory counts like any other */
         if (g->locked)
             continue;
         freed += g->touched - in_use_of(g);
         in_use += in_use_of(g);
-        if (!victim || g->touched > victim->touched)
-            victim = g;
     }
     uint64_t out = held > f->host ? held - f->host : 0;
     if (out > freed + in_use && victim) {
@@ -358,7 +366,7 @@ static uint64_t host_tick(fleet *f, double tick, bool first)
         uint64_t use = in_use_of(g);
         uint64_t hot = in_use ? (uint64_t)((double)warm * (double)use / (double)in_use) : 0;
         g->hswap = (freed ? (uint64_t)((double)cold * (double)(g->touched - use) / (double)freed) : 0) + hot;
-        g->qflt_total += (double)hot / 4096;
+        g->qflt_total += (double)hot / 4096 * fmin(1.0, tick / TOUCH_ALL_S);
         /* a stream's cache is read once: its swap-in is the host's cost, not the guest's working set */
         uint64_t ws = g->w == W_STREAM ? (uint64_t)((double)hot * (double)(use - min_u(use, g->cache)) / (double)(use ? use : 1)) : hot;
         g->host_thrash += ws >= HOST_THRASH_MIN || (stalled && g->touched > was);
@@ -405,16 +413,16 @@ static void run_fleet(const fleet *tmpl, const policy_ops *ops, const balancer_c
             fguest *g = &f.g[i];
             /* arrivals, resets, churn */
             if (!g->present && now >= g->t_event)
-                boot(g, now, g->max);
+                boot(g, now, g->max, tick);
             if (g->w == W_REBOOT && now >= g->t_event && now < g->t_event + tick) {
-                boot(g, now, g->actual);
+                boot(g, now, g->actual, tick);
                 guest_rebooted(&g->cg);
             }
             if (g->w == W_CHURN && g->present && now >= g->t_event + 60 * (g->generation + 1)) {
                 g->generation++; /* destroyed, and a new guest created in its place */
                 snprintf(g->name, sizeof(g->name), "g%zu.%u", i, g->generation);
                 guest_init(&g->cg, g->name, g->name);
-                boot(g, now, g->max);
+                boot(g, now, g->max, tick);
                 g->disk_total = g->swapin_total = g->cpu_ms = 0;
                 g->ooms_total = 0;
             }
