@@ -108,10 +108,10 @@
 /* A guest's largest rise of used memory within JUMP_WINDOW_S is headroom
  * its balloon leaves it for one to two of these windows: an allocation
  * faster than need is seen and answered (a report and a tick, up to 3 s
- * at the shipped 2 s stats period and 1 s tick) cannot be answered in time, so the one it has shown it makes (a
- * job, a compaction, a cron that comes back) is provided for in advance.
- * An hour, not minutes: what comes back hourly or after an idle spell
- * must still find it */
+ * at the shipped 2 s stats period and 1 s tick) cannot be answered in
+ * time, so the one it has shown it makes (a job, a compaction, a cron that
+ * comes back) is provided for in advance.  An hour, not minutes: what
+ * comes back hourly or after an idle spell must still find it */
 #define JUMP_HOLD_S 3600.0
 #define JUMP_WINDOW_S 5.0
 #define USED_SLOTS 8 /* reports held to find the rise within JUMP_WINDOW_S */
@@ -160,8 +160,7 @@ typedef struct {
                              * pace is its own once this reaches PACE_WATCH_S) ... */
     bool pace_own;          /* ... as it stood when the running experiment's "before" was taken */
     double settle_from_s;   /* when it appeared, rebooted or last filled its cache ... */
-    unsigned settled;       /* ... and its fresh reports since
-                             * (capped at SETTLE_TICKS) */
+    unsigned settled;       /* ... and its fresh reports since (capped at SETTLE_REPORTS) */
     double seen_s;          /* when it was last observed */
     double idle_since_s;    /* idle (drop_idle_cache) since then; < 0 not idle */
     uint64_t drop_from;     /* a drop under way: its balloon before it, to go back to; 0 none */
@@ -226,7 +225,7 @@ typedef struct {
     bool inflated;     /* its balloon on its way down now or since the last tick: its QEMU's faults
                         * may be the balloon's own (stream_step_raise) */
     uint64_t moving_to; /* where it is going */
-    bool settling;     /* filled its cache less than SETTLE_TICKS ago: not a donor yet */
+    bool settling;     /* not settled (new, rebooted or its cache just filled): not a donor yet */
     bool frees_nothing; /* its balloon frees nothing on the host (split_guest's) */
     const char *learnt; /* set when this tick found that a reclaim cost it */
     uint64_t keep_backed; /* the part of keep that host-backed evidence proved:
@@ -307,7 +306,7 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         m->watched_since_s = now;
         /* without a disk-read rate yet (it takes two samples) nothing
          * says whether it is warming up: it gives nothing until it has
-         * been watched for SETTLE_TICKS */
+         * settled (SETTLE_REPORTS, SETTLE_S) */
         m->settled = g->disk_read_bps < 0 || g->rebooted ? 0 : SETTLE_REPORTS;
         m->settle_from_s = m->settled ? now - SETTLE_S : now;
         m->seen_s = now;
@@ -470,10 +469,10 @@ static void experiment_before(split_guest *m, const guest_view *g, double usual,
 }
 
 /* A running experiment whose reads could not prove a cost when it began
- * (its QEMU waited for host swap, or its pace was not known yet) can once
- * its QEMU no longer waits, if its pace was its own then (watched
- * PACE_WATCH_S with its QEMU not waiting; else a stream the relief speeds
- * up would look like a refault), every tick it runs, whether or not more is taken (one move may take all
+ * (its QEMU waited for host swap) can once its QEMU no longer waits, if
+ * its pace was its own then (watched PACE_WATCH_S with its QEMU not
+ * waiting; else a stream the relief speeds up would look like a refault),
+ * every tick it runs, whether or not more is taken (one move may take all
  * it gives: stream_step_raise): against the "before" taken then (its pace
  * then counted only reads while its QEMU did not wait), not the average or
  * the pace since, which the refault it is to catch may already have
