@@ -508,7 +508,7 @@ static const char *reclaim_feedback(split_guest *m, const guest_view *g, uint64_
     const char *why = NULL;
     uint64_t keep = m->shrunk_from;
     if (g->in_need || g->thrashing) {
-        why = "reclaim cost it: given back";
+        why = g->thrashing ? "reclaim cost it (thrashing): given back" : "reclaim cost it (in need): given back";
     } else if (m->proactive && m->trim_usual_bps > 0 && now - m->trim_began_s >= SLOWED_AFTER_S &&
                m->disk_avg_bps >= 0 && m->disk_avg_bps < SLOWED_FRACTION * m->trim_usual_bps) {
         /* a trim is for nothing but host room: a stream it slowed (its
