@@ -205,7 +205,7 @@ unit: $(UNIT_TESTS) $(REPLAYS)
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@rc=0; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
-	  CK_FORK=no MEMBAL_ADVERSARY_SEEDS=10 $(RUN) $(VALGRIND) $$t || rc=1; done; \
+	  CK_FORK=no MEMBAL_ADVERSARY_SEEDS=10 FLEET_SEEDS=100 $(RUN) $(VALGRIND) $$t || rc=1; done; \
 	  for r in $(REPLAY_TARGETS); do \
 	    $(RUN) $(VALGRIND) $(BUILD)/tests/replay_$$r \
 	      $$(ls tests/fuzz/corpus/$$r/* tests/fuzz/regressions/$$r/* 2>/dev/null) || rc=1; \
