@@ -31,6 +31,11 @@
 #include "guest_vm.h"
 #include "qmp/qmp.h"
 
+/* The tests' own step, 10 % a tick at their 1 s tick (the step before the
+ * shipped tick went from 5 s to 1 s): their tick budgets to reach a floor
+ * were set with it; the shipped 2 % a tick is the same per 5 s. */
+#define TEST_STEP "[policy]\nstep_percent = 10\nstep_min = 32MiB\n"
+
 #define MIB (1024ULL * 1024ULL)
 #define URI "https://membal.dev/xmlns/policy/1"
 
@@ -284,7 +289,7 @@ START_TEST(libvirt_metadata_drives_balloon)
     /* host "below low" on purpose: watermarks far above what is free */
     char conf[512];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n");
     /* with the restrictions balancer.service puts on it: root with no
      * capability at all (CapabilityBoundingSet=, no new privileges), so
@@ -431,7 +436,7 @@ START_TEST(libvirt_policy_persists_and_jobs_hold_the_balloon)
     wait_guest_ready();
     char conf[512];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n");
     start_daemon(conf, "--connect qemu:///system");
     if (!wait_actual(d, 400 * MIB, 60)) {
@@ -542,7 +547,7 @@ START_TEST(libvirt_stopped_qemu_delays_nobody)
     wait_guest_ready();
     char conf[512], pidfile[300];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
                      "[guests]\ndefault_floor_percent = 0\ndefault_floor_min = 128MiB\n");
     /* bare: the tick times are what is measured */
@@ -652,7 +657,7 @@ static void start_qmp_guest_and_daemon(guest_vm *vm, const char *guests_conf, co
     ck_assert(guest_vm_start(vm, &o) == 0);
     char conf[512], text[1024], extra[1024];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    snprintf(text, sizeof(text), "[balancer]\ntick = 1\nstats_period = 1\n"
+    snprintf(text, sizeof(text), TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                                  "[watermarks]\nmin = 1%%\nlow = 99%%\nhigh = 99.5%%\n"
                                  "[guests]\n%s\n", guests_conf);
     write_file(conf, text);
@@ -700,7 +705,7 @@ START_TEST(shmem_is_not_reclaimable_cache)
     ck_assert(guest_vm_wait_console(&vm, "MEMBAL-GUEST-SHM 200 MiB", 120000));
     char conf[512], extra[512];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n");
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n");
     snprintf(extra, sizeof(extra), "--qmp '%s' --dry-run", vm.qmp_path);
     start_daemon(conf, extra);
     double cache = 0, reclaimable = -1;
@@ -744,7 +749,7 @@ START_TEST(qmp_stopped_or_held_qemu_delays_nobody)
 
     char conf[512], args[1024];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
                      "[guests]\ndefault_floor_percent = 0\ndefault_floor_min = 128MiB\n");
     snprintf(args, sizeof(args), "--verbose --qmp '%s' --qmp '%s'", a.qmp_path, b.qmp_path);
@@ -808,7 +813,7 @@ START_TEST(drop_given_back_when_balancerd_stops)
     ck_assert_msg(guest_vm_wait_console(&vm, "BURST phase=idle", 90000), "the guest did not fill its cache");
     char conf[512], args[600];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n[policy]\ndrop_idle_cache = true\n");
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n[policy]\ndrop_idle_cache = true\n");
     snprintf(args, sizeof(args), "--verbose --qmp '%s'", vm.qmp_path);
     start_daemon(conf, args);
     ck_assert_msg(wait_log("drop_idle_cache: ", 20), "no word from the huge-page refault probe");
@@ -885,7 +890,7 @@ START_TEST(reload_keeps_the_bound_addresses)
     char conf[512], text[1024], args[512];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
     snprintf(daemon_log, sizeof(daemon_log), "%s/balancerd.log", workdir);
-    snprintf(text, sizeof(text), "[balancer]\ntick = 1\ncontrol_socket = %s/ctl1.sock\n[metrics]\nlisten = 127.0.0.1:%d\n",
+    snprintf(text, sizeof(text), TEST_STEP "[balancer]\ntick = 1\ncontrol_socket = %s/ctl1.sock\n[metrics]\nlisten = 127.0.0.1:%d\n",
              workdir, p1);
     write_file(conf, text);
     snprintf(args, sizeof(args), "--qmp '%s/none.sock'", workdir);
@@ -893,7 +898,7 @@ START_TEST(reload_keeps_the_bound_addresses)
     ck_assert_int_gt(daemon_pid, 0);
     ck_assert_msg(wait_log("metrics on http://127.0.0.1:", 10), "balancerd did not start");
 
-    snprintf(text, sizeof(text), "[balancer]\ntick = 2\ncontrol_socket = %s/ctl2.sock\n[metrics]\nlisten = 127.0.0.1:%d\n",
+    snprintf(text, sizeof(text), TEST_STEP "[balancer]\ntick = 2\ncontrol_socket = %s/ctl2.sock\n[metrics]\nlisten = 127.0.0.1:%d\n",
              workdir, p2);
     write_file(conf, text);
     kill(daemon_pid, SIGHUP);
@@ -1132,7 +1137,7 @@ START_TEST(operate_metrics_ctl_reload)
     kill(daemon_pid, SIGHUP);
     ck_assert(wait_log("reload: ", 10));
     ck_assert(log_has("balancer.conf:4: [balancer] policy = \"best\""));
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\npolicy = none\n");
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\npolicy = none\n");
     kill(daemon_pid, SIGHUP);
     ck_assert(wait_log("configuration reloaded", 10));
     sleep(2);
@@ -1354,7 +1359,7 @@ static void reclaim_guest_up(const char *tag, bool thp, const char *watermarks, 
     ck_assert(guest_vm_start(vm, &o) == 0);
     ck_assert(guest_vm_wait_console(vm, "WSS ready", 120000));
     snprintf(conf, 512, "%s/balancer.conf", workdir);
-    g_autofree char *text = g_strdup_printf("[balancer]\ntick = 1\nstats_period = 1\n[watermarks]\n%s"
+    g_autofree char *text = g_strdup_printf(TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n[watermarks]\n%s"
                                             "[guests]\ndefault_floor_percent = 100\n"
                                             "[host_reclaim]\nenabled = true\nscan_interval = 1\n%s",
                                             watermarks, reclaim_keys);
@@ -1489,7 +1494,7 @@ START_TEST(host_reclaim_pages_out_cold_guest_memory)
     /* no pressure and proactive = no: no scan.  With the host far above
      * its watermarks host reclaim probes nothing (a probe is a pageout the
      * guest pays for) */
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 2%\nhigh = 3%\n"
                      "[guests]\ndefault_floor_percent = 100\n"
                      "[host_reclaim]\nenabled = true\nscan_interval = 1\nproactive = no\n");
@@ -1819,7 +1824,7 @@ START_TEST(hang_is_visible)
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
     char conf[512], extra[512];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n");
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n");
     snprintf(extra, sizeof(extra), "--qmp '%s/no-qemu.sock'", workdir); /* no guest: the loop runs all the same */
     setenv("NOTIFY_SOCKET", sa.sun_path, 1);
     setenv("WATCHDOG_USEC", "1000000", 1);
@@ -1888,7 +1893,7 @@ START_TEST(rebooted_guest_gets_its_size_back)
     ck_assert(guest_vm_start(&vm, &o) == 0);
     char conf[512], extra[512];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
                      "[guests]\ndefault_floor_min = 320MiB\ndefault_floor_percent = 0\n");
     snprintf(extra, sizeof(extra), "--qmp '%s'", vm.qmp_path);
@@ -1983,7 +1988,7 @@ START_TEST(virtio_mem_resizes_a_guest)
     ck_assert_msg(gm.total_kb >= 600 * 1024, "vm-a booted with MemTotal %ld kB: its 256 MiB not plugged", gm.total_kb);
     char conf[512], extra[1024];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
                      "[guests]\ndefault_floor_min = 320MiB\ndefault_floor_percent = 0\n");
     snprintf(extra, sizeof(extra), "--qmp '%s' --qmp '%s'", a.qmp_path, b.qmp_path);
@@ -2052,7 +2057,7 @@ START_TEST(virtio_mem_refused_unplug_is_held)
     ck_assert_msg(guest_vm_wait_console(&vm, "BURST phase=done", 90000), "the guest never allocated its 300 MiB");
     char conf[512], extra[512];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 2%\nhigh = 3%\n");
     snprintf(extra, sizeof(extra), "--qmp '%s'", vm.qmp_path);
     start_daemon(conf, extra);
@@ -2110,7 +2115,7 @@ START_TEST(libvirt_virtio_mem_resizes_a_guest)
                   (unsigned long long)(actual_bytes(d) / MIB));
     char conf[512];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, "[balancer]\ntick = 1\nstats_period = 1\n"
+    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n"
                      "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n"
                      "[guests]\ndefault_floor_min = 320MiB\ndefault_floor_percent = 0\n");
     start_daemon(conf, "--connect qemu:///system");
