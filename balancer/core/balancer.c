@@ -517,13 +517,19 @@ static int64_t reissue_ms(const balancer *b)
     return (ticks3 > REISSUE_S ? ticks3 : REISSUE_S) * 1000;
 }
 
+/* A balloon within this of its target has arrived: QEMU sizes it in
+ * pages and libvirt in KiB, so a target in bytes is rarely met exactly
+ * (counted as still on its way, it would hold the guest's next move for
+ * REISSUE_S). */
+#define ARRIVED_SLACK (1024 * 1024)
+
 /* Where the guest's balloon is going: the target asked for last, while
  * it may still be on its way, else where it is. */
 static uint64_t balloon_heading(const balancer *b, const guest *g)
 {
-    return g->last_target && g->last_target != g->view.actual_bytes && mono_ms() - g->last_set_ms < reissue_ms(b)
-               ? g->last_target
-               : g->view.actual_bytes;
+    uint64_t a = g->view.actual_bytes, t = g->last_target;
+    bool away = t > a + ARRIVED_SLACK || a > t + ARRIVED_SLACK;
+    return t && away && mono_ms() - g->last_set_ms < reissue_ms(b) ? t : a;
 }
 
 /* Set a guest's size: through its balloon, or, with a virtio-mem device
