@@ -80,10 +80,10 @@
 #define SETTLE_REPORTS 3    /* new, rebooted, or after filling its cache, a guest gives nothing
                              * until it made this many fresh reports (what takes two to tell a
                              * warm-up from a stream, and one to see it go on) ... */
-#define SETTLE_S 10.0       /* ... over at least this long: a warm-up's reads tail off for seconds
-                             * after its cache stops growing, and its usual reads (a reclaim's
-                             * "before") must not hold them (check_need's adversary at a 2 s tick:
-                             * honest guests lost 1714 ticks without it, 1616 with) */
+#define SETTLE_S 10.0       /* ... and after filling its cache, over at least this long: a warm-up's
+                             * reads tail off for seconds after its cache stops growing, and its
+                             * usual reads (a reclaim's "before") must not hold them (check_need's adversary at a 2 s tick:
+                             * honest guests lost 1714 ticks without it, 1507 with) */
 #define SLOWED_AFTER_S 10.0 /* a trimmed stream's reads are judged this long after the trim began ... */
 #define SLOWED_FRACTION 0.75 /* ... and below this share of what they were, the trim slowed it */
 #define IDLE_CPU 0.05          /* a guest whose QEMU uses less of a CPU than this ... */
@@ -159,8 +159,9 @@ typedef struct {
     double unwaited_s;      /* how long it was seen with its QEMU not waiting for host swap (its
                              * pace is its own once this reaches PACE_WATCH_S) ... */
     bool pace_own;          /* ... as it stood when the running experiment's "before" was taken */
-    double settle_from_s;   /* when it appeared, rebooted or last filled its cache ... */
-    unsigned settled;       /* ... and its fresh reports since (capped at SETTLE_REPORTS) */
+    double settle_from_s;   /* when it last filled its cache (SETTLE_S) ... */
+    unsigned settled;       /* its fresh reports since it appeared, rebooted or last filled its cache
+                             * (capped at SETTLE_REPORTS) */
     double seen_s;          /* when it was last observed */
     double idle_since_s;    /* idle (drop_idle_cache) since then; < 0 not idle */
     uint64_t drop_from;     /* a drop under way: its balloon before it, to go back to; 0 none */
@@ -308,7 +309,7 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
          * says whether it is warming up: it gives nothing until it has
          * settled (SETTLE_REPORTS, SETTLE_S) */
         m->settled = g->disk_read_bps < 0 || g->rebooted ? 0 : SETTLE_REPORTS;
-        m->settle_from_s = m->settled ? now - SETTLE_S : now;
+        m->settle_from_s = now - SETTLE_S; /* the time floor is for a warm-up's tail only */
         m->seen_s = now;
         m->idle_since_s = -1;
         m->jump_window_s = now;
@@ -933,7 +934,6 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
             if (m->reboot_to && (back || in->now_s - m->reboot_at_s >= REBOOT_HOLD_S)) {
                 m->reboot_to = 0;
                 m->settled = 0; /* it settles from when its memory is back */
-                m->settle_from_s = in->now_s;
             }
             w->settling = settling(m, in->now_s);
             w->credit = need_allowance(m, g, w->step, &w->touched);

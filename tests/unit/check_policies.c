@@ -205,10 +205,9 @@ END_TEST
 
 /* A squeezed guest that reboots gets its size back at once (its balloon
  * kept the squeeze across the reset, and it boots into it), whatever the
- * host's shortage; it gives again only from its third valid report on,
- * 10 s after its size came back at the earliest (SETTLE_REPORTS,
- * SETTLE_S), and a tick without one (a booting guest has no balloon
- * driver yet) settles nothing. */
+ * host's shortage; it gives again only from its third valid report on
+ * (SETTLE_REPORTS), and a tick without one (a booting guest has no
+ * balloon driver yet) settles nothing. */
 START_TEST(rebooted_guest_gets_its_size_back_and_settles)
 {
     sim s;
