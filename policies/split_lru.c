@@ -223,7 +223,7 @@ typedef struct {
     uint64_t keep;     /* learnt: reclaim outside the critical tier leaves this */
     bool cache_hot;    /* its cache refaulted: not treated as streaming */
     bool moving;       /* its balloon is still on the way down: not a donor now */
-    bool inflated;     /* its balloon on its way down now or since the last tick: its QEMU's faults
+    bool inflated;     /* its balloon on its way down now or within INFLATE_GRACE_S: its QEMU's faults
                         * may be the balloon's own (stream_step_raise) */
     uint64_t moving_to; /* where it is going */
     bool settling;     /* not settled (new, rebooted or its cache just filled): not a donor yet */
