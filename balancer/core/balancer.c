@@ -384,7 +384,7 @@ const snapshot *balancer_snapshot(balancer *b)
 /* The pause outlives this balancerd (a restart, an upgrade) as a file in
  * the state directory; what cannot be written is logged, and the pause
  * holds for this run anyway. */
-static void actuate(balancer *b, guest *g, const guest_decision *d);
+static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms);
 
 static void record_pause(const balancer *b, bool paused)
 {
@@ -435,7 +435,7 @@ unsigned balancer_give_back_all(balancer *b)
                                                                                                : g->view.ceiling_bytes;
         guest_decision d = { .target_bytes = to, .change = true, .undo = true };
         snprintf(d.reason, sizeof(d.reason), "give-back: its memory given back, balancing paused");
-        actuate(b, g, &d);
+        actuate(b, g, &d, mono_ms());
         g->exit_bytes = 0;
         moved += g->balloon_ops != before;
     }
@@ -523,13 +523,18 @@ static int64_t reissue_ms(const balancer *b)
  * REISSUE_S). */
 #define ARRIVED_SLACK (1024 * 1024)
 
-/* Where the guest's balloon is going: the target asked for last, while
- * it may still be on its way, else where it is. */
-static uint64_t balloon_heading(const balancer *b, const guest *g)
+/* Where the guest's balloon is going at now_ms: the target asked for
+ * last, while it may still be on its way, else where it is.  A tick asks
+ * this at one moment for both the policy's view and the move it makes:
+ * asked twice, a move's REISSUE_S could end between the two, and the
+ * policy's "hold where it is going" be sent again as a new move (a dead
+ * guest's balloon that stopped short, asked again; check_faults
+ * guest_kernel_panics under valgrind). */
+static uint64_t balloon_heading(const balancer *b, const guest *g, int64_t now_ms)
 {
     uint64_t a = g->view.actual_bytes, t = g->last_target;
     bool away = t > a + ARRIVED_SLACK || a > t + ARRIVED_SLACK;
-    return t && away && mono_ms() - g->last_set_ms < reissue_ms(b) ? t : a;
+    return t && away && now_ms - g->last_set_ms < reissue_ms(b) ? t : a;
 }
 
 /* Set a guest's size: through its balloon, or, with a virtio-mem device
@@ -593,7 +598,8 @@ static void note_vmem(balancer *b, guest *g, vmem_state st)
         g->vmem_asked = g->vmem.plugged_bytes;
 }
 
-static void actuate(balancer *b, guest *g, const guest_decision *d)
+/* Carry out d for g, as seen at now_ms (the tick's moment). */
+static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms)
 {
     const guest_view *v = &g->view;
     snprintf(g->last_reason, sizeof(g->last_reason), "%s", d->reason);
@@ -610,7 +616,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d)
         target = v->floor_bytes;
     if (target > v->ceiling_bytes)
         target = v->ceiling_bytes;
-    uint64_t heading = balloon_heading(b, g);
+    uint64_t heading = balloon_heading(b, g, now_ms);
     if (target == heading)
         return; /* there, or already asked and on its way; a move on its way elsewhere is
                  * called off, even back to where the balloon still is (a drop that ended
@@ -670,7 +676,7 @@ static void give_back(balancer *b, const char *why)
         /* actuate leaves it where it is going already */
         guest_decision d = { .target_bytes = g->exit_bytes, .change = true, .undo = true };
         snprintf(d.reason, sizeof(d.reason), "%s", why);
-        actuate(b, g, &d);
+        actuate(b, g, &d, mono_ms());
         g->exit_bytes = 0;
     }
 }
@@ -721,6 +727,7 @@ static bool tick_round(balancer *b)
         return false; /* the backend logged why; guests are kept for when it returns */
 
     int64_t now = time(NULL);
+    int64_t tick_ms = mono_ms(); /* where each balloon is going, for the views and the moves alike */
     size_t n = b->guests->len;
     g_autofree guest_view *views = g_new0(guest_view, n ? n : 1);
     g_autofree guest_decision *dec = g_new0(guest_decision, n ? n : 1);
@@ -770,7 +777,7 @@ static bool tick_round(balancer *b)
          * moves); one that grew on its own, the guest deflated on OOM
          * (deflate-on-oom / libvirt autodeflate): not fought (under
          * mode=off it is the operator's doing) */
-        if (guest_balloon_view(g, balloon_heading(b, g), mono_ms() - g->last_grow_ms < reissue_ms(b))) {
+        if (guest_balloon_view(g, balloon_heading(b, g, tick_ms), tick_ms - g->last_grow_ms < reissue_ms(b))) {
             char sz_[32];
             size_format(g->view.self_deflated_bytes, sz_, sizeof(sz_));
             log_info("guest %s: deflated its balloon by %s on its own (deflate-on-oom): not fought", g->hv.name, sz_);
@@ -793,7 +800,7 @@ static bool tick_round(balancer *b)
     uint64_t balloon_reclaim = 0;
     for (size_t i = 0; i < n; i++) {
         guest *g = g_ptr_array_index(b->guests, i);
-        actuate(b, g, &dec[i]);
+        actuate(b, g, &dec[i], tick_ms);
         g->exit_bytes = dec[i].exit_bytes;
         /* a reset is answered once the answer could be acted on: not while
          * paused, in a dry run or during a libvirt job */

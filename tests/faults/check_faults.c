@@ -353,6 +353,8 @@ START_TEST(guest_kernel_panics)
     direction_changes(daemon_log, &moves_later);
     fprintf(stderr, "guest panic: %d balloon moves before it went stale, %d after\n", moves_dead,
             moves_later - moves_dead);
+    if (moves_later != moves_dead)
+        dump(daemon_log);
     ck_assert_msg(moves_later == moves_dead, "ballooned a dead guest %d times", moves_later - moves_dead);
     ck_assert(guest_vm_alive(&vm)); /* QEMU is fine, the guest is not */
     ck_assert_int_eq(kill(daemon_pid, 0), 0);

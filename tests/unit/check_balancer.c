@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -1191,6 +1192,63 @@ START_TEST(drop_given_back_on_policy_switch_and_stop)
 }
 END_TEST
 
+/* ---- one tick, one moment: a move's REISSUE_S ending mid-tick ---- */
+
+#define RACE_REISSUE_MS 15000 /* REISSUE_S at the default 1 s tick */
+static guest *race_g1;
+
+/* Both guests' stats are stale (a dead guest's): the policy holds each
+ * where its balloon is going.  g1's balloon was asked down to 400 MiB
+ * and stopped at 440 (the guest died on the way); its REISSUE_S ends
+ * 100 ms after its sample, while g2's sample takes 300 ms. */
+static int race_sample(hv_ctx *hv, hv_guest *g, guest_sample *out, GError **error)
+{
+    (void)hv;
+    (void)error;
+    memset(out, 0xff, sizeof(*out)); /* all -1: not reported */
+    out->balloon_failures = 0;
+    memset(&out->vmem, 0, sizeof(out->vmem));
+    out->max_bytes = 512 * MIB;
+    out->last_update = time(NULL) - 600;
+    if (strcmp(g->name, "g1") == 0) {
+        out->actual_bytes = 440 * MIB;
+        race_g1->last_target = 400 * MIB;
+        race_g1->last_set_ms = mono_ms() - RACE_REISSUE_MS + 100;
+    } else {
+        out->actual_bytes = 512 * MIB;
+        usleep(300000);
+    }
+    return 0;
+}
+
+static const backend_ops race_backend = {
+    .name = "race", .sync = no_sync, .sample = race_sample, .set_target = record_target
+};
+
+/* What the policy decided is carried out against what it saw: a balloon
+ * it saw on its way (held there) is not sent again because the move's
+ * REISSUE_S ran out while the tick was sampling the other guests. */
+START_TEST(a_tick_moves_by_what_its_policy_saw)
+{
+    balancer_config c;
+    config_defaults(&c);
+    ck_assert_uint_eq(c.tick_seconds, 1);
+    g_autoptr(GError) err = NULL;
+    balancer *b = balancer_new(&c, &race_backend, NULL, false, &err);
+    ck_assert_msg(b != NULL, "%s", err ? err->message : "");
+    b->hv.inv->add(b->hv.inv_ctx, "g1", "uuid-g1");
+    b->hv.inv->add(b->hv.inv_ctx, "g2", "uuid-g2");
+    race_g1 = g_ptr_array_index(b->guests, 0);
+    ck_assert_str_eq(race_g1->hv.name, "g1");
+    n_set = 0;
+    balancer_tick(b);
+    ck_assert_msg(n_set == 0, "a held balloon sent again: %zu move(s), the first to %llu MiB", n_set,
+                  (unsigned long long)(set_to[0] / MIB));
+    ck_assert_str_eq(race_g1->last_reason, "no fresh guest stats: holding");
+    balancer_free(b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("balancer");
@@ -1222,6 +1280,7 @@ int main(void)
     tcase_add_test(tc, bounds_from_policy);
     tcase_add_test(tc, reload_with_bad_host_reclaim_keeps_the_stage);
     tcase_add_test(tc, drop_given_back_on_policy_switch_and_stop);
+    tcase_add_test(tc, a_tick_moves_by_what_its_policy_saw);
     suite_add_tcase(s, tc);
     int rc = check_run_suite(s, CK_NOFORK); /* tests share tmpdir */
     if (tmpdir[0]) {
