@@ -38,7 +38,7 @@ typedef struct {
                                 * and POSIX shared memory -- a database's shared buffers), which
                                 * is swap-backed and which MemAvailable leaves out; what the
                                 * cache tiers, the streaming verdict and drops count */
-    double swap_in_bps;        /* rates over the last stats interval */
+    double swap_in_bps;        /* rates over the reports of the last GUEST_RATE_WINDOW_S or more (core/guest.h) */
     double swap_out_bps;
     double major_faults_ps;
     bool oom_killed;           /* its own OOM killer ran since its last report (the guest's balloon
@@ -48,7 +48,7 @@ typedef struct {
     uint64_t used_bytes;       /* used memory: the guest's MemTotal - MemAvailable of one report
                                 * (not the host's balloon size, which moves before the guest's
                                 * report does), at most actual_bytes */
-    double used_growth_bps;    /* how fast used_bytes rises between reports; < 0 falls */
+    double used_growth_bps;    /* how fast used_bytes rises, over as long; < 0 falls */
     double disk_read_bps;      /* the guest's disk reads as the host measures them; < 0 unknown */
     double host_faults_ps;     /* its QEMU's major faults per second (host swap-ins of its memory),
                                 * as the host measures them; < 0 unknown */

@@ -78,14 +78,25 @@ static double counter_rate(guest *g, int64_t now_v, int64_t prev_v, double dt, d
     return r;
 }
 
-/* Host-side evidence: the rate of a host-measured counter (what the
- * guest's disks read, its QEMU's major faults and CPU), over the host's clock;
- * rate stays as it was until there are two samples. */
-/* The counter's rate over the last window seconds or more (from the
- * newest sample at least that old, else the oldest held; 0: since the
- * last sample); rate when no time has passed; -1 when it is not measured;
- * 0 when it went backwards (a new QEMU, a replaced disk: its samples start
- * over). */
+/* The rate of a host-measured counter (what the guest's disks read, its
+ * QEMU's major faults and CPU) over the last window seconds or more of
+ * its samples: from the newest sample at least that old, else the oldest
+ * held (0: since the last sample); -1 with fewer than two. */
+static double host_counter_since(const host_counter *c, double window)
+{
+    unsigned from = c->head;
+    for (unsigned k = 1; k < c->n; k++) {
+        from = (c->head + HOST_RATE_SLOTS - k) % HOST_RATE_SLOTS;
+        if (c->at[c->head] - c->at[from] >= window)
+            break;
+    }
+    return from == c->head ? -1 : (double)(c->v[c->head] - c->v[from]) / (c->at[c->head] - c->at[from]);
+}
+
+/* Take the counter's sample v at mono, and return its rate over window
+ * (host_counter_since); rate when no time has passed or there is no
+ * second sample yet; -1 when it is not measured; 0 when it went backwards
+ * (a new QEMU, a replaced disk: its samples start over). */
 static double host_counter_rate(host_counter *c, int64_t v, double mono, double rate, double window)
 {
     if (v < 0) {
@@ -103,13 +114,21 @@ static double host_counter_rate(host_counter *c, int64_t v, double mono, double 
     c->at[c->head] = mono;
     if (c->n < HOST_RATE_SLOTS)
         c->n++;
-    unsigned from = c->head;
-    for (unsigned k = 1; k < c->n; k++) {
-        from = (c->head + HOST_RATE_SLOTS - k) % HOST_RATE_SLOTS;
-        if (mono - c->at[from] >= window)
+    double r = host_counter_since(c, window);
+    return r < 0 ? rate : r;
+}
+
+/* The report a guest's rates are taken from: the newest before cur at
+ * least GUEST_RATE_WINDOW_S older, else the oldest held; NULL none. */
+static const guest_sample *rate_base(const guest *g)
+{
+    const guest_sample *b = NULL;
+    for (unsigned k = 0; k < g->past_n; k++) {
+        b = &g->past[(g->past_head + GUEST_PAST_SLOTS - k) % GUEST_PAST_SLOTS];
+        if (g->cur.last_update - b->last_update >= GUEST_RATE_WINDOW_S)
             break;
     }
-    return from == c->head ? rate : (double)(v - c->v[from]) / (mono - c->at[from]);
+    return b;
 }
 
 /* A swap-in or a major fault is a read from the guest's disk: the guest
@@ -128,11 +147,12 @@ static double host_counter_rate(host_counter *c, int64_t v, double mono, double 
  * need_allowance: two steps, then only as fast as its QEMU touches
  * memory), so a liar gains two steps at most. */
 #define DISK_EVIDENCE_SLACK_BPS (64.0 * 1024) /* below the thrash thresholds */
-static double backed(guest *g, const guest_view *v, uint64_t reserve, double claimed, double bytes_each)
+static double backed(guest *g, const guest_view *v, uint64_t reserve, double claimed, double disk_bps,
+                     double bytes_each)
 {
-    if (g->disk_read_bps < 0)
+    if (disk_bps < 0)
         return claimed;
-    double cap = (2.0 * g->disk_read_bps + DISK_EVIDENCE_SLACK_BPS) / bytes_each;
+    double cap = (2.0 * disk_bps + DISK_EVIDENCE_SLACK_BPS) / bytes_each;
     if (claimed <= cap)
         return claimed;
     if (v->actual_bytes - v->used_bytes < reserve) {
@@ -168,6 +188,7 @@ void guest_rebooted(guest *g)
 {
     memset(&g->cls, 0, sizeof(g->cls));
     g->have_prev = false;
+    g->past_n = 0;
     g->total_above = 0;
     g->reset_report = g->have_cur && g->cur.last_update > 0 ? g->cur.last_update : 1;
     g->reboot_pending = true;
@@ -233,6 +254,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         !(g->reset_report && g->cur.last_update <= g->reset_report)) {
         g->prev = g->cur;
         g->have_prev = g->prev.last_update > 0;
+        if (g->have_prev) {
+            g->past_head = (g->past_head + 1) % GUEST_PAST_SLOTS;
+            g->past[g->past_head] = g->cur;
+            g->past_n += g->past_n < GUEST_PAST_SLOTS;
+        }
     }
     if (fresh_report && s->total_bytes > 0 && s->actual_bytes > 0)
         g->total_above = (double)s->total_bytes > (double)s->actual_bytes + DOO_SLACK ? g->total_above + 1 : 0;
@@ -299,12 +325,21 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
                         ? v->actual_bytes - (uint64_t)s->host_ws_bytes : 0;
 
     if (fresh_report && g->have_prev) {
+        /* rates over GUEST_RATE_WINDOW_S, backed by the disk reads the host
+         * measured over as long; events since its last report */
+        const guest_sample *base = rate_base(g);
         double dt = (double)(g->cur.last_update - g->prev.last_update);
+        double wdt = (double)(g->cur.last_update - base->last_update);
+        double disk_bps = g->disk_read_bps < 0 ? -1 : host_counter_since(&g->disk, wdt);
+        if (g->disk_read_bps >= 0 && disk_bps < 0)
+            disk_bps = g->disk_read_bps;
         uint64_t reserve = guest_reserve(v, cp->need_reserve_percent, cp->need_reserve_min);
-        v->swap_in_bps = backed(g, v, reserve, counter_rate(g, g->cur.swap_in_bytes, g->prev.swap_in_bytes, dt, MAX_SWAP_BPS), 1);
-        v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, g->prev.swap_out_bytes, dt, MAX_SWAP_BPS);
-        v->major_faults_ps =
-            backed(g, v, reserve, counter_rate(g, g->cur.major_faults, g->prev.major_faults, dt, MAX_FAULTS_PS), 4096);
+        v->swap_in_bps = backed(g, v, reserve, counter_rate(g, g->cur.swap_in_bytes, base->swap_in_bytes, wdt, MAX_SWAP_BPS),
+                                disk_bps, 1);
+        v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, base->swap_out_bytes, wdt, MAX_SWAP_BPS);
+        v->major_faults_ps = backed(g, v, reserve,
+                                    counter_rate(g, g->cur.major_faults, base->major_faults, wdt, MAX_FAULTS_PS),
+                                    disk_bps, 4096);
         /* the guest's own word, and only that: an OOM kill or a stall makes
          * it in need (policies/classify.c), and what need gets is bounded by
          * use like any claim (split-lru's need_allowance) */
@@ -324,7 +359,7 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
             (v->swap_in_bps > 0 || v->major_faults_ps > 0)) {
             v->swap_in_bps = v->major_faults_ps = 0;
         }
-        v->used_growth_bps = dt > 0 ? (used_of(&g->cur, v->max_bytes, doo) - used_of(&g->prev, v->max_bytes, doo)) / dt : 0;
+        v->used_growth_bps = wdt > 0 ? (used_of(&g->cur, v->max_bytes, doo) - used_of(base, v->max_bytes, doo)) / wdt : 0;
         classify_update(&g->cls, v, cp);
     } else if (!v->stats_valid) {
         v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = v->alloc_stalls_ps = 0;

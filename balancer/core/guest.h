@@ -34,6 +34,17 @@ typedef struct {
     unsigned head;              /* the newest */
 } host_counter;
 
+/* A guest's own counters (swap-ins, major faults) and its used memory
+ * are turned into rates over at least GUEST_RATE_WINDOW_S of its reports,
+ * whatever the stats period and the tick, as the host's are: a few MiB
+ * of jitter or a handful of faults between two reports 2 s apart,
+ * extrapolated, read as a guest eating its reserve or thrashing (at a 1 s
+ * tick a streamer whose cache was taken won it back so, bench
+ * shmdb-stream).  Its events (an OOM kill, a stall) are its last
+ * report's. */
+#define GUEST_RATE_WINDOW_S 5
+#define GUEST_PAST_SLOTS 8
+
 typedef struct guest {
     hv_guest hv;              /* identity and the backend's handle */
     vm_policy policy;
@@ -41,8 +52,10 @@ typedef struct guest {
     char policy_error[256];   /* last rejected metadata, "" if none */
     uint64_t policy_errors;
 
-    guest_sample cur, prev;
+    guest_sample cur, prev;   /* its last report, and the one before */
     bool have_cur, have_prev;
+    guest_sample past[GUEST_PAST_SLOTS]; /* its reports before cur, newest at past_head */
+    unsigned past_n, past_head;
     uint64_t counter_resets;  /* counters that went backwards */
     uint64_t unbacked_claims; /* swap-in/fault rates the guest's disk reads cannot explain (capped) */
     uint64_t unbacked_short;  /* ... believed all the same: the guest was short by the host's account */
