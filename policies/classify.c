@@ -63,8 +63,12 @@ static void need_update(classify_state *st, const guest_view *g, const classify_
      * at its whole size there is nothing to give it */
     bool direct = g->actual_bytes < g->ceiling_bytes &&
                   (g->oom_killed || (g->alloc_stalls_ps > 0 && g->reclaimable_cache_bytes < reserve));
-    bool need = (growth >= (double)reserve / 2 && (double)g->available_bytes < want) || eaten || direct;
+    bool rising = growth >= (double)reserve / 2 && (double)g->available_bytes < want;
+    bool need = rising || eaten || direct;
     if (need) {
+        st->need_why = direct ? (g->oom_killed ? "its OOM killer ran" : "its allocations stall with no cache left")
+                       : eaten ? "it has eaten half its reserve"
+                               : "its used memory rises to eat its reserve within the horizon";
         st->need = true;
         st->need_quiet = 0;
     } else if (st->need && ++st->need_quiet >= p->need_quiet_exit) {

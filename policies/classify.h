@@ -52,6 +52,7 @@ typedef struct {
     uint64_t cache_prev;          /* its cache at the previous sample (0 before the first) */
     unsigned quiet;               /* consecutive quiet samples while thrashing */
     bool need;
+    const char *need_why;         /* what showed need on the last sample that did (a static string) */
     unsigned need_quiet;          /* consecutive samples without need while in need */
     uint64_t need_bytes;
     double peak_used;             /* decaying peak of actual - available */

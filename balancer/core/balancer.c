@@ -2,6 +2,7 @@
 #include "core/balancer_priv.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -701,6 +702,24 @@ static void host_reclaim_round(balancer *b, uint64_t balloon_reclaim)
     host_swap_tick(b->hswap, t, n, &r);
 }
 
+/* A guest's need or thrashing verdict began or ended: said, with what
+ * showed it (what it is given then is in the balloon moves that follow). */
+static void note_verdicts(const guest *g, bool was_need, bool was_thrashing)
+{
+    const guest_view *v = &g->view;
+    char used[32], avail[32], growth[32];
+    size_format(v->used_bytes, used, sizeof(used));
+    size_format(v->available_bytes, avail, sizeof(avail));
+    size_format((uint64_t)fabs(v->used_growth_bps), growth, sizeof(growth));
+    if (v->in_need != was_need)
+        log_info("guest %s: %s (used %s, %s%s/s; %s available)", g->hv.name,
+                 v->in_need ? g->cls.need_why : "no longer in need", used, v->used_growth_bps < 0 ? "-" : "+",
+                 growth, avail);
+    if (v->thrashing != was_thrashing)
+        log_info("guest %s: %s (swap-in %.0f KiB/s, %.0f major faults/s)", g->hv.name,
+                 v->thrashing ? "thrashing" : "no longer thrashing", v->swap_in_bps / 1024, v->major_faults_ps);
+}
+
 /* One round; false if it stopped early (the reason is logged). */
 static bool tick_round(balancer *b)
 {
@@ -742,6 +761,7 @@ static bool tick_round(balancer *b)
             guest_rebooted(g);
             g->hv.resets = 0;
         }
+        bool was_need = g->view.in_need, was_thrashing = g->view.thrashing;
         if (b->backend->agent_drain)
             b->backend->agent_drain(&b->hv, &g->hv, &g->agent, g->view.actual_bytes);
         if (b->backend->sample(&b->hv, &g->hv, &s, &serr) < 0) {
@@ -768,6 +788,7 @@ static bool tick_round(balancer *b)
             /* a virtio-mem device: the guest's size is its balloon's and the device's */
             note_vmem(b, g, guest_fold_vmem(g, &s, b->backend->set_vmem != NULL, (double)mono_ms() / 1000.0));
             guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
+            note_verdicts(g, was_need, was_thrashing);
             note_job(g, s.job_ms);
             /* balloon changes are sent without waiting: refusals come back here */
             g->balloon_errors += s.balloon_failures;
