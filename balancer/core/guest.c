@@ -118,6 +118,11 @@ static double host_counter_rate(host_counter *c, int64_t v, double mono, double 
     return r < 0 ? rate : r;
 }
 
+static bool went_back(int64_t now_v, int64_t prev_v)
+{
+    return now_v >= 0 && prev_v >= 0 && now_v < prev_v;
+}
+
 /* The report a guest's rates are taken from: the newest before cur at
  * least GUEST_RATE_WINDOW_S older, else the oldest held; NULL none. */
 static const guest_sample *rate_base(const guest *g)
@@ -254,9 +259,16 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         !(g->reset_report && g->cur.last_update <= g->reset_report)) {
         g->prev = g->cur;
         g->have_prev = g->prev.last_update > 0;
+        /* the reports rates are taken over run unbroken: they start over
+         * at a sample without stats, a clock that went back (a migration
+         * to a host behind), or a counter that did (a reboot without a
+         * reset event) */
+        if (!g->have_prev || s->last_update < g->prev.last_update || went_back(s->swap_in_bytes, g->prev.swap_in_bytes) ||
+            went_back(s->swap_out_bytes, g->prev.swap_out_bytes) || went_back(s->major_faults, g->prev.major_faults))
+            g->past_n = 0;
         if (g->have_prev) {
             g->past_head = (g->past_head + 1) % GUEST_PAST_SLOTS;
-            g->past[g->past_head] = g->cur;
+            g->past[g->past_head] = g->prev;
             g->past_n += g->past_n < GUEST_PAST_SLOTS;
         }
     }
@@ -325,12 +337,15 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
                         ? v->actual_bytes - (uint64_t)s->host_ws_bytes : 0;
 
     if (fresh_report && g->have_prev) {
-        /* rates over GUEST_RATE_WINDOW_S, backed by the disk reads the host
-         * measured over as long; events since its last report */
+        /* rates over GUEST_RATE_WINDOW_S (less for the first reports held),
+         * backed by the disk reads the host measured over that span;
+         * events since its last report */
         const guest_sample *base = rate_base(g);
         double dt = (double)(g->cur.last_update - g->prev.last_update);
         double wdt = (double)(g->cur.last_update - base->last_update);
-        double disk_bps = g->disk_read_bps < 0 ? -1 : host_counter_since(&g->disk, wdt);
+        /* (the disk reads from the base report on, to now: they cover the
+         * guest's span, which ends at its last report) */
+        double disk_bps = g->disk_read_bps < 0 ? -1 : host_counter_since(&g->disk, (double)(now - base->last_update));
         if (g->disk_read_bps >= 0 && disk_bps < 0)
             disk_bps = g->disk_read_bps;
         uint64_t reserve = guest_reserve(v, cp->need_reserve_percent, cp->need_reserve_min);

@@ -23,10 +23,13 @@
  * a second of host swap-in at a 1 s tick must not read as the host
  * swapping (split-lru takes every stream's cache at once then), nor a
  * second of quiet as idle.  Disk reads are taken tick to tick: they are
- * the evidence that answers a guest (a cache that refaults, swap-ins its
- * disks back), and a window would only delay it. */
+ * the evidence that answers a guest (a cache that refaults), and a window
+ * would only delay it; a guest's swap-in claims are checked against them
+ * over the span of its reports the claims are taken over
+ * (GUEST_RATE_WINDOW_S and a stats period: 12 slots reach 11 s at a 1 s
+ * tick). */
 #define HOST_RATE_WINDOW_S 5.0
-#define HOST_RATE_SLOTS 8
+#define HOST_RATE_SLOTS 12
 typedef struct {
     int64_t v[HOST_RATE_SLOTS];
     double at[HOST_RATE_SLOTS]; /* host monotonic s */
@@ -112,7 +115,9 @@ typedef struct {
 void guest_init(guest *g, const char *name, const char *uuid);
 /* Take a new sample at wall-clock time now (s); mono is the host's
  * monotonic clock (s), against which agent reports are timed.  Rates come
- * from guest counters over the host timestamps of two distinct reports. */
+ * from guest counters over the host timestamps of its reports, at least
+ * GUEST_RATE_WINDOW_S apart when it has held them that long; an OOM kill
+ * or a stall from its last two. */
 void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
                   const classify_params *cp);
 /* Its machine was reset (a reboot): what was learnt from its reports

@@ -688,6 +688,33 @@ START_TEST(jitter_between_close_reports_is_neither_need_nor_thrashing)
 }
 END_TEST
 
+/* A swap-in claim is checked against the disk reads the host measured
+ * over the span it is taken over, not the last tick's alone: the reads
+ * that served a burst between two reports may all fall in the tick
+ * before the report that counts it (ticks 1 s, reports 2 s). */
+START_TEST(swap_ins_backed_by_the_reads_of_their_span)
+{
+    classify_params cp;
+    classify_params_default(&cp);
+    classify_params_for_period(&cp, 2);
+    guest g;
+    guest_init(&g, "db", "u6");
+    int64_t swap_in = 0, disk = 0;
+    for (int t = 0; t <= 4; t++) {
+        if (t == 3)
+            disk += 12 * (int64_t)MIB; /* the reads, within tick 3 */
+        if (t == 4)
+            swap_in += 12 * (int64_t)MIB; /* counted by the report at t=4 */
+        guest_sample s = sample(1000 + t - t % 2, swap_in, 0);
+        s.disk_read_bytes = disk;
+        guest_ingest(&g, &s, 1000 + t, (double)t, &lim, &cp);
+    }
+    ck_assert_msg(g.view.swap_in_bps >= 2.0 * MIB, "swap-in %.0f KiB/s (capped?)", g.view.swap_in_bps / 1024);
+    ck_assert(g.view.thrashing);
+    ck_assert_uint_eq(g.unbacked_claims, 0);
+}
+END_TEST
+
 /* The balloon size the host knows moves before the guest's report does: a
  * shrinking balloon must not look like the guest's used memory rising (it
  * would be "in need" and given the memory straight back).  Used memory is
@@ -1303,6 +1330,7 @@ int main(void)
     tcase_add_test(tc, free_page_reporting_unknown_until_reported);
     tcase_add_test(tc, guest_rates_and_thrash);
     tcase_add_test(tc, jitter_between_close_reports_is_neither_need_nor_thrashing);
+    tcase_add_test(tc, swap_ins_backed_by_the_reads_of_their_span);
     tcase_add_test(tc, balloon_moving_ahead_of_the_report_is_not_need);
     tcase_add_test(tc, balloon_actions_are_journal_entries);
     tcase_add_test(tc, deflate_on_oom_guest_inflating_is_not_need);
