@@ -657,6 +657,14 @@ START_TEST(guest_rates_and_thrash)
 }
 END_TEST
 
+/* A new guest g, and the classifier's defaults for a 2 s stats period. */
+static void reporting_every_2s(guest *g, classify_params *cp, const char *name, const char *uuid)
+{
+    classify_params_default(cp);
+    classify_params_for_period(cp, 2);
+    guest_init(g, name, uuid);
+}
+
 /* A guest's rates are taken over GUEST_RATE_WINDOW_S of its reports: a
  * few MiB of jitter in its used memory, or a handful of faults, between
  * two reports 2 s apart is neither need nor thrashing (taken report to
@@ -665,10 +673,8 @@ END_TEST
 START_TEST(jitter_between_close_reports_is_neither_need_nor_thrashing)
 {
     classify_params cp;
-    classify_params_default(&cp);
-    classify_params_for_period(&cp, 2);
     guest g;
-    guest_init(&g, "stream", "u5");
+    reporting_every_2s(&g, &cp, "stream", "u5");
     int64_t majflt = 0;
     for (int t = 0; t <= 24; t += 2) {
         guest_sample s = sample(1000 + t, 0, majflt);
@@ -695,10 +701,8 @@ END_TEST
 START_TEST(swap_ins_backed_by_the_reads_of_their_span)
 {
     classify_params cp;
-    classify_params_default(&cp);
-    classify_params_for_period(&cp, 2);
     guest g;
-    guest_init(&g, "db", "u6");
+    reporting_every_2s(&g, &cp, "db", "u6");
     int64_t swap_in = 0, disk = 0;
     for (int t = 0; t <= 4; t++) {
         if (t == 3)
