@@ -81,8 +81,8 @@ static double counter_rate(guest *g, int64_t now_v, int64_t prev_v, double dt, d
 /* The rate of a host-measured counter (what the guest's disks read, its
  * QEMU's major faults and CPU) over the last window seconds or more of
  * its samples: from the newest sample at least that old, else the oldest
- * held (0: since the last sample); -1 with fewer than two. */
-static double host_counter_since(const host_counter *c, double window)
+ * held (0: since the last sample); fallback with fewer than two. */
+static double host_counter_since(const host_counter *c, double window, double fallback)
 {
     unsigned from = c->head;
     for (unsigned k = 1; k < c->n; k++) {
@@ -90,7 +90,7 @@ static double host_counter_since(const host_counter *c, double window)
         if (c->at[c->head] - c->at[from] >= window)
             break;
     }
-    return from == c->head ? -1 : (double)(c->v[c->head] - c->v[from]) / (c->at[c->head] - c->at[from]);
+    return from == c->head ? fallback : (double)(c->v[c->head] - c->v[from]) / (c->at[c->head] - c->at[from]);
 }
 
 /* Take the counter's sample v at mono, and return its rate over window
@@ -114,8 +114,7 @@ static double host_counter_rate(host_counter *c, int64_t v, double mono, double 
     c->at[c->head] = mono;
     if (c->n < HOST_RATE_SLOTS)
         c->n++;
-    double r = host_counter_since(c, window);
-    return r < 0 ? rate : r;
+    return host_counter_since(c, window, rate);
 }
 
 static bool went_back(int64_t now_v, int64_t prev_v)
@@ -344,10 +343,9 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         double dt = (double)(g->cur.last_update - g->prev.last_update);
         double wdt = (double)(g->cur.last_update - base->last_update);
         /* (the disk reads from the base report on, to now: they cover the
-         * guest's span, which ends at its last report) */
-        double disk_bps = g->disk_read_bps < 0 ? -1 : host_counter_since(&g->disk, (double)(now - base->last_update));
-        if (g->disk_read_bps >= 0 && disk_bps < 0)
-            disk_bps = g->disk_read_bps;
+         * guest's span, which ends at its last report; with one disk sample
+         * held, its rate as the tick took it, -1 unmeasured) */
+        double disk_bps = host_counter_since(&g->disk, (double)(now - base->last_update), g->disk_read_bps);
         uint64_t reserve = guest_reserve(v, cp->need_reserve_percent, cp->need_reserve_min);
         v->swap_in_bps = backed(g, v, reserve, counter_rate(g, g->cur.swap_in_bytes, base->swap_in_bytes, wdt, MAX_SWAP_BPS),
                                 disk_bps, 1);
