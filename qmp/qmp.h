@@ -32,7 +32,7 @@ typedef enum {
     QMP_OK = 0,
     QMP_ERR_ARG,      /* caller passed something invalid */
     QMP_ERR_IO,       /* socket error (errno text in the message) */
-    QMP_ERR_CLOSED,   /* peer closed the connection */
+    QMP_ERR_CLOSED,   /* peer closed the connection, or nobody listens (connect: ENOENT, ECONNREFUSED) */
     QMP_ERR_TIMEOUT,  /* no answer before the deadline */
     QMP_ERR_PROTOCOL, /* peer sent something that is not QMP */
     QMP_ERR_TOO_LONG, /* a message exceeded the size cap */

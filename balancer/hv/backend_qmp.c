@@ -18,7 +18,10 @@
  * identity questions are answered from the ticks' pumps and gathers,
  * each within CONNECT_MS of the pump that read the one before (what waited
  * in the socket for the next tick is not held against QEMU), or the
- * socket is retried with backoff.
+ * socket is retried with backoff.  A socket nobody listens on (the path
+ * does not exist, or refuses: the VM is not started yet, or was shut
+ * down) is tried again every tick instead: connect(2) fails at once, and
+ * a VM started after balancerd is managed within a tick of its start.
  */
 #include <errno.h>
 #include <glib.h>
@@ -62,6 +65,7 @@ typedef struct {
     bool joining;
     unsigned join_waiting; /* answers still to come (the handshake counts as one) */
     bool join_failed;
+    bool join_absent;      /* the failure: nobody listens on the socket (no backoff) */
     char join_error[400];
     char join_name[256], join_uuid[300];
     uint64_t join_base, join_plugged;
@@ -292,15 +296,17 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
     t->asked_ms = mono_ms();
     t->stats_period = hv->stats_period;
     t->joining = true;
-    t->join_failed = false;
+    t->join_failed = t->join_absent = false;
     t->join_waiting = 1; /* the handshake */
     t->waiting = 0;      /* nothing of the old connection is awaited any more */
     t->stuck = t->expired = t->silence_logged = false;
     snprintf(t->join_name, sizeof(t->join_name), "%s", strrchr(t->path, '/') ? strrchr(t->path, '/') + 1 : t->path);
     snprintf(t->join_uuid, sizeof(t->join_uuid), "qmp:%s", t->path);
     t->conn = qmp_connect_unix_async(t->path, CONNECT_MS, on_ready, t, &err);
-    if (!t->conn)
+    if (!t->conn) {
         join_fail(t, "", &err);
+        t->join_absent = err.code == QMP_ERR_CLOSED; /* ENOENT or ECONNREFUSED */
+    }
 }
 
 /* Another VM is behind t's socket now.  The guest t served (kept while
@@ -351,8 +357,13 @@ static void join_settle(hv_ctx *hv, qmp_target *t)
         t->ever_connected = true;
         return;
     }
-    t->backoff = t->backoff ? (t->backoff * 2 > RETRY_MAX_S ? RETRY_MAX_S : t->backoff * 2) : RETRY_MIN_S;
-    if (!t->warned)
+    if (t->join_absent)
+        t->backoff = 0;
+    else
+        t->backoff = t->backoff ? (t->backoff * 2 > RETRY_MAX_S ? RETRY_MAX_S : t->backoff * 2) : RETRY_MIN_S;
+    if (!t->warned && t->join_absent)
+        log_warn("%s: %s (no QEMU listens: trying again every tick)", t->path, t->join_error);
+    else if (!t->warned)
         log_warn("%s: %s (retrying, backing off up to %d s)", t->path, t->join_error, RETRY_MAX_S);
     t->warned = true;
     t->closing = true; /* what is still pending fails quietly */

@@ -9,7 +9,11 @@
  *   - the guest kernel panics: its stats go stale, its balloon is left
  *     where it is, and balancerd carries on;
  *   - host reclaim on with no swap anywhere: one clear warning, nothing
- *     paged out, no crash.
+ *     paged out, no crash;
+ *   - a QEMU that does not answer (stopped, or never accepting) delays no
+ *     other guest;
+ *   - a VM started after balancerd (its --qmp socket absent at first) is
+ *     managed within a tick or two of its start, with one warning.
  * balancerd runs under MEMBAL_DAEMON_WRAPPER (valgrind in make check).
  */
 #include <check.h>
@@ -481,6 +485,33 @@ START_TEST(stopped_qemu_delays_nobody)
 }
 END_TEST
 
+/* A --qmp socket nobody listens on yet is a VM not started: connecting
+ * fails at once, so it is tried every tick (a backoff, meant for QEMUs that
+ * answer badly, kept it unmanaged for up to a minute after its start). */
+START_TEST(qemu_started_after_balancerd_is_managed_at_once)
+{
+    make_workdir("late");
+    char a[250], qmp[400];
+    snprintf(a, sizeof(a), "%s/a", workdir);
+    snprintf(qmp, sizeof(qmp), "--qmp '%s/fake-00.sock'", a);
+    start_daemon("[balancer]\ntick = 1\nstats_period = 1\n"
+                 "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n", qmp);
+    ck_assert_msg(wait_log("no QEMU listens", 10), "the absent socket was not reported");
+    sleep(7); /* past a 5 s backoff and into the next one */
+    pid_t fa = spawn_fake_qemu(a, 1, 0);
+    double t0 = mono();
+    bool managed = wait_log("guest fake-00 (", 10);
+    double took = mono() - t0;
+    fprintf(stderr, "a QEMU started 7 s after balancerd: managed %.1f s after its socket appeared\n", took);
+    ck_assert_msg(managed && took <= 4.0, "managed %s %.1f s after the QEMU started", managed ? "only" : "not even",
+                  took);
+    ck_assert_int_eq(test_count_lines(daemon_log, "no QEMU listens"), 1);
+    ck_assert_int_eq(stop_daemon(), 0);
+    kill(fa, SIGTERM);
+    waitpid(fa, NULL, 0);
+}
+END_TEST
+
 int main(void)
 {
     if (geteuid() != 0 || !guest_vm_qemu_available()) {
@@ -495,6 +526,7 @@ int main(void)
     tcase_add_test(tc, guest_kernel_panics);
     tcase_add_test(tc, host_reclaim_without_swap);
     tcase_add_test(tc, stopped_qemu_delays_nobody);
+    tcase_add_test(tc, qemu_started_after_balancerd_is_managed_at_once);
     suite_add_tcase(s, tc);
     cleanup_init();
     int rc = check_run_suite(s, CK_FORK);
