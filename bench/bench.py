@@ -288,18 +288,30 @@ class Run:
             if not os.path.exists(path) or os.path.getsize(path) != 4 << 30:
                 with open(path, "w") as f:
                     f.truncate(4 << 30)
+            with open(path, "r+b") as f:  # the reboot mark (tests/guest/init): a first boot
+                f.seek((4 << 30) - 4096)
+                f.write(bytes(4096))
             return path
         return None
 
-    def boot(self):
+    def boot(self, late):
+        """Boot the guests that start with the run (late False) or the
+        ones that boot into it (late True: `boot_before` s before the
+        window, into the host the others have filled); wait until each
+        has reached its init."""
         warmup, measure = self.timing()
         # guests finish booting within a few seconds of each other; the burst
         # must begin inside the measure window (checked in measure_guest)
         subst = {"burst_at": warmup + 4, "grow_at": warmup + measure // 3}
         procs = []
         for i, g in enumerate(self.guests()):
+            if bool(g.get("boot_before")) != late:
+                continue
             run = g["run"].format(**subst)
             append = "membal.report=1 membal.run=" + run
+            if g.get("reboot_before"):  # it reboots itself, into run2, that long before the window
+                append += " membal.reboot_after=%d membal.run2=%s" % (warmup - g["reboot_before"],
+                                                                       g["run2"].format(**subst))
             if self.args.guest_append:
                 append += " " + self.args.guest_append
             mem = ["--mem", str(g["mem"])]
@@ -318,6 +330,8 @@ class Run:
             if self.conf.get("balloon_opts"):
                 cmd += ["--balloon-opts", self.conf["balloon_opts"]]
             cmd += ["--append", append]
+            if g.get("reboot_before"):  # boot-guest.sh's QEMU runs -no-reboot
+                cmd += ["--", "-action", "reboot=reset"]
             if self.args.pin:  # QEMU inherits the CPU from boot-guest.sh
                 cmd = ["taskset", "-c", str(self.args.cpus[i % len(self.args.cpus)])] + cmd
             procs.append((g, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -443,15 +457,21 @@ step_percent = 20
             if self.conf.get("solo") and self.scen.get("solo_limit_mb"):
                 limit = self.scen["solo_limit_mb"]
             self.cg = make_cgroup("%s-%s-%d" % (self.sname, self.cname, self.n), limit)
-            booted = self.boot()
+            booted = self.boot(late=False)
             if booted:
                 self.start_daemon()
-                time.sleep(warmup)
+                began = time.time()
+                late = [g["boot_before"] for g in self.guests() if g.get("boot_before")]
+                if late:  # one moment for all late guests: the first's
+                    time.sleep(max(0, warmup - late[0]))
+                    booted = self.boot(late=True)
+                time.sleep(max(0.0, warmup - (time.time() - began)))
+            if booted:
                 start = {}
                 for g in self.guests():
                     lines = console_lines(self.serial(g))
                     pid = self.qemu[g["name"]]
-                    start[g["name"]] = (len(lines), last_pswpin(lines), proc_stat(pid), proc_wait_s(pid),
+                    start[g["name"]] = (len(lines), proc_stat(pid), proc_wait_s(pid),
                                         proc_huge_bytes(pid), memory.Probe(self.args.acct, pid))
                 swout0 = vmstat("pswpout")
                 oom0 = memory.cgroup_oom_kills(self.cg)
@@ -582,7 +602,7 @@ step_percent = 20
 
     def measure_guest(self, g, start, end, swout, d, rss_bytes, host_oom_kills):
         lines = console_lines(self.serial(g))
-        nlines, pswpin0, stat0, wait0, huge0, probe0 = start
+        nlines, stat0, wait0, huge0, probe0 = start
         stat1, wait1, probe1, alive = end
         _, measure = self.timing()
         counted = None
@@ -618,7 +638,8 @@ step_percent = 20
             moves, flips, final = balloon_moves(self.daemon_log, g["name"])
         return self.row(
             g, value=value, done=done, oom_kills=oom_kills(lines),
-            guest_swapin_bytes=int((last_pswpin(lines) - pswpin0) * PAGE),
+            guest_swapin_bytes=int((last_pswpin(lines) - memory.window_start(lines, nlines).get("pswpin", 0))
+                                   * PAGE),
             host_swapin_bytes=delta(stat0["majflt"] * PAGE, stat1["majflt"] * PAGE, "%d"),
             qemu_minflt=delta(stat0["minflt"], stat1["minflt"], "%d"),
             qemu_user_s=delta(stat0["user_s"], stat1["user_s"], "%.2f"),

@@ -206,6 +206,15 @@ def guest_line(lines, upto=None):
     return {}
 
 
+def window_start(lines, nlines):
+    """A guest's MEMINFO counters at the window's start (its console's
+    first `nlines` lines); {} (from zero) when it booted again inside the
+    window: its counters restarted with its kernel."""
+    if any(line.startswith("MEMBAL-GUEST-READY") for line in lines[nlines:]):
+        return {}
+    return guest_line(lines, nlines)
+
+
 class Probe:
     """One guest's counters at a moment: taken at the window's start and end."""
 
@@ -234,7 +243,7 @@ class Probe:
             out["vcpu_wait_s"] = "%.2f" % wait
             if counted is not None and measure - wait > 0.5:
                 out["value_cpu"] = "%g" % (counted / (measure - wait))
-        a, b = guest_line(lines, nlines), guest_line(lines)
+        a, b = window_start(lines, nlines), guest_line(lines)
         if "psi_some_us" in b:
             for k in ("some", "full"):
                 out["guest_psi_%s_s" % k] = "%.3f" % ((b["psi_%s_us" % k] - a.get("psi_%s_us" % k, 0)) / 1e6)

@@ -20,6 +20,12 @@ Guest keys:
   paced     its workload runs at a fixed rate (wss RATE): its rate is that
             pace less what stalls cost it, so the throughput gate reads raw
             ops/s, not ops/s of CPU
+  boot_before  the guest boots that many seconds before the window, into
+            the host the others have filled (balancerd is told its QMP
+            socket from the start, and picks it up when it appears)
+  reboot_before, run2  the guest reboots itself that many seconds before
+            the window (tests/guest/init membal.reboot_after), into the
+            workload run2 instead of run
 
 Scenario keys: limit_mb (the cgroup: QEMU's own memory, about 70 MiB per
 guest under TCG, is charged there too), warmup and measure (seconds),
@@ -123,6 +129,38 @@ SCENARIOS = {
         guests=[
             dict(name="C", mem=512, run="cachedb:/dev/vda:300", disk="data", metric=CACHEDB,
                  better="higher", solo=True, gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ]),
+    # Issue 32: a squeezed guest reboots.  R streams (balancerd takes its
+    # cache: its balloon inflates), then reboots itself 3 s before the
+    # window into a workload that allocates 300 MiB 2 s after its init
+    # starts (no swap).  QEMU keeps the balloon's target across the reset,
+    # and the guest's driver inflates to it again as it loads: unless
+    # balancerd gives R its size back on the reset, R's 300 MiB do not fit
+    # and its own OOM killer runs.
+    "reboot-squeezed": dict(
+        title="R (streams, then reboots into allocating 300 MiB; no swap) + W (wss 200 MiB)",
+        limit_mb=700, warmup=30, measure=26, primary="R", solo_possible=True,
+        guests=[
+            dict(name="R", mem=512, run="stream:/dev/vda:1024", reboot_before=3,
+                 run2="burst:/dev/vda:0:2:300:0", disk="data", metric=BURST, better="lower",
+                 window="once", solo=True, gated=True),
+            dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
+                 gated=True),
+        ]),
+    # Issue 32: a guest boots into a squeezed host.  W and S fill it (S's
+    # stream), N boots 6 s before the window and allocates 300 MiB 5 s
+    # after its init starts (no swap).  A guest balancerd first sees while
+    # it boots, its memory all free, must not be taken for a giver.
+    "boot-squeezed": dict(
+        title="N (boots into the full host, allocates 300 MiB 5 s later; no swap) + W (wss 200 MiB) + S (stream)",
+        limit_mb=900, warmup=30, measure=26, primary="N", solo_possible=True,
+        guests=[
+            dict(name="N", mem=512, run="burst:/dev/vda:0:5:300:0", boot_before=6, disk="data",
+                 metric=BURST, better="lower", window="once", solo=True, gated=True),
+            dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
+                 gated=True),
             dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
                  better="higher"),
         ]),
