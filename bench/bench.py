@@ -197,11 +197,14 @@ def proc_status_kb(pid, key):
 
 
 def console_lines(path):
+    """A guest's console, whole lines only: the last one may still be on
+    its way (QEMU writes the serial port as the guest prints)."""
     try:
         with open(path, errors="replace") as f:
-            return f.read().splitlines()
+            text = f.read()
     except OSError:
         return []
+    return text[:text.rfind("\n") + 1].splitlines()
 
 
 def field(line, key):
