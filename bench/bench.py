@@ -635,6 +635,10 @@ step_percent = 20
                 if inside:
                     counted = inside[-1] - (before[-1] if before else 0)
                     value, done = "%g" % (counted / measure), 1
+        boots = sum(1 for line in lines if line.startswith("MEMBAL-GUEST-READY"))
+        if boots > 1 + bool(g.get("reboot_before")):  # a kernel panic resets a guest QEMU runs with reboot=reset
+            log("%s/%s run %d: %s booted %d times (a kernel panic?); see its console" % (
+                self.sname, self.cname, self.n, g["name"], boots))
         moves = flips = 0
         final = None
         if self.daemon:

@@ -36,6 +36,7 @@ interval (resampling the rounds; with 3 rounds that interval is [min, max]).
 import math
 import os
 import random
+import re
 import statistics
 
 STALL_FIELDS = ("swapin_delay_total", "freepages_delay_total", "thrashing_delay_total",
@@ -190,11 +191,13 @@ def cgroup_oom_kills(cg):
 
 
 def guest_line(lines, upto=None):
-    """The last MEMINFO line of a console (before line `upto`) as a dict of
-    its fields; {} when there is none."""
+    """The last whole MEMINFO line of a console (before line `upto`) as a
+    dict of its fields; {} when there is none.  Whole: it ends with its last
+    field (a kernel message, the OOM killer's under `quiet`, can cut into
+    a line the guest prints)."""
     part = lines if upto is None else lines[:upto]
     for line in reversed(part):
-        if line.startswith("MEMINFO "):
+        if line.startswith("MEMINFO ") and re.search(r" psi_full_us=[0-9]+$", line):
             out = {}
             for kv in line.split()[1:]:
                 k, _, v = kv.partition("=")
@@ -208,11 +211,13 @@ def guest_line(lines, upto=None):
 
 def window_start(lines, nlines):
     """A guest's MEMINFO counters at the window's start (its console's
-    first `nlines` lines); {} (from zero) when it booted again inside the
-    window: its counters restarted with its kernel."""
-    if any(line.startswith("MEMBAL-GUEST-READY") for line in lines[nlines:]):
+    first `nlines` lines), from its last boot before it; {} (from zero)
+    when it booted again inside the window, or had not reported since its
+    last boot: its counters restarted with its kernel."""
+    boots = [i for i, line in enumerate(lines) if line.startswith("MEMBAL-GUEST-READY")]
+    if boots and boots[-1] >= nlines:
         return {}
-    return guest_line(lines, nlines)
+    return guest_line(lines[boots[-1] if boots else 0:nlines])
 
 
 class Probe:

@@ -134,8 +134,8 @@ SCENARIOS = {
         ]),
     # Issue 32: a squeezed guest reboots.  R streams (balancerd takes its
     # cache: its balloon inflates), then reboots itself 3 s before the
-    # window into a workload that allocates 300 MiB 2 s after its init
-    # starts (no swap).  QEMU keeps the balloon's target across the reset,
+    # window into a workload that allocates 300 MiB 5 s after its init
+    # starts (no swap; 5 s: inside the window however fast it boots).  QEMU keeps the balloon's target across the reset,
     # and the guest's driver inflates to it again as it loads: unless
     # balancerd gives R its size back on the reset, R's 300 MiB do not fit
     # and its own OOM killer runs.
@@ -144,20 +144,21 @@ SCENARIOS = {
         limit_mb=700, warmup=30, measure=26, primary="R", solo_possible=True,
         guests=[
             dict(name="R", mem=512, run="stream:/dev/vda:1024", reboot_before=3,
-                 run2="burst:/dev/vda:0:2:300:0", disk="data", metric=BURST, better="lower",
+                 run2="burst:/dev/vda:0:5:300:0", disk="data", metric=BURST, better="lower",
                  window="once", solo=True, gated=True),
             dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
                  gated=True),
         ]),
     # Issue 32: a guest boots into a squeezed host.  W and S fill it (S's
-    # stream), N boots 6 s before the window and allocates 300 MiB 5 s
-    # after its init starts (no swap).  A guest balancerd first sees while
+    # stream), N boots 6 s before the window and allocates 300 MiB 8 s
+    # after its init starts (no swap; 8 s: inside the window however fast
+    # it boots).  A guest balancerd first sees while
     # it boots, its memory all free, must not be taken for a giver.
     "boot-squeezed": dict(
-        title="N (boots into the full host, allocates 300 MiB 5 s later; no swap) + W (wss 200 MiB) + S (stream)",
+        title="N (boots into the full host, allocates 300 MiB 8 s later; no swap) + W (wss 200 MiB) + S (stream)",
         limit_mb=900, warmup=30, measure=26, primary="N", solo_possible=True,
         guests=[
-            dict(name="N", mem=512, run="burst:/dev/vda:0:5:300:0", boot_before=6, disk="data",
+            dict(name="N", mem=512, run="burst:/dev/vda:0:8:300:0", boot_before=6, disk="data",
                  metric=BURST, better="lower", window="once", solo=True, gated=True),
             dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
                  gated=True),

@@ -21,7 +21,9 @@
  * socket is retried with backoff.  A socket nobody listens on (the path
  * does not exist, or refuses: the VM is not started yet, or was shut
  * down) is tried again every tick instead: connect(2) fails at once, and
- * a VM started after balancerd is managed within a tick of its start.
+ * a VM started after balancerd is managed within a tick of its start (its
+ * first silence, a QEMU that made its socket but does not run its main
+ * loop yet, is tried again the next tick too).
  */
 #include <errno.h>
 #include <glib.h>
@@ -65,7 +67,10 @@ typedef struct {
     bool joining;
     unsigned join_waiting; /* answers still to come (the handshake counts as one) */
     bool join_failed;
-    bool join_absent;      /* the failure: nobody listens on the socket (no backoff) */
+    bool join_absent;      /* the failure: nobody listens on the socket (no backoff) ... */
+    bool join_silent;      /* ... or no greeting at all ... */
+    bool was_absent;       /* ... right after it was absent (a QEMU still starting: no backoff once) */
+    bool warned_absent;    /* "no QEMU listens" said (other failures are said once on their own) */
     char join_error[400];
     char join_name[256], join_uuid[300];
     uint64_t join_base, join_plugged;
@@ -252,8 +257,8 @@ static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *
     if (err) {
         /* QEMU serves one QMP client at a time: a second one connects and
          * waits for a greeting that comes when the first leaves */
-        join_fail(t, err->code == QMP_ERR_TIMEOUT && c && qmp_get_counters(c)->messages_in == 0
-                         ? "another client may hold the monitor, or QEMU is stopped" : "", err);
+        t->join_silent = err->code == QMP_ERR_TIMEOUT && c && qmp_get_counters(c)->messages_in == 0;
+        join_fail(t, t->join_silent ? "another client may hold the monitor, or QEMU is stopped" : "", err);
         return;
     }
     /* CONNECT_MS of their own, from now: the handshake's answer may have
@@ -296,7 +301,7 @@ static void target_connect(hv_ctx *hv, qmp_target *t)
     t->asked_ms = mono_ms();
     t->stats_period = hv->stats_period;
     t->joining = true;
-    t->join_failed = t->join_absent = false;
+    t->join_failed = t->join_absent = t->join_silent = false;
     t->join_waiting = 1; /* the handshake */
     t->waiting = 0;      /* nothing of the old connection is awaited any more */
     t->stuck = t->expired = t->silence_logged = false;
@@ -347,7 +352,7 @@ static void join_settle(hv_ctx *hv, qmp_target *t)
             hand_over(hv, t, before);
         t->g->backend_data = t;
         t->g->seen = true;
-        t->warned = false;
+        t->warned = t->warned_absent = t->was_absent = false;
         t->backoff = 0;
         t->waiting = 0;
         t->stuck = t->silence_logged = t->expired = false;
@@ -357,15 +362,20 @@ static void join_settle(hv_ctx *hv, qmp_target *t)
         t->ever_connected = true;
         return;
     }
-    if (t->join_absent)
+    if (t->join_absent || (t->was_absent && t->join_silent)) {
+        /* not there yet, or just started (its socket exists before its
+         * main loop greets): the next tick */
         t->backoff = 0;
-    else
+        if (t->join_absent && !t->warned_absent)
+            log_warn("%s: %s (no QEMU listens: trying again every tick)", t->path, t->join_error);
+        t->warned_absent |= t->join_absent;
+    } else {
         t->backoff = t->backoff ? (t->backoff * 2 > RETRY_MAX_S ? RETRY_MAX_S : t->backoff * 2) : RETRY_MIN_S;
-    if (!t->warned && t->join_absent)
-        log_warn("%s: %s (no QEMU listens: trying again every tick)", t->path, t->join_error);
-    else if (!t->warned)
-        log_warn("%s: %s (retrying, backing off up to %d s)", t->path, t->join_error, RETRY_MAX_S);
-    t->warned = true;
+        if (!t->warned)
+            log_warn("%s: %s (retrying, backing off up to %d s)", t->path, t->join_error, RETRY_MAX_S);
+        t->warned = true;
+    }
+    t->was_absent = t->join_absent;
     t->closing = true; /* what is still pending fails quietly */
     qmp_close(t->conn);
     t->closing = false;
