@@ -1239,7 +1239,13 @@ static void grow_for_comfort(const policy_input *in, const split_state *st, work
      * what it lacks), nor from what growth already asked for */
     uint64_t have = min_u64(h->avail, h->free_now);
     uint64_t surplus = have > in->wm.high ? have - in->wm.high : 0;
-    if (!st->reclaiming && surplus > grown) {
+    /* and from lasting plenty only: not while the last shortage's reclaim
+     * is watched (EXPERIMENT_S).  A surplus that reclaim just made is its
+     * doing; paid back for comfort at once, the guest touches again what
+     * the host must find again, and the next shortage takes it again
+     * (need is answered at once all the same: stage 3) */
+    bool lasting = !st->was_short || in->now_s - st->short_at_s >= EXPERIMENT_S;
+    if (!st->reclaiming && lasting && surplus > grown) {
         uint64_t budget = surplus - grown;
         size_t *order = malloc(in->n_guests * sizeof(*order) + 1);
         for (size_t i = 0; order && i < in->n_guests; i++)
