@@ -15,11 +15,14 @@
  *  - within a tier, guests give in proportion to what they can give divided
  *    by their shares;
  *  - a thrashing guest is never a donor and grows first (working-set
- *    protection); with the host above high, guests short of available
- *    memory grow from the surplus above high, never eating into it.
+ *    protection); with the host above high, and not short for EXPERIMENT_S,
+ *    guests short of available memory grow from the surplus above high,
+ *    never eating into it.
  *
  * Every change is bounded per tick; reclaim stops at high and growth only
- * spends what lies above high, so the two never chase each other.
+ * spends what lies above high, once that plenty has lasted: so the two do
+ * not chase each other, even while a third guest (a stream filling its
+ * cache) eats whatever the reclaim frees.
  *
  * With trim_streams (proactive reclaim of the cheapest tier, as Meta's TMO
  * reclaims file pages before it needs to), a streaming guest watched for
