@@ -888,6 +888,7 @@ typedef struct {
                         * down not counted (a grant spends only this: grow_for_comfort) */
     bool critical;     /* below min */
     bool relieved;     /* short within PACE_WATCH_S */
+    bool short_lately; /* short within EXPERIMENT_S: no comfort growth yet */
 } host_account;
 
 /* The free memory a guest's balloon leaves it above its used memory: its
@@ -1027,6 +1028,8 @@ static host_account account_host(const policy_input *in, split_state *st, const 
      * pace) only once the host has not been short for PACE_WATCH_S: the
      * average still holds a stream slowed by a shortage just relieved */
     h.relieved = st->was_short && in->now_s - st->short_at_s < PACE_WATCH_S;
+    /* comfort is paid from lasting plenty (grow_for_comfort) */
+    h.short_lately = st->was_short && in->now_s - st->short_at_s < EXPERIMENT_S;
     return h;
 }
 
@@ -1247,8 +1250,7 @@ static void grow_for_comfort(const policy_input *in, const split_state *st, work
      * doing; paid back for comfort at once, the guest touches again what
      * the host must find again, and the next shortage takes it again
      * (need is answered at once all the same: stage 3) */
-    bool lasting = !st->was_short || in->now_s - st->short_at_s >= EXPERIMENT_S;
-    if (!st->reclaiming && lasting && surplus > grown) {
+    if (!st->reclaiming && !h->short_lately && surplus > grown) {
         uint64_t budget = surplus - grown;
         size_t *order = malloc(in->n_guests * sizeof(*order) + 1);
         for (size_t i = 0; order && i < in->n_guests; i++)
