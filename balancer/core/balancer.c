@@ -586,7 +586,8 @@ static void note_vmem(balancer *b, guest *g, vmem_state st)
              g->hv.name, req, plug, VMEM_STALL_S,
              g->vtrack.plug_refused ? "the guest plugs nothing: no virtio_mem driver loaded?"
                                     : "the guest cannot unplug: the memory there in use with nowhere to "
-                                      "move it, or not movable (memory_hotplug.online_policy=auto-movable)?",
+                                      "move it, not movable (memory_hotplug.online_policy=auto-movable), or its driver "
+                                      "told not to (virtio_mem.unplug_online=0)?",
              g->vtrack.held_until - (double)mono_ms() / 1000.0);
     /* withdrawn while paused too: it moves no memory, it stops a request
      * the guest cannot follow */

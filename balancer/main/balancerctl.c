@@ -216,8 +216,8 @@ static void print_explain(json_object *r)
             printf("  virtio-mem held for another %.0f s: the guest did not %s (%s); its balloon does the rest\n",
                    dbl(vm, "held_seconds"), str(vm, "held_for"),
                    !strcmp(str(vm, "held_for"), "plug") ? "no virtio_mem driver loaded?"
-                                                        : "its memory there in use with nowhere to go, or "
-                                                          "not movable?");
+                                                        : "its memory there in use with nowhere to go, not "
+                                                          "movable, or its driver told not to?");
     }
     printf("  policy: mode %s, priority %s, shares %s, protect %s, source %s\n", str(p, "mode"),
            str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
