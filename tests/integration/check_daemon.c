@@ -2043,7 +2043,7 @@ END_TEST
  * unplug_online=0 leaves its online memory plugged, as a guest whose memory
  * there is in use with nowhere to move it does.  (That guest itself is no
  * test: while its driver tries, the pageblocks it isolates take the last
- * free pages, and in 1 of ~15 runs its OOM killer ran before any hold, the
+ * free pages, and in 4 of 36 runs its OOM killer ran before any hold, the
  * operator's request doing it, not ours.)  Its operator asks for the
  * device's memory back through a second monitor; balancerd, whose host has
  * room, asks nothing itself, sees the device not follow for VMEM_STALL_S,
