@@ -357,6 +357,8 @@ class Run:
         if self.conf.get("shipped"):  # the defaults a new user gets: only the host is the bench's
             with open(path, "w") as f:
                 f.write("[host]\nmemory_cgroup = %s\n" % self.cg)
+                if self.conf.get("trim_streams"):  # and the one off-by-default feature it names
+                    f.write("[policy]\ntrim_streams = true\n")
             return
         text = """[balancer]
 tick = 2

@@ -233,6 +233,8 @@ CONFIGS = {
     # (deflate-on-oom, libvirt autodeflate), and with free page reporting on
     "split-lru-shipped+doo": dict(daemon="split-lru", shipped=True, balloon_opts="deflate-on-oom=on"),
     "split-lru-shipped+fpr": dict(daemon="split-lru", shipped=True, balloon_opts="free-page-reporting=on"),
+    # issue 32: trim_streams (off by default) at the shipped defaults otherwise
+    "split-lru-shipped+trim": dict(daemon="split-lru", shipped=True, trim_streams=True),
     "split-lru+host": dict(daemon="split-lru", host_reclaim=True),
     "split-lru+trim": dict(daemon="split-lru", trim_streams=True),
     "split-lru+drop": dict(daemon="split-lru", drop_idle_cache=True),
