@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""What a balloon pulse (drop_idle_cache's move: inflate, then deflate at
-once) costs an idle guest, without balancerd: one TCG guest B (512 MiB)
-reads 300 MiB of its disk into its page cache, rests, then allocates 300
-MiB (the bench's burst workload, 110 s after boot) in a 4 GiB memory
-cgroup.  Every 10 s it prints its QEMU's CPU (share of a CPU), RSS and
-AnonHugePages; with --pulse, 60 s after boot its balloon is set to 150 MiB
-and straight back to 512 MiB.  At the end: the burst's time as B reports it.
+"""What a balloon pulse (inflate, then deflate at once: the guest keeps its
+size, the host the memory until the guest touches it again) costs an idle
+guest, without balancerd: one TCG guest B (512 MiB) reads 300 MiB of its
+disk into its page cache, rests, then allocates 300 MiB (the bench's burst
+workload, 110 s after boot) in a 4 GiB memory cgroup.  Every 10 s it
+prints its QEMU's CPU (share of a CPU), RSS and AnonHugePages; with
+--pulse, 60 s after boot its balloon is set to 150 MiB and straight back
+to 512 MiB.  At the end: the burst's time as B reports it.
 
 Usage: bench/balloon_pulse.py [--pulse]   (root; one guest, ~3 min)
 """

@@ -375,9 +375,8 @@ default_floor_min = 160MiB
 [policy]
 step_percent = 20
 """.format(cg=self.cg)
-        for key in ("trim_streams", "drop_idle_cache"):
-            if self.conf.get(key):
-                text += "%s = true\n" % key
+        if self.conf.get("trim_streams"):
+            text += "trim_streams = true\n"
         if self.conf.get("host_reclaim"):
             # a run lasts ~30 s: memory idle for the default 120 s never
             # shows, so the bench pages out what idled 10 s (its SLO the

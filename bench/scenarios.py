@@ -209,8 +209,8 @@ SCENARIOS = {
 
 # Configuration -> how it runs.  daemon: balancerd's --policy (None: no
 # daemon); balloon_opts: extra virtio-balloon-pci properties; host_reclaim:
-# [host_reclaim] enabled; trim_streams, drop_idle_cache: the [policy]
-# keys; solo: only the scenario's solo guests; shipped: balancerd at its
+# [host_reclaim] enabled; trim_streams: [policy] trim_streams; solo: only
+# the scenario's solo guests; shipped: balancerd at its
 # shipped defaults (1 s tick, 2 s stats period, 2/5/8 % watermarks, 2 % step a tick, default floor)
 # instead of the bench's quicker settings (bench.py write_config); vmem:
 # every guest boots with half its memory and a virtio-mem device of the
@@ -237,9 +237,6 @@ CONFIGS = {
     "split-lru-shipped+trim": dict(daemon="split-lru", shipped=True, trim_streams=True),
     "split-lru+host": dict(daemon="split-lru", host_reclaim=True),
     "split-lru+trim": dict(daemon="split-lru", trim_streams=True),
-    "split-lru+drop": dict(daemon="split-lru", drop_idle_cache=True),
-    "split-lru+drop+fpr": dict(daemon="split-lru", drop_idle_cache=True, balloon_opts="free-page-reporting=on"),
-    "split-lru+trim+drop": dict(daemon="split-lru", trim_streams=True, drop_idle_cache=True),
     "none-vmem": dict(daemon=None, vmem="movable"),
     "split-lru-vmem": dict(daemon="split-lru", vmem="movable"),
     "none-vmem-kernel": dict(daemon=None, vmem="kernel"),

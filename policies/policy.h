@@ -37,7 +37,7 @@ typedef struct {
     uint64_t reclaimable_cache_bytes; /* the part of it the guest can drop: not Shmem (tmpfs, SysV
                                 * and POSIX shared memory -- a database's shared buffers), which
                                 * is swap-backed and which MemAvailable leaves out; what the
-                                * cache tiers, the streaming verdict and drops count */
+                                * cache tiers and the streaming verdict count */
     double swap_in_bps;        /* rates over the reports of the last GUEST_RATE_WINDOW_S or more (core/guest.h) */
     double swap_out_bps;
     double major_faults_ps;
@@ -52,8 +52,6 @@ typedef struct {
     double disk_read_bps;      /* the guest's disk reads as the host measures them; < 0 unknown */
     double host_faults_ps;     /* its QEMU's major faults per second (host swap-ins of its memory),
                                 * as the host measures them; < 0 unknown */
-    double host_cpu;           /* the CPUs its QEMU keeps busy (CPU seconds per second: its vCPUs
-                                * and I/O), as the host measures it; < 0 unknown */
     int free_page_reporting;   /* its balloon hands free memory back in 2 MiB blocks (QEMU
                                 * free-page-reporting=on): 1 yes, 0 no, -1 unknown */
     int free_page_reporting_used; /* ... and the guest's balloon driver took it: 1 yes, 0 no,
@@ -106,8 +104,6 @@ typedef struct {
     uint64_t min_change_bytes;  /* smaller changes are not worth a balloon op */
     bool trim_streams;          /* split-lru: streaming guests' page cache is taken with the host
                                  * not short too (proactive reclaim of the cheapest tier) */
-    bool drop_idle_cache;       /* split-lru: an idle guest's page cache is dropped (its balloon
-                                 * down, then back up: it keeps its size) with the host not short */
 } policy_tunables;
 
 void policy_tunables_default(policy_tunables *t);
@@ -115,11 +111,6 @@ void policy_tunables_default(policy_tunables *t);
 typedef struct {
     double now_s;              /* a monotonic clock (policies with their own cadence) */
     host_view host;
-    bool huge_refault;         /* the host faults memory given back in 2 MiB blocks (free page
-                                * reporting) in as huge pages again, even after a balloon's 4 KiB
-                                * discards split them (balancer/host/huge_refault.h) */
-    bool observing;            /* paused or a dry run: the core makes none of the moves, so the
-                                * policy starts none it would have to undo (a drop) */
     watermarks wm;
     policy_tunables tun;
     size_t n_guests;
@@ -129,11 +120,6 @@ typedef struct {
 typedef struct {
     uint64_t target_bytes;     /* what the guest's balloon should be set to */
     bool change;               /* target differs enough from actual to act */
-    bool undo;                 /* it finishes the policy's own move (a drop's way back up):
-                                * made even under mode=off and while paused */
-    uint64_t exit_bytes;       /* where the balloon goes if balancerd stops or switches policy
-                                * before the next tick: a move the policy makes for a while only
-                                * (a drop) given back; 0: where it is */
     uint64_t headroom_bytes;   /* the free memory the policy leaves the guest above its used memory
                                 * (split-lru: its reserve, or more: JUMP_HOLD_S); 0 not said */
     char reason[96];

@@ -26,8 +26,6 @@ void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t 
     d->target_bytes = target;
     uint64_t delta = target > actual ? target - actual : actual - target;
     d->change = delta > 0 && delta >= min_change;
-    d->undo = false;
-    d->exit_bytes = 0;
     snprintf(d->reason, sizeof(d->reason), "%s", reason);
 }
 
@@ -51,5 +49,4 @@ void policy_tunables_default(policy_tunables *t)
     t->comfort_percent = 15.0;
     t->min_change_bytes = 4 * MIB;
     t->trim_streams = false;
-    t->drop_idle_cache = false;
 }

@@ -36,19 +36,6 @@
  * slowed the stream) are a cost too.  A guest a trim cost is not trimmed
  * again while it streams.
  *
- * With drop_idle_cache, a guest idle for IDLE_S (its QEMU below IDLE_CPU
- * of a CPU, its disks not read: nothing in it can be using its cache) has
- * its page cache dropped: its balloon goes down to the same bound in one
- * move and, once there (or after DROP_HOLD_S, or at once when it wakes or
- * needs memory), back up to where it was.  The guest keeps its size; the
- * host keeps the memory the balloon freed until the guest touches it again
- * (free page reporting does the same for free pages).  Only a guest with
- * free page reporting is dropped: it hands what the balloon gave back to
- * the host again in 2 MiB blocks, so the guest's next touch of it faults
- * in huge pages, not 4 KiB pages.  A guest that reads back a quarter of
- * what was dropped within DROP_WATCH_S, or needed memory during the drop,
- * is not dropped again for DROP_COST_S.
- *
  * Need comes first (do no harm): a guest in need (policies/classify.c: its
  * available memory runs out, or it thrashes) is never a donor and is given
  * what it needs in the same tick, up to its size, whatever the
@@ -89,14 +76,6 @@
                              * honest guests lost 1714 ticks without it, 1507 with) */
 #define SLOWED_AFTER_S 10.0 /* a trimmed stream's reads are judged this long after the trim began ... */
 #define SLOWED_FRACTION 0.75 /* ... and below this share of what they were, the trim slowed it */
-#define IDLE_CPU 0.05          /* a guest whose QEMU uses less of a CPU than this ... */
-#define IDLE_READ_BPS (64.0 * 1024) /* ... and whose disks read less than this is idle */
-#define IDLE_S 60.0            /* idle this long, its page cache is dropped (drop_idle_cache) ... */
-#define DROP_MIN_BYTES (64 * MIB) /* ... when that takes at least this much */
-#define DROP_HOLD_S 30.0       /* a drop's balloon goes back up once it arrived, or after this long */
-#define DROP_WATCH_S 300.0     /* its disk reads this long after a drop ... */
-#define DROP_COST_FRACTION 0.25 /* ... reaching this share of what it took are the drop's cost ... */
-#define DROP_COST_S 3600.0     /* ... and it is not dropped again for this long */
 /* A rebooted guest's size back is this much short of its whole size: QEMU
  * (7.2) keeps the balloon size the guest's driver last acknowledged across
  * a reset, and a driver that loads with nothing to do acknowledges
@@ -166,15 +145,6 @@ typedef struct {
     unsigned settled;       /* its fresh reports since it appeared, rebooted or last filled its cache
                              * (capped at SETTLE_REPORTS) */
     double seen_s;          /* when it was last observed */
-    double idle_since_s;    /* idle (drop_idle_cache) since then; < 0 not idle */
-    uint64_t drop_from;     /* a drop under way: its balloon before it, to go back to; 0 none */
-    uint64_t drop_to;       /* ... and the drop's target */
-    uint64_t restore_to;    /* a drop's balloon on its way back up to this; 0 none ... */
-    double restore_at_s;    /* ... since then */
-    double drop_at_s;       /* when the last drop began; 0 never */
-    uint64_t dropped;       /* the page cache it had when it began (what a drop may cost it) */
-    double read_after_drop; /* bytes its disks read since, within DROP_WATCH_S */
-    double drop_cost_until_s; /* a drop cost it: not dropped again until then */
     uint64_t reboot_to;     /* rebooted: its size back, held until its balloon is there; 0 none ... */
     double reboot_at_s;     /* ... since then */
     uint64_t used_v[USED_SLOTS]; /* its used memory at its last valid reports ... */
@@ -239,8 +209,6 @@ typedef struct {
     bool trim_cost;    /* a trim cost it and it streams still: not trimmed */
     bool trimmed_lately; /* trimmed within KEEP_S: not grown for comfort */
     bool watched;      /* watched PACE_WATCH_S: its usual reads are known */
-    bool dropping;     /* its idle page cache dropped this tick (drop_idle_cache) */
-    bool restoring;    /* a drop's balloon on its way back up */
     uint64_t credit;   /* what its word or swap-ins may be given now (need_allowance) */
     uint64_t touched;  /* what its QEMU touched since the last tick (need_allowance) */
     uint64_t on_word;  /* given on its word or swap-ins this tick */
@@ -314,7 +282,6 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
         m->settled = g->disk_read_bps < 0 || g->rebooted ? 0 : SETTLE_REPORTS;
         m->settle_from_s = now - SETTLE_S; /* the time floor is for a warm-up's tail only */
         m->seen_s = now;
-        m->idle_since_s = -1;
         m->jump_window_s = now;
         m->fn_rss = -1;
         m->inflated_at_s = -1;
@@ -330,22 +297,8 @@ static void memory_observe(split_guest *m, const guest_view *g, double now)
     } else if (!g->stats_valid) {
         m->used_n = 0; /* a rise across a gap in its reports is not one window's */
     }
-    /* idle: its QEMU barely runs and its disks are not read (both as the
-     * host measures them, so a guest cannot fake idleness to be dropped
-     * or busyness to keep its cache beyond what it really does) */
-    bool idle = g->host_cpu >= 0 && g->host_cpu < IDLE_CPU && g->disk_read_bps >= 0 &&
-                g->disk_read_bps < IDLE_READ_BPS && !g->filling;
-    m->idle_since_s = !idle ? -1 : m->idle_since_s < 0 ? now : m->idle_since_s;
-    if (m->drop_at_s && now - m->drop_at_s <= DROP_WATCH_S && g->disk_read_bps > 0 && now > m->seen_s)
-        m->read_after_drop += g->disk_read_bps * (now - m->seen_s);
     double dt = now > m->seen_s ? now - m->seen_s : 0;
     m->seen_s = now;
-    if (m->dropped && m->read_after_drop >= DROP_COST_FRACTION * (double)m->dropped) {
-        /* it read back a good part of what a drop took: its cache was not
-         * cold after all */
-        m->drop_cost_until_s = now + DROP_COST_S;
-        m->dropped = 0;
-    }
     if (now > m->disk_pace_at_s) {
         m->disk_pace_bps *= exp2(-(now - m->disk_pace_at_s) / PACE_HALF_LIFE_S);
         m->disk_pace_at_s = now;
@@ -558,64 +511,6 @@ static uint64_t step_of(const policy_tunables *tun, const guest_view *g)
 static bool is_stream(const guest_view *g, const work *w)
 {
     return g->streaming && !w->cache_hot;
-}
-
-
-/* drop_idle_cache's hard rule, before any other: a drop under way is held
- * until its balloon arrives (within slack; or for DROP_HOLD_S), then goes
- * back to where it was; at once when the guest needs memory (or deflated
- * its balloon on OOM), reads its disks (it woke: its CPU does not tell,
- * the balloon keeps it busy), goes stale or is switched to mode=off (the
- * way back up is made then too: a drop is never left half done), or when
- * its balloon is back where it was with no move on its way.  The way
- * back up stands until a fresh report shows it arrived (one decided on a
- * stale report, the balloon seen where it was before the drop, changes
- * nothing, and the guest would stay dropped), for DROP_HOLD_S at most (a
- * balloon that does not come back is not held "fixed" for ever).  Returns
- * whether it decided the guest's target. */
-static bool drop_rule(split_guest *m, const guest_view *g, work *w, uint64_t slack, double now)
-{
-    uint64_t back_to = min_u64(m->restore_to, g->ceiling_bytes);
-    if (m->restore_to && ((g->stats_valid && g->actual_bytes + slack >= back_to) || now - m->restore_at_s >= DROP_HOLD_S))
-        m->restore_to = 0; /* back where it was, or given up on */
-    if (m->drop_from) {
-        bool arrived = g->actual_bytes <= m->drop_to + slack;
-        bool needs = g->in_need || g->thrashing || g->self_deflated_bytes;
-        bool reads = !(g->disk_read_bps >= 0 && g->disk_read_bps < IDLE_READ_BPS);
-        /* no move on its way and the balloon where it was: the guest came
-         * back under the same id (restarted, or its QEMU replaced), or its
-         * balloon never began to move */
-        bool undone = g->stats_valid && !g->pending_target_bytes && g->actual_bytes + slack >= m->drop_from;
-        if (needs) /* it needed memory while it was dropped: maybe the drop's doing */
-            m->drop_cost_until_s = now + DROP_COST_S;
-        if (!arrived && !needs && !reads && !undone && g->stats_valid && g->policy.mode == VM_MODE_AUTO &&
-            now - m->drop_at_s < DROP_HOLD_S) {
-            w->fixed = true;
-            w->target = m->drop_to;
-            w->reason = "proactive: idle page cache dropping";
-            return true;
-        }
-        m->restore_to = max_u64(m->drop_from, g->floor_bytes);
-        m->restore_at_s = now;
-        m->drop_from = 0;
-    }
-    if (!m->restore_to)
-        return false;
-    w->fixed = true;
-    w->restoring = true;
-    w->target = min_u64(m->restore_to, g->ceiling_bytes);
-    w->reason = "idle page cache dropped: its size given back";
-    return true;
-}
-
-/* Where the guest's balloon goes if balancerd stops or switches policy
- * now: a drop under way, or on its way back up, is given back in one move
- * (its size before the drop, within its bounds) rather than left to a
- * policy that does not know it; 0: where it is. */
-static uint64_t exit_size(const split_guest *m, const guest_view *g)
-{
-    uint64_t to = m->drop_from ? max_u64(m->drop_from, g->floor_bytes) : m->restore_to;
-    return to ? min_u64(to, g->ceiling_bytes) : 0;
 }
 
 /* Only memory that frees host memory is a supply: a guest whose balloon
@@ -953,9 +848,7 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
             w->watched = in->now_s - m->watched_since_s >= PACE_WATCH_S;
             w->learnt = why;
         }
-        if (m && drop_rule(m, g, w, min_change_of(tun, g), in->now_s)) {
-            /* a drop under way, or on its way back up, decided it */
-        } else if (g->policy.mode == VM_MODE_OFF) {
+        if (g->policy.mode == VM_MODE_OFF) {
             w->fixed = true;
             w->reason = "mode=off: left alone";
         } else if (g->rebooted && (g->actual_bytes < g->ceiling_bytes ||
@@ -998,16 +891,15 @@ static void hard_rules(const policy_input *in, split_state *st, work *ws)
 
 /* Stage 2. The host's account, and the watermarks' hysteresis: reclaim
  * from below low until above high.  Balloons on their way count as
- * arrived; not a drop's way back up (the pages it hands back cost the host
- * nothing until used). */
-static host_account account_host(const policy_input *in, split_state *st, const work *ws)
+ * arrived. */
+static host_account account_host(const policy_input *in, split_state *st)
 {
     int64_t in_flight = 0, owed = 0;
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
-        if (g->pending_target_bytes && !ws[i].restoring)
+        if (g->pending_target_bytes)
             in_flight += (int64_t)g->actual_bytes - (int64_t)g->pending_target_bytes;
-        if (g->pending_target_bytes > g->actual_bytes && !ws[i].restoring)
+        if (g->pending_target_bytes > g->actual_bytes)
             owed += (int64_t)(g->pending_target_bytes - g->actual_bytes);
     }
     host_account h = { .avail_s = (int64_t)in->host.available_bytes + in_flight };
@@ -1182,59 +1074,7 @@ static void trim_streams(const policy_input *in, work *ws)
     }
 }
 
-/* Stage 6. Proactive (drop_idle_cache): an idle guest's page cache is cold (no
- * one in it runs to read it): its balloon goes down to the bound the
- * cache tier leaves (floor; used and its decaying peak plus the
- * reserve; what host reclaim measured in use; what a reclaim proved it
- * needs) in one move, and back up once there (the hard rules above):
- * the guest keeps its size, the host the memory the balloon freed,
- * until the guest touches it again.  Not a guest watched less than
- * PACE_WATCH_S, a stream (trim_streams' part), one whose cache
- * refaulted, one a drop cost, nor one with protect="yes" (host
- * reclaim leaves it alone too); none while balancerd only observes
- * (paused, a dry run: a drop not made would be "given back" later,
- * over what the operator did meanwhile). */
-static void drop_idle_cache(const policy_input *in, split_state *st, work *ws)
-{
-    for (size_t i = 0; i < in->n_guests; i++) {
-        const guest_view *g = &in->guests[i];
-        work *w = &ws[i];
-        split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
-        /* nor one whose balloon frees nothing on the host (its memory
-         * all resident whatever its balloon -- locked, preallocated,
-         * hugepage or VFIO memory -- or not measured) */
-        bool frees = g->host_rss_bytes >= 0 && (!g->max_bytes || (uint64_t)g->host_rss_bytes < g->max_bytes);
-        /* nor one without free page reporting: QEMU discards a balloon's
-         * pages 4 KiB at a time, splitting the huge pages behind them, and
-         * the guest's next touch of that memory is faulted in 4 KiB at a
-         * time (about 40 times what huge pages cost per 4 KiB touched,
-         * bench/fault_cost: 0.75 s for 300 MiB on the reference host);
-         * free page reporting hands the memory back again in 2 MiB blocks
-         * once the balloon is down, and on a host that frees the emptied
-         * page tables (huge_refault) the touch faults in huge pages.  The
-         * device offering it is not enough when the guest's driver is known
-         * not to have taken it (a kernel without CONFIG_PAGE_REPORTING) */
-        if (g->free_page_reporting != 1 || g->free_page_reporting_used == 0 || !in->huge_refault)
-            continue;
-        if (!m || !is_adjustable(g, w) || g->policy.protect || !frees || w->changed ||
-            !w->watched || w->settling || w->cache_hot || g->streaming || g->filling || m->idle_since_s < 0 ||
-            in->now_s - m->idle_since_s < IDLE_S || in->now_s < m->drop_cost_until_s ||
-            (m->drop_at_s && in->now_s - m->drop_at_s < DROP_WATCH_S))
-            continue;
-        /* its balloon takes its free memory first: a drop is worth it for
-         * the page cache it takes beyond that */
-        uint64_t bound = tier_bound(g, w, TIER_CACHE);
-        if (w->target < bound + g->free_bytes + DROP_MIN_BYTES || g->reclaimable_cache_bytes < DROP_MIN_BYTES)
-            continue;
-        w->changed += w->target - bound;
-        w->target = bound;
-        w->dropping = true;
-        w->reason = "proactive: dropping idle page cache";
-    }
-
-}
-
-/* Stage 7. Plenty: guests short of available memory grow from the surplus. */
+/* Stage 6. Plenty: guests short of available memory grow from the surplus. */
 static void grow_for_comfort(const policy_input *in, const split_state *st, work *ws, const host_account *h,
                              uint64_t grown)
 {
@@ -1268,7 +1108,7 @@ static void grow_for_comfort(const policy_input *in, const split_state *st, work
             /* trimmed lately: what it had available was stream cache,
              * and growing it for comfort would refill it to be trimmed
              * again (need still grows it) */
-            if (w->trimmed_lately || w->trimmed || w->dropping)
+            if (w->trimmed_lately || w->trimmed)
                 continue;
             uint64_t add = min_u64(min_u64(w->step, g->ceiling_bytes - w->target), budget);
             w->target += add;
@@ -1280,8 +1120,8 @@ static void grow_for_comfort(const policy_input *in, const split_state *st, work
 
 }
 
-/* Stage 8: the decisions, and what each one starts (a reclaim's
- * experiment, a trim, a drop) remembered. */
+/* Stage 7: the decisions, and what each one starts (a reclaim's
+ * experiment, a trim) remembered. */
 static void emit_decisions(const policy_input *in, split_state *st, const work *ws, const host_account *h,
                            policy_output *out)
 {
@@ -1292,11 +1132,7 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
         /* floors and ceilings are exact: the last small step to them counts */
         if (ws[i].fixed || ws[i].grew || ws[i].target == g->ceiling_bytes || ws[i].target == g->floor_bytes)
             min_change = 1;
-        /* a drop's way back up is set against where the balloon is going:
-         * a drop that ends before its balloon moved calls the move off */
-        uint64_t from = ws[i].restoring && g->pending_target_bytes ? g->pending_target_bytes : g->actual_bytes;
-        decision_set(&out->decisions[i], from, ws[i].target, min_change, ws[i].reason);
-        out->decisions[i].undo = ws[i].restoring;
+        decision_set(&out->decisions[i], g->actual_bytes, ws[i].target, min_change, ws[i].reason);
         out->decisions[i].headroom_bytes = ws[i].reserve;
         /* a reclaim starts an experiment: its cost is watched for EXPERIMENT_S */
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
@@ -1324,17 +1160,7 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
         }
         if (m && out->decisions[i].change && ws[i].trimmed)
             m->trimmed_at_s = in->now_s;
-        if (m && out->decisions[i].change && ws[i].dropping) {
-            /* a drop is not a reclaim experiment: it gives the guest its
-             * size back at once, and its cost is what it reads back */
-            m->drop_from = max_u64(g->actual_bytes, g->pending_target_bytes);
-            m->drop_to = ws[i].target;
-            m->drop_at_s = in->now_s;
-            m->dropped = min_u64(g->reclaimable_cache_bytes, m->drop_from - m->drop_to - min_u64(g->free_bytes, m->drop_from - m->drop_to));
-            m->read_after_drop = 0;
-        }
-        out->decisions[i].exit_bytes = m ? exit_size(m, g) : 0;
-        if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed && !ws[i].dropping) {
+        if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
             bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
             /* an experiment whose "before" was unknown takes the first
              * known one, and one whose reads could not prove a cost asks
@@ -1369,20 +1195,15 @@ static void split_decide(const policy_input *in, void *state, policy_output *out
         for (size_t i = 0; i < in->n_guests; i++) {
             const guest_view *g = &in->guests[i];
             decision_set(&out->decisions[i], g->actual_bytes, g->actual_bytes, 1, "out of memory: no decision");
-            const split_guest *m = guest_table_lookup(&st->memory, i, guest_key_of(g));
-            out->decisions[i].exit_bytes = m ? exit_size(m, g) : 0;
         }
         return;
     }
     hard_rules(in, st, ws);
-    host_account h = account_host(in, st, ws);
+    host_account h = account_host(in, st);
     uint64_t grown = grant_need(in, ws);
     uint64_t reclaimed = reclaim_to_high(in, st, ws, &h, grown);
     if (in->tun.trim_streams && !st->reclaiming)
         trim_streams(in, ws);
-    /* none while balancerd only observes, nor right after a shortage */
-    if (in->tun.drop_idle_cache && !in->observing && !st->reclaiming && !h.relieved)
-        drop_idle_cache(in, st, ws);
     grow_for_comfort(in, st, ws, &h, grown);
     emit_decisions(in, st, ws, &h, out);
     guest_table_sweep(&st->memory); /* forget guests that are gone */

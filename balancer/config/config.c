@@ -241,7 +241,7 @@ static const char *const known_keys[][18] = {
     { "watermarks", "min", "low", "high", NULL },
     { "guests", "default_floor_percent", "default_floor_min", NULL },
     { "policy", "step_percent", "step_min", "reserve_percent", "reserve_min", "comfort_percent",
-      "min_change", "trim_streams", "drop_idle_cache", NULL },
+      "min_change", "trim_streams", NULL },
     { "metrics", "listen", NULL },
     { "host", "memory_cgroup", NULL },
     { "host_reclaim", "enabled", "source", "scan_interval", "min_cold_age", "max_cold_age", "max_per_scan",
@@ -338,7 +338,6 @@ int config_load_text(balancer_config *c, const char *data, size_t len, const cha
     rc = rc ? rc : get_percent(&l, "policy", "comfort_percent", &n.tun.comfort_percent);
     rc = rc ? rc : get_size(&l, "policy", "min_change", &n.tun.min_change_bytes);
     rc = rc ? rc : get_bool(&l, "policy", "trim_streams", &n.tun.trim_streams);
-    rc = rc ? rc : get_bool(&l, "policy", "drop_idle_cache", &n.tun.drop_idle_cache);
     rc = rc ? rc : get_str(&l, "metrics", "listen", &n.metrics_listen);
     rc = rc ? rc : get_str(&l, "balancer", "control_socket", &n.control_socket);
     rc = rc ? rc : get_str(&l, "host", "memory_cgroup", &n.memory_cgroup);

@@ -28,8 +28,7 @@ typedef struct {
     double default_floor_percent;    /* [guests] default_floor_percent of max memory */
     uint64_t default_floor_min;      /* [guests] default_floor_min */
     policy_tunables tun;        /* [policy] step_percent, step_min, reserve_percent,
-                                   reserve_min, comfort_percent, min_change, trim_streams,
-                                   drop_idle_cache */
+                                   reserve_min, comfort_percent, min_change, trim_streams */
     char *metrics_listen;       /* [metrics] listen (host:port, "" = off) */
     char *control_socket;       /* [balancer] control_socket ("" = off) */
     char *memory_cgroup;        /* [host] memory_cgroup: balance this cgroup's limit ("" = the machine) */

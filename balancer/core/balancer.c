@@ -13,7 +13,6 @@
 #include "config/metadata_xml.h"
 #include "config/size_parse.h"
 #include "host/host_cgroup.h"
-#include "host/huge_refault.h"
 #include "host/own_reporting.h"
 #include "host/pressure.h"
 #include "host/qemu_touched.h"
@@ -116,37 +115,9 @@ static bool same_host_reclaim(const balancer_config *a, const balancer_config *c
            a->hr_max_cpu == c->hr_max_cpu && a->hr_max_swap_out == c->hr_max_swap_out;
 }
 
-static bool drop_idle_cache_on(const balancer_config *c)
-{
-    return !strcmp(c->policy, "split-lru") && c->tun.drop_idle_cache;
-}
-
-/* drop_idle_cache drops a guest only on a host that faults memory given
- * back in 2 MiB blocks in as huge pages again (host/huge_refault.h):
- * probed when the option comes into effect, and again at each reload
- * while the answer is no (a probe that found no free huge page may find
- * one later); what it found is logged when the option comes into effect
- * or the answer changes. */
-static void probe_huge_refault(balancer *b, bool was_on)
-{
-    if (!drop_idle_cache_on(&b->cfg) || (was_on && b->huge_refault))
-        return;
-    const char *why = NULL;
-    bool before = b->huge_refault;
-    b->huge_refault = huge_refault_probe(&why);
-    if (was_on && b->huge_refault == before)
-        return;
-    if (b->huge_refault)
-        log_info("drop_idle_cache: this host faults memory given back in 2 MiB blocks (free page reporting) "
-                 "in as huge pages again");
-    else
-        log_warn("drop_idle_cache: %s: no guest is dropped", why);
-}
-
 int balancer_replace_config(balancer *b, balancer_config *cfg, GError **error)
 {
     bool same = same_host_reclaim(&b->cfg, cfg);
-    bool drop_was_on = drop_idle_cache_on(&b->cfg);
     balancer_config old = b->cfg;
     b->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
@@ -159,7 +130,6 @@ int balancer_replace_config(balancer *b, balancer_config *cfg, GError **error)
     b->cfg.damon_admin = old.damon_admin;
     old.damon_admin = t;
     limits_from_config(b);
-    probe_huge_refault(b, drop_was_on);
     int rc = 0;
     if (!same && set_host_reclaim(b, error) < 0) {
         /* a [host_reclaim] that cannot start leaves the one that ran */
@@ -181,8 +151,6 @@ const balancer_config *balancer_config_get(const balancer *b)
     return &b->cfg;
 }
 
-static void give_back(balancer *b, const char *why);
-
 int balancer_set_policy(balancer *b, const char *name, GError **error)
 {
     const policy_ops *p = policy_lookup(name);
@@ -196,8 +164,6 @@ int balancer_set_policy(balancer *b, const char *name, GError **error)
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "policy %s: cannot set up its state", name);
         return -1;
     }
-    if (b->policy)
-        give_back(b, "policy switched: its drop given back");
     if (b->policy && b->policy->state_free)
         b->policy->state_free(b->policy_state);
     b->policy = p;
@@ -292,7 +258,6 @@ balancer *balancer_new(balancer_config *cfg, const backend_ops *be, char **qmp_s
     b->sys_node_dir = "/sys/devices/system/node";
     classify_params_default(&b->cp);
     limits_from_config(b);
-    probe_huge_refault(b, false);
     b->own_reporting = own_free_page_reporting("/sys");
     if (b->own_reporting)
         log_info("host: this host is itself a guest that reports its free memory to its hypervisor "
@@ -352,8 +317,6 @@ void balancer_free(balancer *b)
 {
     if (!b)
         return;
-    if (b->policy)
-        give_back(b, "balancerd stops: its drop given back");
     b->shutting_down = true;
     host_swap_free(b->hswap);
     while (b->guests->len)
@@ -385,7 +348,7 @@ const snapshot *balancer_snapshot(balancer *b)
 /* The pause outlives this balancerd (a restart, an upgrade) as a file in
  * the state directory; what cannot be written is logged, and the pause
  * holds for this run anyway. */
-static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms);
+static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms, bool give_back);
 
 static void record_pause(const balancer *b, bool paused)
 {
@@ -414,30 +377,18 @@ void balancer_set_paused(balancer *b, bool paused)
 unsigned balancer_give_back_all(balancer *b)
 {
     balancer_set_paused(b, true);
-    /* what the policy was in the middle of (a drop and its way back up,
-     * which it may finish while paused) is void: every guest goes to its
-     * ceiling, and a fresh state decides when balancing resumes */
-    void *fresh = b->policy->state_new ? b->policy->state_new() : NULL;
-    if (fresh) {
-        if (b->policy->state_free)
-            b->policy->state_free(b->policy_state);
-        b->policy_state = fresh;
-    }
     unsigned moved = 0;
     for (guint i = 0; i < b->guests->len; i++) {
         guest *g = g_ptr_array_index(b->guests, i);
         if (g->view.policy.mode == VM_MODE_OFF || !g->view.ceiling_bytes)
             continue; /* never ours to move; or not sampled yet */
         uint64_t before = g->balloon_ops;
-        /* made as a drop's way back up is (an undo: while paused too, and
-         * never shrinking a guest) */
         /* a virtio-mem guest goes back to its own size, not to all its device could plug */
         uint64_t to = g->vmem_resized && g->home_bytes && g->home_bytes < g->view.ceiling_bytes ? g->home_bytes
                                                                                                : g->view.ceiling_bytes;
-        guest_decision d = { .target_bytes = to, .change = true, .undo = true };
+        guest_decision d = { .target_bytes = to, .change = true };
         snprintf(d.reason, sizeof(d.reason), "give-back: its memory given back, balancing paused");
-        actuate(b, g, &d, mono_ms());
-        g->exit_bytes = 0;
+        actuate(b, g, &d, mono_ms(), true);
         moved += g->balloon_ops != before;
     }
     log_info("give-back: %u guest(s) given their memory back; balancing paused until balancerctl resume", moved);
@@ -600,8 +551,10 @@ static void note_vmem(balancer *b, guest *g, vmem_state st)
         g->vmem_asked = g->vmem.plugged_bytes;
 }
 
-/* Carry out d for g, as seen at now_ms (the tick's moment). */
-static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms)
+/* Carry out d for g, as seen at now_ms (the tick's moment).  give_back:
+ * balancerctl give-back's move, made while paused too (it pauses first),
+ * and never shrinking a guest. */
+static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms, bool give_back)
 {
     const guest_view *v = &g->view;
     snprintf(g->last_reason, sizeof(g->last_reason), "%s", d->reason);
@@ -611,8 +564,8 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
         snprintf(g->last_reason, sizeof(g->last_reason), "left alone: a libvirt job (migration, save or dump) runs");
         return;
     }
-    if (!d->change || (v->policy.mode == VM_MODE_OFF && !d->undo))
-        return; /* mode=off: left alone, but for the end of balancerd's own move */
+    if (!d->change || v->policy.mode == VM_MODE_OFF)
+        return; /* mode=off: left alone */
     uint64_t target = d->target_bytes;
     if (target < v->floor_bytes)
         target = v->floor_bytes;
@@ -621,18 +574,16 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
     uint64_t heading = balloon_heading(b, g, now_ms);
     if (target == heading)
         return; /* there, or already asked and on its way; a move on its way elsewhere is
-                 * called off, even back to where the balloon still is (a drop that ended
-                 * before its balloon moved) */
-    if (d->undo && target < v->actual_bytes)
-        return; /* the way back up never shrinks a guest (grown meanwhile by its operator
-                 * under mode=off, or deflated on OOM) */
+                 * called off, even back to where the balloon still is */
+    if (give_back && target < v->actual_bytes)
+        return; /* give-back never shrinks a guest (one above its ceiling, lowered since) */
     int64_t now = mono_ms();
     char from[32], to[32], was_to[32] = "";
     size_format(v->actual_bytes, from, sizeof(from));
     size_format(target, to, sizeof(to));
     if (heading != v->actual_bytes)
         size_format(heading, was_to, sizeof(was_to));
-    if (b->dry_run || (b->paused && !d->undo)) {
+    if (b->dry_run || (b->paused && !give_back)) {
         log_info("guest %s: would %s %s -> %s (%s)%s", g->hv.name, g->vmem_resized ? "resize" : "balloon", from, to,
                  d->reason, b->paused ? " [paused]" : " [dry run]");
         return;
@@ -660,27 +611,6 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
                      v->actual_bytes, target, "guest %s: %s %s -> %s%s (%s)%s%s", g->hv.name,
                      g->vmem_resized ? "size" : "balloon", from, to, how, d->reason,
                      was_to[0] ? ", was on its way to " : "", was_to);
-}
-
-/* balancerd stops, or switches policy: a move the policy makes for a
- * while only (a drop of an idle guest's page cache, seconds) is given
- * back now, in one move, not left to a policy that does not know it (the
- * new one, or balancerd's next start).  Made as the drop's way back up
- * is: under mode=off and while paused too, not in a dry run (nothing was
- * moved).  The backends send it before they close (balloon changes just
- * sent are waited for a moment). */
-static void give_back(balancer *b, const char *why)
-{
-    for (guint i = 0; i < b->guests->len; i++) {
-        guest *g = g_ptr_array_index(b->guests, i);
-        if (!g->exit_bytes)
-            continue;
-        /* actuate leaves it where it is going already */
-        guest_decision d = { .target_bytes = g->exit_bytes, .change = true, .undo = true };
-        snprintf(d.reason, sizeof(d.reason), "%s", why);
-        actuate(b, g, &d, mono_ms());
-        g->exit_bytes = 0;
-    }
 }
 
 /* The host-reclaim actuator's round.  A dry run and a pause write
@@ -808,10 +738,8 @@ static bool tick_round(balancer *b)
         if (g->job_ms >= 0)
             views[i].stats_valid = views[i].stats_fresh = false; /* neither gives nor takes while the job runs */
     }
-    policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host,
-                        .huge_refault = b->huge_refault, .observing = b->paused || b->dry_run, .wm = b->wm,
-                        .tun = b->cfg.tun, .n_guests = n,
-                        .guests = views };
+    policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host, .wm = b->wm,
+                        .tun = b->cfg.tun, .n_guests = n, .guests = views };
     policy_output out = { .decisions = dec };
     b->policy->decide(&in, b->policy_state, &out);
     if (out.reclaiming != b->reclaiming)
@@ -822,8 +750,7 @@ static bool tick_round(balancer *b)
     uint64_t balloon_reclaim = 0;
     for (size_t i = 0; i < n; i++) {
         guest *g = g_ptr_array_index(b->guests, i);
-        actuate(b, g, &dec[i], tick_ms);
-        g->exit_bytes = dec[i].exit_bytes;
+        actuate(b, g, &dec[i], tick_ms, false);
         /* a reset is answered once the answer could be acted on: not while
          * paused, in a dry run or during a libvirt job */
         if (!b->paused && !b->dry_run && g->job_ms < 0)

@@ -26,7 +26,6 @@ struct balancer {
     bool paused;
     bool shutting_down;             /* guests are released, not gone */
     host_swap *hswap;               /* host-side reclaim, NULL when disabled */
-    bool huge_refault;              /* host/huge_refault.h: probed when drop_idle_cache comes into effect */
     bool own_reporting;             /* host/own_reporting.h: probed at start */
 
     /* last tick */

@@ -321,7 +321,6 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->agent_hint_streaming = v->agent_fresh && g->agent.cur.hint_streaming;
     v->disk_read_bps = g->disk_read_bps; /* host-measured: classify reads it */
     v->host_faults_ps = g->qemu_faults_ps;
-    v->host_cpu = g->qemu_cpu;
     v->free_page_reporting = s->free_page_reporting;
     v->free_page_reporting_used = s->free_page_reporting_used;
     v->deflate_on_oom = s->deflate_on_oom;

@@ -75,8 +75,6 @@ typedef struct guest {
 
     uint64_t decided_target;  /* what the policy chose last tick (before clamping) */
     uint64_t headroom;        /* ... and the free memory it leaves the guest above its used memory, 0 not said */
-    uint64_t exit_bytes;      /* ... and where the balloon goes if balancerd stops or switches
-                               * policy (a drop given back), 0 where it is */
     uint64_t last_target;     /* last balloon target we set (0 = none) */
     uint64_t seen_actual;     /* the balloon size at the previous tick (0 = none) */
     uint64_t self_deflations; /* times the guest grew its balloon on its own (deflate-on-oom) */

@@ -76,7 +76,6 @@ snapshot *balancer_snapshot_build(const balancer *b)
     s->paused = b->paused;
     s->dry_run = b->dry_run;
     s->reclaiming = b->reclaiming;
-    s->huge_refault = b->huge_refault;
     s->own_reporting = b->own_reporting;
     snprintf(s->summary, sizeof(s->summary), "%s", b->summary);
     s->host = b->host;

@@ -3,7 +3,7 @@
  * tasks stalled on memory) and a process's major faults (for a QEMU: its
  * guest memory coming back from host swap, besides file reads).  Host
  * reclaim's pressure guard reads these; the core reads a QEMU's CPU with
- * them (an idle guest: drop_idle_cache).
+ * them (balancerctl explain shows it).
  */
 #ifndef MEMBAL_HOST_PRESSURE_H
 #define MEMBAL_HOST_PRESSURE_H

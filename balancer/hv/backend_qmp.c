@@ -748,9 +748,9 @@ static void q_shutdown(hv_ctx *hv)
     qmp_state *st = hv->priv;
     if (!st)
         return;
-    /* balloon changes just sent (a drop given back at stop) are answered
-     * before the socket closes: QEMU drops the requests of a client that
-     * left which it has not run yet (monitor/qmp.c: CHR_EVENT_CLOSED ->
+    /* balloon changes just sent (the last tick's, a give-back's) are
+     * answered before the socket closes: QEMU drops the requests of a
+     * client that left which it has not run yet (monitor/qmp.c: CHR_EVENT_CLOSED ->
      * monitor_qmp_cleanup_queue_and_resume).  One read may bring only the answers
      * to earlier questions, so each QEMU is read until its balloon changes
      * are all answered, SHUTDOWN_MS for all of them at most; a stuck QEMU

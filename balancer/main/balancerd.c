@@ -125,13 +125,11 @@ static gboolean on_quit(gpointer data)
 
 static gboolean reload(daemon_ctx *d);
 
-/* ", trim_streams", ", drop_idle_cache" for the start-up and reload lines
- * when they are in effect (split-lru is the only policy with them) */
-static const char *proactive_note(const balancer_config *c)
+/* ", trim_streams" for the start-up and reload lines when it is in effect
+ * (split-lru is the only policy that trims) */
+static const char *trim_note(const balancer_config *c)
 {
-    bool split = !strcmp(c->policy, "split-lru"), trim = split && c->tun.trim_streams,
-         drop = split && c->tun.drop_idle_cache;
-    return trim && drop ? ", trim_streams, drop_idle_cache" : trim ? ", trim_streams" : drop ? ", drop_idle_cache" : "";
+    return c->tun.trim_streams && !strcmp(c->policy, "split-lru") ? ", trim_streams" : "";
 }
 
 /* SIGHUP: re-read the config; on any error keep the running one. */
@@ -186,7 +184,7 @@ static gboolean reload(daemon_ctx *d)
         schedule_ticks(d);
     now = balancer_config_get(d->b);
     log_info("configuration reloaded from %s (policy %s, tick %u s%s)", d->config_path, now->policy,
-             now->tick_seconds, proactive_note(now));
+             now->tick_seconds, trim_note(now));
     return G_SOURCE_CONTINUE;
 }
 
@@ -285,7 +283,7 @@ int main(int argc, char **argv)
     }
     const balancer_config *c = balancer_config_get(d.b);
     log_info("starting: policy %s, tick %u s, %s%s%s", c->policy, c->tick_seconds,
-             qmp ? "QMP sockets" : c->connect_uri, proactive_note(c),
+             qmp ? "QMP sockets" : c->connect_uri, trim_note(c),
              dry_run ? ", dry run" : "");
 
     if (once)

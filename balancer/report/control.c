@@ -190,7 +190,6 @@ static json_object *status_reply(const snapshot *b)
     json_object_object_add(h, "watermark_min_bytes", u64(b->wm.min));
     json_object_object_add(h, "watermark_low_bytes", u64(b->wm.low));
     json_object_object_add(h, "watermark_high_bytes", u64(b->wm.high));
-    json_object_object_add(h, "huge_refault", json_object_new_boolean(b->huge_refault));
     json_object_object_add(h, "reports_own_free_pages", json_object_new_boolean(b->own_reporting));
     json_object_object_add(r, "host", h);
     json_object *gs = json_object_new_array();

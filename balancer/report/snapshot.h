@@ -77,7 +77,6 @@ typedef struct {
     unsigned tick_seconds;      /* the configured tick */
     bool backend_up;            /* the last round reached the hypervisor */
     bool paused, dry_run, reclaiming;
-    bool huge_refault;          /* host/huge_refault.h, as last probed */
     bool own_reporting;         /* host/own_reporting.h */
     char summary[128];
     host_meminfo host;

@@ -1,6 +1,6 @@
 /*
  * fault_cost: what the host pays when a guest touches memory again after a
- * balloon pulse (drop_idle_cache's move), on this host, without QEMU.
+ * balloon gave it back to the host, on this host, without QEMU.
  *
  * QEMU gives a ballooned page back to the host one 4 KiB page at a time
  * (hw/virtio/virtio-balloon.c, balloon_inflate_page: a RAM block with 4 KiB

@@ -792,68 +792,6 @@ START_TEST(qmp_stopped_or_held_qemu_delays_nobody)
 }
 END_TEST
 
-/* drop_idle_cache on a bare QEMU whose balloon has free page reporting:
- * the guest reads 300 MiB of its disk into its page cache and idles; once
- * it has idled 60 s balancerd drops that cache (its balloon down, to come
- * back up in seconds).  SIGTERM during the drop: balancerd gives the
- * guest its size back before it exits, not left to its next start.  The
- * guest prints no meminfo (membal.report): under TCG that alone keeps its
- * QEMU near the 5% of a CPU that idle is measured against. */
-START_TEST(drop_given_back_when_balancerd_stops)
-{
-    snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
-    mkdir(workdir, 0700);
-    char disk[400];
-    snprintf(disk, sizeof(disk), "%s/data.img", workdir);
-    ck_assert_int_eq(test_run("truncate -s 320M '%s'", disk), 0);
-    guest_vm vm;
-    guest_vm_opts o = { .mem_mib = 512, .append = "membal.run=burst:/dev/vda:300:3600:300:0",
-                        .disk = disk, .extra = "--balloon-opts free-page-reporting=on" };
-    ck_assert(guest_vm_start(&vm, &o) == 0);
-    ck_assert_msg(guest_vm_wait_console(&vm, "BURST phase=idle", 90000), "the guest did not fill its cache");
-    char conf[512], args[600];
-    snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
-    write_file(conf, TEST_STEP "[balancer]\ntick = 1\nstats_period = 1\n[policy]\ndrop_idle_cache = true\n");
-    snprintf(args, sizeof(args), "--verbose --qmp '%s'", vm.qmp_path);
-    start_daemon(conf, args);
-    ck_assert_msg(wait_log("drop_idle_cache: ", 20), "no word from the huge-page refault probe");
-    if (log_has("no guest is dropped")) {
-        ck_assert_int_eq(stop_daemon(), 0);
-        guest_vm_stop(&vm);
-        test_run("rm -rf '%s'", workdir);
-        CHECK_SKIP("this host does not fault memory given back in 2 MiB blocks in as huge pages: no drop to give back");
-    }
-    bool dropped = wait_log("(proactive: dropping idle page cache)", 150);
-    ck_assert_int_eq(stop_daemon(), 0);
-    /* the tick after the drop may already see its balloon arrived and
-     * start the way back up itself: then there is nothing to give back */
-    bool back_before = log_has("(idle page cache dropped: its size given back)");
-    if (!dropped || (!back_before && !log_has("balancerd stops: its drop given back")))
-        dump_log();
-    ck_assert_msg(dropped, "no drop in 150 s");
-    qmp_error err;
-    qmp_conn *c = qmp_connect_unix(vm.qmp_path, 5000, &err);
-    ck_assert_msg(c != NULL, "%s", err.msg);
-    uint64_t actual = 0;
-    for (int i = 0; i < 60 && actual != 512 * MIB; i++) {
-        if (i)
-            usleep(500 * 1000);
-        ck_assert_int_eq(qmp_query_balloon(c, &actual, 5000, &err), 0);
-    }
-    qmp_close(c);
-    fprintf(stderr, "SIGTERM during a drop: the guest's balloon at %llu MiB after the exit\n",
-            (unsigned long long)(actual / MIB));
-    ck_assert_msg(actual == 512 * MIB, "the guest left at %llu MiB", (unsigned long long)(actual / MIB));
-    if (back_before)
-        fprintf(stderr, "SIGTERM during a drop: its way back up had begun, give_back not exercised\n");
-    else
-        ck_assert_msg(log_has("-> 512 MiB (balancerd stops: its drop given back)"),
-                      "SIGTERM during the drop did not give it back");
-    guest_vm_stop(&vm);
-    test_run("rm -rf '%s'", workdir);
-}
-END_TEST
-
 START_TEST(bad_config_is_refused_clearly)
 {
     snprintf(workdir, sizeof(workdir), "/tmp/membal-daemon-%d", (int)getpid());
@@ -2197,7 +2135,6 @@ int main(void)
     tcase_add_test(tc, qmp_mode_reclaims_to_floor);
     tcase_add_test(tc, shmem_is_not_reclaimable_cache);
     tcase_add_test(tc, qmp_stopped_or_held_qemu_delays_nobody);
-    tcase_add_test(tc, drop_given_back_when_balancerd_stops);
     tcase_add_test(tc, operate_metrics_ctl_reload);
     tcase_add_test(tc, reload_keeps_the_bound_addresses);
     tcase_add_test(tc, agent_reports_refaults_in_a_squeeze);

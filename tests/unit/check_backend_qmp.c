@@ -4,9 +4,9 @@
  * another VM coming up behind a socket.
  *
  * At stop the backend must not leave before QEMU has answered the balloon
- * changes it just sent (a drop given back): QEMU drops the requests of a
- * client that left which it has not run yet.  Nor may a QEMU that never
- * answers hold the stop up for longer than SHUTDOWN_MS.
+ * changes it just sent (the last tick's, a give-back's): QEMU drops the
+ * requests of a client that left which it has not run yet.  Nor may a
+ * QEMU that never answers hold the stop up for longer than SHUTDOWN_MS.
  */
 #include <check.h>
 
@@ -178,7 +178,7 @@ static double rig_stop(rig *r)
     return took;
 }
 
-/* Join, send one balloon change (a drop's give-back), stop: the time the
+/* Join, send one balloon change (the last tick's), stop: the time the
  * stop took, in seconds.  A first round answered after its gather (a slow
  * machine, valgrind) leaves QEMU taken for stuck, and balloon changes are
  * refused until it has answered: then the next tick's sync picks the
@@ -198,9 +198,9 @@ static double stop_after_balloon_change(const fq_step *script)
     return rig_stop(&r);
 }
 
-/* QEMU answers the give-back's balloon change 300 ms after it came: the
- * backend is still there to be answered (CI once lost a give-back when
- * the backend read its socket once at stop and left). */
+/* QEMU answers the last balloon change 300 ms after it came: the backend
+ * is still there to be answered (CI once lost one when the backend read
+ * its socket once at stop and left). */
 START_TEST(stop_waits_for_balloon_answers)
 {
     static const fq_step script[] = {

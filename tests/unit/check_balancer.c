@@ -22,7 +22,6 @@
 #include "core/guest.h"
 #include "host/host_cgroup.h"
 #include "host/host_meminfo.h"
-#include "host/huge_refault.h"
 #include "host/own_reporting.h"
 #include "host/qemu_touched.h"
 #include "config/metadata_xml.h"
@@ -225,11 +224,10 @@ START_TEST(config_defaults_and_load)
     const char *path = write_conf("ok.conf",
                                   "# comment\n[balancer]\npolicy = mom\ntick = 3\n"
                                   "[watermarks]\nmin = 256MiB\nlow = 1GiB\nhigh = 3%\n"
-                                  "[policy]\nstep_percent = 20\nreserve_min = 16MiB\ntrim_streams = yes\n"
-                                  "drop_idle_cache = true\n");
-    ck_assert(!c.tun.trim_streams && !c.tun.drop_idle_cache);
+                                  "[policy]\nstep_percent = 20\nreserve_min = 16MiB\ntrim_streams = yes\n");
+    ck_assert(!c.tun.trim_streams);
     ck_assert_int_eq(config_load(&c, path, true, &err), 0);
-    ck_assert(c.tun.trim_streams && c.tun.drop_idle_cache);
+    ck_assert(c.tun.trim_streams);
     ck_assert_str_eq(c.policy, "mom");
     ck_assert_uint_eq(c.tick_seconds, 3);
     ck_assert_uint_eq(c.stats_period, 2);
@@ -260,7 +258,8 @@ START_TEST(config_errors_name_key_and_line)
         { "[balancr]\ntick = 5\n", "bad.conf:1: unknown group [balancr]" },
         { "[policy]\ncomfort_percent = 150\n", "expected a percentage from 0 to 100" },
         { "[policy]\ntrim_streams = sometimes\n", "bad.conf:2: [policy] trim_streams = \"sometimes\": expected true or false" },
-        { "[policy]\ndrop_idle_cache = 1x\n", "bad.conf:2: [policy] drop_idle_cache = \"1x\": expected true or false" },
+        /* a removed key is refused as any unknown one */
+        { "[policy]\ndrop_idle_cache = true\n", "bad.conf:2: [policy] drop_idle_cache = \"\": unknown key" },
         { "tick = 5\n", "bad.conf" },
         { "[host_reclaim]\nenabled = maybe\n", "bad.conf:2: [host_reclaim] enabled = \"maybe\": expected true or false" },
         { "[host_reclaim]\nsource = guess\n", "bad.conf:2: [host_reclaim] source = \"guess\": expected auto, damon or probe" },
@@ -547,24 +546,6 @@ static guest_sample sample(int64_t t, int64_t swap_in, int64_t majflt)
     };
     return s;
 }
-
-/* The huge-page refault probe: a "no" always comes with its reason, and
- * a host without transparent huge pages (enabled = never) is a "no". */
-START_TEST(huge_refault_probe_says_why_not)
-{
-    const char *why = NULL;
-    bool yes = huge_refault_probe(&why);
-    fprintf(stderr, "huge refault probe: %s\n", yes ? "yes" : why ? why : "(no reason)");
-    ck_assert_msg(yes || why, "a no without a reason");
-    g_autofree char *thp = NULL;
-    if (g_file_get_contents("/sys/kernel/mm/transparent_hugepage/enabled", &thp, NULL, NULL) &&
-        strstr(thp, "[never]"))
-        ck_assert_msg(!yes, "THP is off, yet the probe saw a huge page");
-    /* asked again, the same answer (it leaves nothing behind that changes it) */
-    const char *why2 = NULL;
-    ck_assert_int_eq(huge_refault_probe(&why2), yes);
-}
-END_TEST
 
 /* Whether this host reports its own free pages to a hypervisor: its
  * virtio-balloon driver's devices, feature bit 5, on a fake sysfs tree. */
@@ -991,19 +972,19 @@ START_TEST(qemu_major_faults_become_a_host_rate)
     guest_ingest(&g, &s, 1007, 17.0, &lim, &cp);
     ck_assert(g.view.host_faults_ps < 0);
     /* CPU: 500 ms in 2 s is a quarter of a CPU */
-    ck_assert(g.view.host_cpu < 0);
+    ck_assert(g.qemu_cpu < 0);
     s.qemu_cpu_ms = 10000;
     guest_ingest(&g, &s, 1009, 19.0, &lim, &cp);
-    ck_assert(g.view.host_cpu < 0); /* one sample: no rate yet */
+    ck_assert(g.qemu_cpu < 0); /* one sample: no rate yet */
     s.qemu_cpu_ms = 10500;
     guest_ingest(&g, &s, 1011, 21.0, &lim, &cp);
-    ck_assert_msg(g.view.host_cpu == 0.25, "%.3f CPUs, want 0.25", g.view.host_cpu);
-    s.qemu_cpu_ms = 100; /* a new QEMU: unknown, not idle */
+    ck_assert_msg(g.qemu_cpu == 0.25, "%.3f CPUs, want 0.25", g.qemu_cpu);
+    s.qemu_cpu_ms = 100; /* a new QEMU: unknown */
     guest_ingest(&g, &s, 1012, 22.0, &lim, &cp);
-    ck_assert(g.view.host_cpu < 0);
+    ck_assert(g.qemu_cpu < 0);
     s.qemu_cpu_ms = -1;
     guest_ingest(&g, &s, 1013, 23.0, &lim, &cp);
-    ck_assert(g.view.host_cpu < 0);
+    ck_assert(g.qemu_cpu < 0);
 }
 END_TEST
 
@@ -1167,7 +1148,7 @@ START_TEST(reload_with_bad_host_reclaim_keeps_the_stage)
 }
 END_TEST
 
-/* ---- the core's give-back of a drop (a backend that records) ---- */
+/* ---- the core's balloon moves (a backend that records them) ---- */
 
 static uint64_t set_to[8];
 static size_t n_set;
@@ -1191,69 +1172,50 @@ static int no_sync(hv_ctx *hv)
 
 static const backend_ops recording_backend = { .name = "recording", .sync = no_sync, .set_target = record_target };
 
-/* Guest g1 of b as the policy's drop left it: its balloon asked down to
- * 256 MiB just now (on its way from 512), the policy's exit_bytes 512. */
-static guest *dropped_guest(balancer *b, uint64_t actual)
+/* Guest i of b, sampled: its balloon at actual, its ceiling 1 GiB */
+static guest *sampled_guest(balancer *b, guint i, uint64_t actual)
 {
-    guest *g = g_ptr_array_index(b->guests, 0);
+    guest *g = g_ptr_array_index(b->guests, i);
     g->view.actual_bytes = actual;
     g->view.max_bytes = g->view.ceiling_bytes = 1 * GIB;
     g->view.floor_bytes = 128 * MIB;
     g->view.policy.mode = VM_MODE_AUTO;
-    g->last_target = 256 * MIB;
-    g->last_set_ms = mono_ms();
-    g->exit_bytes = 512 * MIB;
-    g->job_ms = -1;
     return g;
 }
 
-/* balancerd switching policy or stopping gives a drop back, in one move,
- * while paused and under mode=off too, and even when the balloon is still
- * where it was (a move on its way called off); not in a dry run, not
- * during a libvirt job, and never below what the guest has now. */
-START_TEST(drop_given_back_on_policy_switch_and_stop)
+/* balancerctl give-back: every guest not in mode=off gets its ceiling in
+ * one move, made though it pauses balancing first; a guest above its
+ * ceiling (lowered since) is not shrunk; a dry run moves nothing. */
+START_TEST(give_back_gives_every_guest_its_ceiling_and_pauses)
 {
+    write_conf("give-back.conf", ""); /* the tmpdir: the pause is recorded there */
     balancer_config c;
     config_defaults(&c);
+    g_free(c.state_dir);
+    c.state_dir = g_strdup_printf("%s/give-back-state", tmpdir);
     g_autoptr(GError) err = NULL;
     balancer *b = balancer_new(&c, &recording_backend, NULL, false, &err);
     ck_assert_msg(b != NULL, "%s", err ? err->message : "");
     b->hv.inv->add(b->hv.inv_ctx, "g1", "uuid-g1");
+    b->hv.inv->add(b->hv.inv_ctx, "off", "uuid-off");
+    b->hv.inv->add(b->hv.inv_ctx, "above", "uuid-above");
+    guest *g1 = sampled_guest(b, 0, 300 * MIB);
+    sampled_guest(b, 1, 300 * MIB)->view.policy.mode = VM_MODE_OFF;
+    sampled_guest(b, 2, 700 * MIB)->view.ceiling_bytes = 512 * MIB;
     n_set = 0;
-
-    guest *g = dropped_guest(b, 512 * MIB); /* not moved yet: called off */
-    ck_assert_int_eq(balancer_set_policy(b, "none", &err), 0);
+    ck_assert_uint_eq(balancer_give_back_all(b), 1);
     ck_assert_uint_eq(n_set, 1);
-    ck_assert_uint_eq(set_to[0], 512 * MIB);
-    ck_assert_uint_eq(g->exit_bytes, 0);
-    ck_assert_uint_eq(g->returned_bytes, 256 * MIB); /* from where it was going */
+    ck_assert_uint_eq(set_to[0], 1 * GIB);
+    ck_assert_uint_eq(g1->returned_bytes, 1 * GIB - 300 * MIB);
+    ck_assert(b->paused);
+    g_autofree char *paused = g_build_filename(b->cfg.state_dir, PAUSED_FILE, NULL);
+    ck_assert_msg(g_file_test(paused, G_FILE_TEST_EXISTS), "%s: not recorded", paused);
 
-    g = dropped_guest(b, 300 * MIB); /* paused, mode=off: still given back */
-    b->paused = true;
-    g->view.policy.mode = VM_MODE_OFF;
-    ck_assert_int_eq(balancer_set_policy(b, "split-lru", &err), 0);
-    ck_assert_uint_eq(n_set, 2);
-    ck_assert_uint_eq(set_to[1], 512 * MIB);
-    b->paused = false;
-
-    g = dropped_guest(b, 300 * MIB); /* a libvirt job runs: left alone */
-    g->job_ms = 5;
-    ck_assert_int_eq(balancer_set_policy(b, "none", &err), 0);
-    g = dropped_guest(b, 700 * MIB); /* grown meanwhile: not shrunk */
-    ck_assert_int_eq(balancer_set_policy(b, "split-lru", &err), 0);
-    g = dropped_guest(b, 300 * MIB); /* a dry run moved nothing */
+    sampled_guest(b, 0, 300 * MIB)->last_target = 0; /* a dry run moves nothing */
     b->dry_run = true;
-    ck_assert_int_eq(balancer_set_policy(b, "none", &err), 0);
-    b->dry_run = false;
-    g = dropped_guest(b, 256 * MIB); /* there already, nothing on its way: nothing to do... */
-    g->exit_bytes = 256 * MIB;
-    ck_assert_int_eq(balancer_set_policy(b, "split-lru", &err), 0);
-    ck_assert_uint_eq(n_set, 2);
-
-    dropped_guest(b, 300 * MIB); /* balancerd stops */
+    ck_assert_uint_eq(balancer_give_back_all(b), 0);
+    ck_assert_uint_eq(n_set, 1);
     balancer_free(b);
-    ck_assert_uint_eq(n_set, 3);
-    ck_assert_uint_eq(set_to[2], 512 * MIB);
 }
 END_TEST
 
@@ -1329,7 +1291,6 @@ int main(void)
     tcase_add_test(tc, meminfo_and_fake_numa_tree);
     tcase_add_test(tc, cgroup_v1_and_v2_as_host);
     tcase_add_test(tc, qemu_memcg_find_and_write);
-    tcase_add_test(tc, huge_refault_probe_says_why_not);
     tcase_add_test(tc, own_free_page_reporting_from_sysfs);
     tcase_add_test(tc, free_page_reporting_unknown_until_reported);
     tcase_add_test(tc, guest_rates_and_thrash);
@@ -1346,7 +1307,7 @@ int main(void)
     tcase_add_test(tc, qemu_major_faults_become_a_host_rate);
     tcase_add_test(tc, bounds_from_policy);
     tcase_add_test(tc, reload_with_bad_host_reclaim_keeps_the_stage);
-    tcase_add_test(tc, drop_given_back_on_policy_switch_and_stop);
+    tcase_add_test(tc, give_back_gives_every_guest_its_ceiling_and_pauses);
     tcase_add_test(tc, a_tick_moves_by_what_its_policy_saw);
     suite_add_tcase(s, tc);
     int rc = check_run_suite(s, CK_NOFORK); /* tests share tmpdir */

@@ -24,15 +24,13 @@
 #include "policies/classify.h"
 #include "policies/policy.h"
 
-#define NG 5
+#define NG 4
 #define TICK_S 2.0
 #define BALLOON_RATE (128 * MIB)  /* per tick, either way */
 #define KERNEL (24 * MIB)         /* what the guest kernel itself keeps */
 #define STREAM_BPS (80.0 * MIB)
 
-/* IDLE: a guest at rest with page cache it does not read (its cache comes
- * back only when read, as a CACHEDB) */
-typedef enum { ANON, STREAMER, CACHEDB, IDLE } role;
+typedef enum { ANON, STREAMER, CACHEDB } role;
 
 typedef struct {
     role r;
@@ -46,24 +44,15 @@ typedef struct {
     bool host_faults;    /* ... and its QEMU waits for host swap then (2048 major faults/s) */
     bool slowed;         /* a streamer reads at a quarter of its pace anyway (its CPU taken) */
     uint64_t slow_below; /* a streamer reads at 60% of its pace with less cache than this */
-    double cpu;          /* the CPUs its QEMU keeps busy (1 unless IDLE) */
-    double reads;        /* IDLE: its disk reads (into memory it does not keep) */
-    bool lazy;           /* its balloon's deflations cost the host nothing until the pages are
-                          * used, as they do (off: growth costs the host at once) */
-    uint64_t unbacked;   /* of its free memory, what the host does not back */
     uint64_t touched;    /* what its QEMU has touched: all of it at the start (a guest that has
                           * run a while), then what it uses, until a balloon takes it back */
-    bool stuck;          /* its balloon does not deflate */
-    bool pinned;         /* its memory all resident whatever its balloon (locked, hugepage) */
     int fpr;             /* its balloon's free page reporting: 1 on (the model's default), 0 off,
                           * -1 unknown */
     int fpr_used;        /* ... taken by its driver: 1, 0, -1 unknown (the model's default) */
-    uint64_t stale_at;   /* next tick its report is stale and shows its balloon at this size
-                          * (what the host saw last); 0 fresh */
     unsigned ooms;
     classify_state cls;
     /* cumulative counters, for the samples the core ingests */
-    double swapin_total, majflt_total, minflt_total, disk_total, qflt_total, cpu_total;
+    double swapin_total, majflt_total, minflt_total, disk_total, qflt_total;
 } tguest;
 
 typedef struct trace_ {
@@ -104,7 +93,6 @@ static void trace_init(trace *s, size_t n, uint64_t host)
     s->in.guests = s->v;
     s->in.n_guests = n;
     s->in.now_s = 100.0;
-    s->in.huge_refault = true; /* as on the reference host (balancer/host/huge_refault.h) */
     s->out.decisions = s->d;
 }
 
@@ -119,7 +107,7 @@ static void trace_guest(trace *s, size_t i, const char *name, role r, uint64_t m
     g->stats_valid = g->stats_fresh = true;
     g->disk_read_bps = 0;
     s->t[i] = (tguest){ .r = r, .anon = anon, .cache_want = cache_want, .target = max, .touched = max,
-                        .cpu = r == IDLE ? 0.02 : 1.0, .fpr = 1, .fpr_used = -1 };
+                        .fpr = 1, .fpr_used = -1 };
 }
 
 /* What every guest reports, from the model; the classifier runs as the
@@ -137,13 +125,9 @@ static void observe(trace *s)
             t->cache = before + 64 * MIB; /* re-read at the disk's pace */
         if (t->r == STREAMER && t->cache > before + 160 * MIB)
             t->cache = before + 160 * MIB;
-        if (t->r == IDLE) /* what it lost it does not read back */
-            t->cache_want = t->cache;
         uint64_t anon_res = t->anon + KERNEL < g->actual_bytes ? t->anon : g->actual_bytes - KERNEL;
         g->cache_bytes = g->reclaimable_cache_bytes = t->cache; /* no Shmem in this model */
         g->free_bytes = g->actual_bytes - KERNEL - anon_res - t->cache;
-        if (t->unbacked > g->free_bytes) /* used memory is backed */
-            t->unbacked = g->free_bytes;
         g->available_bytes = g->free_bytes + t->cache;
         uint64_t used = g->actual_bytes - g->available_bytes;
         g->used_bytes = used;
@@ -159,19 +143,15 @@ static void observe(trace *s)
                                (t->cache < t->slow_below ? 0.6 : 1.0);
         else if (t->r == CACHEDB)
             g->disk_read_bps = t->cache < t->cache_want ? (double)(t->cache_want - t->cache) / 4 : 0;
-        else if (t->r == IDLE)
-            g->disk_read_bps = t->reads;
         g->pending_target_bytes = t->target != g->actual_bytes ? t->target : 0;
         /* what it has touched: once touched, resident until its balloon
-         * takes it (or, lazily deflated, until the guest uses it) */
+         * takes it */
         uint64_t in_use = KERNEL + anon_res + t->cache;
-        uint64_t backed = g->actual_bytes - t->unbacked;
         /* free page reporting hands its free pages back */
         t->touched = t->fpr == 1 && t->fpr_used != 0 ? in_use : t->touched > in_use ? t->touched : in_use;
-        t->touched = t->touched < backed ? t->touched : backed;
-        g->host_rss_bytes = (int64_t)(t->pinned ? g->max_bytes : t->touched);
+        t->touched = t->touched < g->actual_bytes ? t->touched : g->actual_bytes;
+        g->host_rss_bytes = (int64_t)t->touched;
         g->host_ws_bytes = -1; /* host reclaim off */
-        g->host_cpu = t->cpu;
         g->free_page_reporting = t->fpr;
         g->free_page_reporting_used = t->fpr_used;
         classify_update(&t->cls, g, &s->cp);
@@ -181,7 +161,7 @@ static void observe(trace *s)
         g->in_need = t->cls.need;
         g->need_bytes = t->cls.need_bytes;
         g->peak_used_bytes = (uint64_t)t->cls.peak_used;
-        used_total += g->actual_bytes - t->unbacked;
+        used_total += g->actual_bytes;
     }
     uint64_t avail = s->host > used_total ? s->host - used_total : 0;
     s->in.host.total_bytes = s->host;
@@ -207,7 +187,6 @@ static void observe_core(trace *s)
         t->minflt_total += 1000.0 * TICK_S;
         t->disk_total += (v->disk_read_bps > 0 ? v->disk_read_bps : 0) * TICK_S;
         t->qflt_total += v->host_faults_ps * TICK_S;
-        t->cpu_total += t->cpu * TICK_S * 1000.0;
         guest_sample smp = {
             .actual_bytes = (int64_t)v->actual_bytes, .max_bytes = (int64_t)v->max_bytes, .last_update = wall,
             .free_bytes = (int64_t)v->free_bytes, .available_bytes = (int64_t)v->available_bytes,
@@ -216,7 +195,7 @@ static void observe_core(trace *s)
             .major_faults = (int64_t)t->majflt_total, .minor_faults = (int64_t)t->minflt_total,
             .rss_bytes = v->host_rss_bytes, .host_ws_bytes = v->host_ws_bytes,
             .disk_read_bytes = (int64_t)t->disk_total, .qemu_major_faults = (int64_t)t->qflt_total,
-            .qemu_cpu_ms = (int64_t)t->cpu_total, .job_ms = -1, .free_page_reporting = t->fpr,
+            .qemu_cpu_ms = -1, .job_ms = -1, .free_page_reporting = t->fpr,
             .free_page_reporting_used = t->fpr_used,
         };
         agent_report rep;
@@ -255,25 +234,6 @@ static void observe_core(trace *s)
     }
 }
 
-/* Guest i's balloon moves towards its target, at most balloon_rate a
- * tick. */
-static void balloon_move(trace *s, size_t i)
-{
-    guest_view *g = &s->v[i];
-    tguest *t = &s->t[i];
-    uint64_t was = g->actual_bytes;
-    if (t->target > g->actual_bytes && !t->stuck)
-        g->actual_bytes += t->target - g->actual_bytes < s->balloon_rate ? t->target - g->actual_bytes : s->balloon_rate;
-    else if (t->target < g->actual_bytes)
-        g->actual_bytes -= g->actual_bytes - t->target < s->balloon_rate ? g->actual_bytes - t->target : s->balloon_rate;
-    /* a deflating balloon hands the guest pages the host does not back;
-     * an inflating one takes free pages, unbacked ones first */
-    if (t->lazy && g->actual_bytes > was)
-        t->unbacked += g->actual_bytes - was;
-    else if (g->actual_bytes < was)
-        t->unbacked -= t->unbacked < was - g->actual_bytes ? t->unbacked : was - g->actual_bytes;
-}
-
 /* One tick: observe, decide, move the balloons (at most BALLOON_RATE),
  * then the workloads run: a guest without swap whose anon set does not
  * fit loses the allocation to the OOM killer. */
@@ -284,28 +244,21 @@ static void trace_tick(trace *s)
         observe_core(s);
     if (s->lie)
         s->lie(s);
-    uint64_t real[NG];
-    for (size_t i = 0; i < s->n; i++) {
-        real[i] = s->v[i].actual_bytes;
-        if (s->t[i].stale_at) {
-            s->v[i].actual_bytes = s->t[i].stale_at;
-            s->v[i].stats_valid = false;
-        }
-        if (!s->core) /* a report a tick, unless stale (the core says for itself) */
+    if (!s->core) /* a report a tick, unless stale (the core says for itself) */
+        for (size_t i = 0; i < s->n; i++)
             s->v[i].stats_fresh = s->v[i].stats_valid;
-    }
     policy_split_lru.decide(&s->in, s->state, &s->out);
     for (size_t i = 0; i < s->n; i++) {
         guest_view *g = &s->v[i];
         tguest *t = &s->t[i];
-        g->actual_bytes = real[i];
-        g->stats_valid = true;
-        t->stale_at = 0;
-        if (s->d[i].change && (g->policy.mode != VM_MODE_OFF || s->d[i].undo)) { /* as the core acts */
+        if (s->d[i].change && g->policy.mode != VM_MODE_OFF) { /* as the core acts */
             t->target = s->d[i].target_bytes;
             s->moves++;
         }
-        balloon_move(s, i);
+        if (t->target > g->actual_bytes)
+            g->actual_bytes += t->target - g->actual_bytes < s->balloon_rate ? t->target - g->actual_bytes : s->balloon_rate;
+        else if (t->target < g->actual_bytes)
+            g->actual_bytes -= g->actual_bytes - t->target < s->balloon_rate ? g->actual_bytes - t->target : s->balloon_rate;
     }
     s->in.now_s += TICK_S;
 }
@@ -1290,499 +1243,6 @@ START_TEST(every_input_every_lie_hurts_no_honest_guest)
 }
 END_TEST
 
-/* Guest i, "B": idle (its QEMU at 2% of a CPU, no disk reads), 40 MiB
- * of anon and 300 MiB of cache in 512 MiB, its deflated balloon pages
- * unbacked until used; drop_idle_cache on. */
-static void drop_idle_guest(trace *s, size_t i)
-{
-    s->in.tun.drop_idle_cache = true;
-    trace_guest(s, i, "B", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-    s->t[i].lazy = true;
-}
-
-/* Guest i's drops in a trace: the tick the first began and the tick it
- * was first given back (-1: not yet), how many began, how many ticks
- * moved it back up. */
-typedef struct {
-    int began, back, drops, backs;
-} drop_track;
-
-static void drop_track_tick(const trace *s, size_t i, int k, drop_track *d)
-{
-    if (!s->d[i].change)
-        return;
-    if (!strcmp(s->d[i].reason, "proactive: dropping idle page cache")) {
-        d->began = d->began < 0 ? k : d->began;
-        d->drops++;
-    } else if (!strcmp(s->d[i].reason, "idle page cache dropped: its size given back")) {
-        d->back = d->back < 0 ? k : d->back;
-        d->backs++;
-    }
-}
-
-static void drop_trace_print(const trace *s, int k)
-{
-    if (!getenv("TRACE"))
-        return;
-    printf("%d", k);
-    for (size_t i = 0; i < s->n; i++)
-        printf(" | %s %llu -> %llu (%s) cache %llu unbacked %llu cpu %.2f", s->v[i].name,
-               (unsigned long long)(s->v[i].actual_bytes / MIB), (unsigned long long)(s->t[i].target / MIB),
-               s->d[i].reason, (unsigned long long)(s->t[i].cache / MIB), (unsigned long long)(s->t[i].unbacked / MIB),
-               s->t[i].cpu);
-    printf(" | host avail %llu%s\n", (unsigned long long)(s->in.host.available_bytes / MIB),
-           s->out.reclaiming ? " reclaiming" : "");
-}
-
-/* drop_idle_cache: B, idle (its QEMU at 2% of a CPU, no disk reads) with
- * 300 MiB of cache, has it dropped once it has idled IDLE_S: its balloon
- * goes down and comes back up, it keeps its size, the host keeps what the
- * balloon freed; its QEMU busy while the balloon moves (the guest
- * reclaiming for it) does not end the drop.  The busy W is never moved.  Then B bursts 300 MiB
- * without swap: no OOM kill, its balloon never below it. */
-START_TEST(drop_idle_cache_drops_an_idle_guest_cache_and_keeps_its_size)
-{
-    trace s;
-    trace_init(&s, 2, 3 * GIB);
-    trace_guest(&s, 0, "W", ANON, 512 * MIB, 200 * MIB, 20 * MIB);
-    drop_idle_guest(&s, 1);
-    drop_track d = { -1, -1, 0, 0 };
-    uint64_t host_b = 0;
-    for (int k = 0; k < 400; k++) { /* past DROP_WATCH_S: not dropped again (its cache is gone) */
-        trace_tick(&s);
-        s.t[1].cpu = s.t[1].target != s.v[1].actual_bytes ? 0.5 : 0.02;
-        drop_track_tick(&s, 1, k, &d);
-        ck_assert_msg(!s.d[0].change, "tick %d: W moved (%s)", k, s.d[0].reason);
-        drop_trace_print(&s, k);
-    }
-    ck_assert_int_eq(d.drops, 1);
-    ck_assert_int_ge(d.backs, 1);
-    ck_assert_uint_eq(s.v[1].actual_bytes, 512 * MIB);
-    host_b = s.v[1].actual_bytes - s.t[1].unbacked;
-    ck_assert_msg(host_b <= 512 * MIB - 250 * MIB, "the host still backs %llu MiB of B",
-                  (unsigned long long)(host_b / MIB));
-    ck_assert_uint_le(s.t[1].cache, 64 * MIB); /* its floor, 128 MiB, less the 64 MiB it uses */
-    s.t[1].r = ANON;
-    s.t[1].cpu = 1.0;
-    int late = burst(&s, 1, 40 * MIB, 340 * MIB);
-    ck_assert_uint_eq(s.t[1].ooms, 0);
-    ck_assert_uint_eq(s.t[1].anon, 340 * MIB);
-    ck_assert_msg(late == 0, "B ran within 16 MiB of its balloon in %d ticks", late);
-    trace_free(&s);
-}
-END_TEST
-
-/* Idle is what the host measures: C, a buffered-IO database served from
- * its cache (no disk reads, its QEMU busy), and U, at rest but with its
- * QEMU's CPU not known, are never dropped; nor are P, idle with
- * protect="yes", and L, idle with its memory locked (a balloon frees
- * nothing of it on the host). */
-START_TEST(drop_idle_cache_leaves_busy_and_unmeasured_guests_alone)
-{
-    trace s;
-    trace_init(&s, 4, 3 * GIB);
-    s.in.tun.drop_idle_cache = true;
-    trace_guest(&s, 0, "C", CACHEDB, 512 * MIB, 40 * MIB, 300 * MIB);
-    s.t[0].cache = 300 * MIB;
-    trace_guest(&s, 1, "U", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-    s.t[1].cpu = -1;
-    trace_guest(&s, 2, "P", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-    s.v[2].policy.protect = true;
-    trace_guest(&s, 3, "L", IDLE, 512 * MIB, 40 * MIB, 300 * MIB);
-    s.t[3].pinned = true;
-    for (int k = 0; k < 300; k++) {
-        trace_tick(&s);
-        drop_trace_print(&s, k);
-        for (size_t i = 0; i < 4; i++)
-            ck_assert_msg(!s.d[i].change, "tick %d: %s moved (%s)", k, s.v[i].name, s.d[i].reason);
-    }
-    ck_assert_uint_eq(s.t[0].cache, 300 * MIB);
-    trace_free(&s);
-}
-END_TEST
-
-/* A drop is only for a guest whose balloon has free page reporting on a
- * host that faults what it hands back in huge pages again: without
- * either, the memory the balloon gave back is touched again 4 KiB at a
- * time (bench/fault_cost).  N (reporting off), Q (not known) and D (on,
- * its driver known not to have taken it) are never dropped, nor are R
- * (reporting on, its driver's use not known) and T (taken) on a host
- * without huge-page refaults; on one with them, they are. */
-START_TEST(drop_idle_cache_needs_free_page_reporting_and_huge_refaults)
-{
-    for (int host_huge = 0; host_huge <= 1; host_huge++) {
-        trace s;
-        trace_init(&s, 5, 3 * GIB);
-        s.in.huge_refault = host_huge;
-        drop_idle_guest(&s, 0);
-        s.v[0].name = s.v[0].uuid = "N";
-        s.t[0].fpr = 0;
-        drop_idle_guest(&s, 1);
-        s.v[1].name = s.v[1].uuid = "Q";
-        s.t[1].fpr = -1;
-        drop_idle_guest(&s, 2);
-        s.v[2].name = s.v[2].uuid = "D";
-        s.t[2].fpr_used = 0;
-        drop_idle_guest(&s, 3);
-        s.v[3].name = s.v[3].uuid = "R";
-        drop_idle_guest(&s, 4);
-        s.v[4].name = s.v[4].uuid = "T";
-        s.t[4].fpr_used = 1;
-        drop_track d[2] = { { -1, -1, 0, 0 }, { -1, -1, 0, 0 } };
-        for (int k = 0; k < 200; k++) {
-            trace_tick(&s);
-            drop_trace_print(&s, k);
-            for (size_t i = 0; i < 3; i++)
-                ck_assert_msg(!s.d[i].change, "tick %d: %s moved (%s)", k, s.v[i].name, s.d[i].reason);
-            for (size_t i = 3; i < 5; i++) {
-                drop_track_tick(&s, i, k, &d[i - 3]);
-                ck_assert_msg(host_huge || !s.d[i].change, "tick %d: %s moved on a host without huge-page refaults (%s)",
-                              k, s.v[i].name, s.d[i].reason);
-            }
-        }
-        ck_assert_int_eq(d[0].drops, host_huge ? 1 : 0);
-        ck_assert_int_eq(d[1].drops, host_huge ? 1 : 0);
-        trace_free(&s);
-    }
-}
-END_TEST
-
-/* A guest that reads back what a drop took (it wakes and re-reads its 300
- * MiB, then rests again) is not dropped again for DROP_COST_S. */
-START_TEST(drop_idle_cache_a_guest_that_reads_back_is_not_dropped_again)
-{
-    trace s;
-    trace_init(&s, 1, 3 * GIB);
-    drop_idle_guest(&s, 0);
-    drop_track d = { -1, -1, 0, 0 };
-    for (int k = 0; k < 800; k++) {
-        if (k == 60) { /* awake: it reads its cache back */
-            s.t[0].r = CACHEDB;
-            s.t[0].cache_want = 300 * MIB;
-            s.t[0].cpu = 1.0;
-        } else if (k == 90) { /* at rest again */
-            s.t[0].r = IDLE;
-            s.t[0].cpu = 0.02;
-        }
-        trace_tick(&s);
-        drop_track_tick(&s, 0, k, &d);
-        drop_trace_print(&s, k);
-    }
-    ck_assert_uint_eq(s.t[0].cache, 300 * MIB);
-    ck_assert_msg(d.drops == 1, "B was dropped %d times", d.drops);
-    ck_assert_uint_eq(s.v[0].actual_bytes, 512 * MIB);
-    trace_free(&s);
-}
-END_TEST
-
-/* A drop is given back the tick its guest wakes (reads its disk), without waiting for its
- * balloon (16 MiB a tick here) to arrive; and its way back up costs the
- * host nothing: D allocates 100 MiB and grows into the room the drop made,
- * and the host, back between low and high, starts no reclaim of D when
- * B's balloon goes back up (counted as growth in flight, it would look
- * short by what B's balloon has still to go). */
-START_TEST(drop_idle_cache_gives_back_at_once_and_costs_no_reclaim)
-{
-    trace s;
-    trace_init(&s, 2, 1400 * MIB);
-    s.balloon_rate = 16 * MIB;
-    drop_idle_guest(&s, 0);
-    trace_guest(&s, 1, "D", ANON, 900 * MIB, 580 * MIB, 0);
-    s.v[1].actual_bytes = s.t[1].target = 700 * MIB;
-    s.t[1].used_prev = KERNEL + 580 * MIB; /* not a first tick's "growth" from 0: need */
-    drop_track d = { -1, -1, 0, 0 };
-    for (int k = 0; k < 60; k++) {
-        if (d.began >= 0 && k == d.began + 1) /* D allocates into the room */
-            allocate(&s, 1, 680 * MIB, 580 * MIB);
-        if (d.began >= 0 && k == d.began + 6) /* B wakes mid-drop: it reads */
-            s.t[0].reads = 1.0 * MIB;
-        uint64_t d_was = s.v[1].actual_bytes;
-        trace_tick(&s);
-        drop_trace_print(&s, k);
-        drop_track_tick(&s, 0, k, &d);
-        ck_assert_msg(!s.out.reclaiming, "tick %d: reclaiming", k);
-        ck_assert_msg(!s.d[1].change || s.d[1].target_bytes > d_was, "tick %d: D reclaimed from (%s)",
-                      k, s.d[1].reason);
-    }
-    ck_assert_msg(d.began >= 0, "B was never dropped");
-    ck_assert_msg(d.back == d.began + 6, "B's drop began at tick %d and was given back at tick %d", d.began, d.back);
-    ck_assert_uint_eq(s.v[0].actual_bytes, 512 * MIB);
-    trace_free(&s);
-}
-END_TEST
-
-/* A guest that needs memory while its drop is under way (its balloon
- * moving 16 MiB a tick, it allocates 40 MiB a tick without swap) is given
- * its size back that tick, is not OOM-killed, and is not dropped again
- * for DROP_COST_S, idle or not. */
-START_TEST(drop_idle_cache_need_during_a_drop_ends_the_drops)
-{
-    trace s;
-    trace_init(&s, 1, 3 * GIB);
-    s.balloon_rate = 16 * MIB;
-    drop_idle_guest(&s, 0);
-    drop_track d = { -1, -1, 0, 0 };
-    for (int k = 0; k < 500; k++) {
-        if (d.began >= 0 && k > d.began && k <= d.began + 8) /* allocates: its CPU, as measured, stays low */
-            allocate(&s, 0, 40 * MIB + (uint64_t)(k - d.began) * 40 * MIB, 40 * MIB);
-        if (d.began >= 0 && k == d.began + 30) { /* frees it again, at rest, its cache back without reads */
-            s.t[0].anon = 40 * MIB;
-            s.t[0].r = ANON;
-            s.t[0].cache_want = 300 * MIB;
-        }
-        trace_tick(&s);
-        drop_trace_print(&s, k);
-        drop_track_tick(&s, 0, k, &d);
-    }
-    ck_assert_msg(d.began >= 0 && d.back > d.began, "B's drop began at tick %d, given back at %d", d.began, d.back);
-    ck_assert_msg(d.back <= d.began + 8, "given back at tick %d", d.back);
-    ck_assert_uint_eq(s.t[0].ooms, 0);
-    ck_assert_uint_eq(s.t[0].cache, 300 * MIB); /* there was cache to drop again */
-    ck_assert_msg(d.drops == 1, "B was dropped %d times", d.drops);
-    trace_free(&s);
-}
-END_TEST
-
-/* A drop given back on a stale report (its balloon seen where it was
- * before the drop, so "back up" changes nothing) is given back once a
- * fresh report shows it still dropped. */
-START_TEST(drop_idle_cache_restore_survives_a_stale_report)
-{
-    trace s;
-    trace_init(&s, 1, 3 * GIB);
-    drop_idle_guest(&s, 0);
-    drop_track d = { -1, -1, 0, 0 };
-    for (int k = 0; k < 60; k++) {
-        if (d.began >= 0 && k == d.began + 1)
-            s.t[0].stale_at = 512 * MIB;
-        trace_tick(&s);
-        drop_trace_print(&s, k);
-        drop_track_tick(&s, 0, k, &d);
-    }
-    ck_assert_msg(d.began >= 0, "B was never dropped");
-    ck_assert_msg(s.v[0].actual_bytes == 512 * MIB, "B left at %llu MiB",
-                  (unsigned long long)(s.v[0].actual_bytes / MIB));
-    trace_free(&s);
-}
-END_TEST
-
-/* guest 0 deflates its balloon on OOM (as the core reports it) */
-static void self_deflates(trace *s)
-{
-    s->v[0].self_deflated_bytes = 64 * MIB;
-}
-
-/* The end of a drop in the cases it cannot wait for: the guest deflated
- * its balloon on OOM (0: given back that tick, not dropped again), it is
- * switched to mode=off (1: the way back up is made all the same), its
- * ceiling is lowered under its old size (2: done once there), its balloon
- * does not come back up (3: not held "given back" for ever, so it can give
- * again). */
-START_TEST(drop_idle_cache_ends_whatever_happens)
-{
-    for (int c = 0; c < 4; c++) {
-        trace s;
-        trace_init(&s, 1, 3 * GIB);
-        s.balloon_rate = 64 * MIB;
-        drop_idle_guest(&s, 0);
-        drop_track d = { -1, -1, 0, 0 };
-        bool held14 = false; /* still held "given back" 14 ticks into the drop (its timeout: 21) */
-        for (int k = 0; k < 400; k++) {
-            if (d.began >= 0 && k == d.began + 1) {
-                if (c == 0)
-                    s.lie = self_deflates;
-                else if (c == 1)
-                    s.v[0].policy.mode = VM_MODE_OFF;
-                else if (c == 2)
-                    s.v[0].ceiling_bytes = 400 * MIB;
-                else
-                    s.t[0].stuck = true;
-            }
-            trace_tick(&s);
-            if (c == 0 && s.lie && k > d.began + 1) {
-                s.lie = NULL;
-                s.t[0].r = ANON; /* its cache back without reads: only the cost rule stops a second drop */
-                s.t[0].cache_want = 300 * MIB;
-            }
-            if (getenv("TRACE"))
-                printf("case %d: ", c);
-            drop_trace_print(&s, k);
-            drop_track_tick(&s, 0, k, &d);
-            if (d.began >= 0 && k == d.began + 14)
-                held14 = !strcmp(s.d[0].reason, "idle page cache dropped: its size given back");
-        }
-        ck_assert_msg(d.began >= 0, "case %d: never dropped", c);
-        if (c == 0) {
-            ck_assert_msg(d.back == d.began + 1, "case 0: given back at tick %d, the drop began at %d", d.back, d.began);
-            ck_assert_msg(d.drops == 1, "case 0: dropped %d times", d.drops);
-        } else if (c == 1) {
-            ck_assert_msg(s.v[0].actual_bytes == 512 * MIB, "case 1: left at %llu MiB",
-                          (unsigned long long)(s.v[0].actual_bytes / MIB));
-        } else {
-            ck_assert_msg(d.back >= 0, "case %d: never given back", c);
-            ck_assert_msg(strcmp(s.d[0].reason, "idle page cache dropped: its size given back") != 0,
-                          "case %d: still held on its way back up at the end", c);
-        }
-        if (c == 2) { /* back at its new ceiling: done, not waiting for its old size */
-            ck_assert_uint_eq(s.v[0].actual_bytes, 400 * MIB);
-            ck_assert_msg(!held14, "case 2: still held on its way back up at its ceiling");
-        }
-        trace_free(&s);
-    }
-}
-END_TEST
-
-/* B (guest 0, or 1 after the busy W) to be dropped, balloons moving 64
- * MiB a tick. */
-static void drop_quick_init(trace *s, bool with_w)
-{
-    trace_init(s, with_w ? 2 : 1, 3 * GIB);
-    s->balloon_rate = 64 * MIB;
-    if (with_w)
-        trace_guest(s, 0, "W", ANON, 512 * MIB, 200 * MIB, 20 * MIB);
-    drop_idle_guest(s, with_w ? 1 : 0);
-}
-
-/* Ticks until guest i's first drop began (d->began; -1 when none in 200). */
-static void ticks_until_drop(trace *s, size_t i, drop_track *d)
-{
-    for (int k = 0; k < 200 && d->began < 0; k++) {
-        trace_tick(s);
-        drop_track_tick(s, i, k, d);
-    }
-}
-
-/* A drop that ends before its balloon moved (B reads its disk the tick
- * after; its balloon, like a busy TCG guest's, had not begun to inflate):
- * the way back up is set against where the balloon is going, not where it
- * still is, so the move is called off and B keeps its size.  Set against
- * where it is, nothing changes that tick: B went down to 448 MiB before
- * its way back up caught it (and a report still showing it at its size
- * would have ended the way back up: B left on its way down, for good). */
-START_TEST(drop_idle_cache_ended_before_its_balloon_moved)
-{
-    trace s;
-    drop_quick_init(&s, false);
-    drop_track d = { -1, -1, 0, 0 };
-    ticks_until_drop(&s, 0, &d);
-    trace_free(&s);
-    ck_assert_msg(d.began >= 0, "never dropped");
-
-    drop_quick_init(&s, false);
-    for (int k = 0; k < d.began; k++)
-        trace_tick(&s);
-    s.balloon_rate = 0; /* the drop's tick: its balloon does not move yet */
-    trace_tick(&s);
-    ck_assert_msg(s.t[0].target < 512 * MIB, "no drop at tick %d", d.began);
-    s.balloon_rate = 64 * MIB;
-    s.t[0].reads = 4 * MIB; /* it wakes and reads */
-    uint64_t lowest = s.v[0].actual_bytes;
-    for (int k = d.began + 1; k < d.began + 60; k++) {
-        trace_tick(&s);
-        drop_trace_print(&s, k);
-        s.t[0].reads = 0;
-        lowest = s.v[0].actual_bytes < lowest ? s.v[0].actual_bytes : lowest;
-    }
-    ck_assert_msg(lowest == 512 * MIB && s.v[0].actual_bytes == 512 * MIB, "B went down to %llu MiB, ended at %llu MiB",
-                  (unsigned long long)(lowest / MIB), (unsigned long long)(s.v[0].actual_bytes / MIB));
-    trace_free(&s);
-}
-END_TEST
-
-/* While balancerd only observes (paused, a dry run) no drop starts: one
- * not made would be "given back" later, over what the operator did
- * meanwhile.  Observing again, B is dropped. */
-START_TEST(drop_idle_cache_none_while_observing)
-{
-    trace s;
-    drop_quick_init(&s, false);
-    s.in.observing = true;
-    for (int k = 0; k < 200; k++) {
-        trace_tick(&s);
-        ck_assert_msg(!s.d[0].change, "tick %d: B moved while observing (%s)", k, s.d[0].reason);
-        ck_assert_msg(!s.d[0].exit_bytes, "tick %d: B has a size to go back to", k);
-    }
-    s.in.observing = false;
-    drop_track d = { -1, -1, 0, 0 };
-    ticks_until_drop(&s, 0, &d);
-    ck_assert_msg(d.began >= 0 && d.began < 40, "not dropped once observing again (%d)", d.began);
-    trace_free(&s);
-}
-END_TEST
-
-/* B comes back under the same id during its drop (restarted, or its QEMU
- * replaced behind the same socket): full size, no balloon move on its
- * way.  The drop is over: B is not taken down to the drop's target. */
-START_TEST(drop_idle_cache_guest_back_under_the_same_id_is_not_dropped)
-{
-    trace s;
-    drop_quick_init(&s, false);
-    drop_track d = { -1, -1, 0, 0 };
-    ticks_until_drop(&s, 0, &d);
-    ck_assert_msg(d.began >= 0, "never dropped");
-    s.v[0].actual_bytes = s.t[0].target = 512 * MIB; /* the new one */
-    s.t[0].unbacked = 0;
-    for (int k = d.began + 1; k < d.began + 40; k++) {
-        trace_tick(&s);
-        drop_trace_print(&s, k);
-        ck_assert_msg(s.v[0].actual_bytes == 512 * MIB, "tick %d: B at %llu MiB (%s)", k,
-                      (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason);
-    }
-    trace_free(&s);
-}
-END_TEST
-
-/* balancerd stops (or switches policy) during a drop: each tick's
- * decision says where the balloon goes then (exit_bytes).  It is B's size
- * before the drop from the tick the drop is decided until B is back, and
- * 0 (where it is) before and after, and for the busy W always.  Stopped at
- * any tick, with exit_bytes applied as the core applies it (then no
- * policy), B ends at its size; without, it would be left dropped. */
-START_TEST(drop_idle_cache_stopping_balancerd_gives_the_drop_back)
-{
-    trace s;
-    drop_quick_init(&s, true);
-    drop_track d = { -1, -1, 0, 0 };
-    int done = -1; /* the first tick after the drop whose exit_bytes is 0 again */
-    for (int k = 0; k < 200 && done < 0; k++) {
-        trace_tick(&s);
-        drop_track_tick(&s, 1, k, &d);
-        drop_trace_print(&s, k);
-        ck_assert_msg(s.d[0].exit_bytes == 0, "tick %d: W has a size to go back to", k);
-        if (d.began < 0 || k < d.began)
-            ck_assert_msg(s.d[1].exit_bytes == 0, "tick %d: B has a size to go back to before its drop", k);
-        else if (s.d[1].exit_bytes == 0)
-            done = k;
-        else
-            ck_assert_msg(s.d[1].exit_bytes == 512 * MIB, "tick %d: B would go back to %llu MiB", k,
-                          (unsigned long long)(s.d[1].exit_bytes / MIB));
-    }
-    trace_free(&s);
-    ck_assert_msg(d.began >= 0 && d.back > d.began && done > d.back, "drop at %d, back at %d, done at %d", d.began,
-                  d.back, done);
-    ck_assert_msg(s.v[1].actual_bytes == 512 * MIB, "B back at %llu MiB", (unsigned long long)(s.v[1].actual_bytes / MIB));
-
-    int stopped_dropped = 0;
-    for (int stop = d.began; stop <= done; stop++) {
-        drop_quick_init(&s, true);
-        for (int k = 0; k <= stop; k++)
-            trace_tick(&s);
-        stopped_dropped += s.v[1].actual_bytes < 512 * MIB;
-        for (size_t i = 0; i < s.n; i++) /* the core's give_back */
-            if (s.d[i].exit_bytes)
-                s.t[i].target = s.d[i].exit_bytes;
-        for (int k = 0; k < 20; k++)
-            for (size_t i = 0; i < s.n; i++)
-                balloon_move(&s, i);
-        ck_assert_msg(s.v[1].actual_bytes == 512 * MIB && s.v[0].actual_bytes == 512 * MIB,
-                      "stopped at tick %d: B left at %llu MiB, W at %llu MiB", stop,
-                      (unsigned long long)(s.v[1].actual_bytes / MIB), (unsigned long long)(s.v[0].actual_bytes / MIB));
-        trace_free(&s);
-    }
-    ck_assert_msg(stopped_dropped >= 2, "stopped %d times with B dropped", stopped_dropped);
-}
-END_TEST
-
 /* The page cache a guest can drop is what MemAvailable holds beyond
  * MemFree, never more than its cache: Shmem (tmpfs, shared buffers) is
  * in disk-caches and not in MemAvailable. */
@@ -1818,18 +1278,6 @@ int main(void)
     tcase_add_test(tc, trim_streams_gives_back_a_cache_read_again);
     tcase_add_test(tc, trim_streams_gives_back_a_stream_it_slowed);
     tcase_add_test(tc, trim_streams_trimmed_stream_is_not_grown_for_comfort);
-    tcase_add_test(tc, drop_idle_cache_drops_an_idle_guest_cache_and_keeps_its_size);
-    tcase_add_test(tc, drop_idle_cache_leaves_busy_and_unmeasured_guests_alone);
-    tcase_add_test(tc, drop_idle_cache_needs_free_page_reporting_and_huge_refaults);
-    tcase_add_test(tc, drop_idle_cache_a_guest_that_reads_back_is_not_dropped_again);
-    tcase_add_test(tc, drop_idle_cache_gives_back_at_once_and_costs_no_reclaim);
-    tcase_add_test(tc, drop_idle_cache_need_during_a_drop_ends_the_drops);
-    tcase_add_test(tc, drop_idle_cache_restore_survives_a_stale_report);
-    tcase_add_test(tc, drop_idle_cache_ends_whatever_happens);
-    tcase_add_test(tc, drop_idle_cache_stopping_balancerd_gives_the_drop_back);
-    tcase_add_test(tc, drop_idle_cache_ended_before_its_balloon_moved);
-    tcase_add_test(tc, drop_idle_cache_guest_back_under_the_same_id_is_not_dropped);
-    tcase_add_test(tc, drop_idle_cache_none_while_observing);
     tcase_add_test(tc, memory_given_back_is_not_retaken);
     tcase_add_test(tc, self_deflation_is_not_fought);
     tcase_add_test(tc, critical_host_no_ping_pong);
