@@ -249,6 +249,22 @@ static const char *const known_keys[][18] = {
       "max_cpu", "max_swap_out", NULL },
 };
 
+/* Keys a release removed, with why: a file that still sets one was written
+ * for a feature this balancerd does not have, so it is refused with the
+ * reason rather than run without it. */
+static const char *const removed_keys[][3] = {
+    { "policy", "drop_idle_cache",
+      "removed (it was never shown to help: README, \"The benchmark\"); delete the line" },
+};
+
+static const char *removed_why(const char *group, const char *key)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(removed_keys); i++)
+        if (strcmp(removed_keys[i][0], group) == 0 && strcmp(removed_keys[i][1], key) == 0)
+            return removed_keys[i][2];
+    return NULL;
+}
+
 static int check_unknown(loader *l)
 {
     gsize ngroups;
@@ -271,8 +287,9 @@ static int check_unknown(loader *l)
             bool ok = false;
             for (const char *const *kn = known; *kn; kn++)
                 ok = ok || strcmp(*kn, keys[k]) == 0;
+            const char *removed = ok ? NULL : removed_why(groups[g], keys[k]);
             if (!ok)
-                rc = bad(l, groups[g], keys[k], "unknown key", "");
+                rc = bad(l, groups[g], keys[k], removed ? removed : "unknown key", "");
         }
         g_strfreev(keys);
     }

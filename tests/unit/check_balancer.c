@@ -258,8 +258,8 @@ START_TEST(config_errors_name_key_and_line)
         { "[balancr]\ntick = 5\n", "bad.conf:1: unknown group [balancr]" },
         { "[policy]\ncomfort_percent = 150\n", "expected a percentage from 0 to 100" },
         { "[policy]\ntrim_streams = sometimes\n", "bad.conf:2: [policy] trim_streams = \"sometimes\": expected true or false" },
-        /* a removed key is refused as any unknown one */
-        { "[policy]\ndrop_idle_cache = true\n", "bad.conf:2: [policy] drop_idle_cache = \"\": unknown key" },
+        /* a removed key is refused with why */
+        { "[policy]\ndrop_idle_cache = true\n", "bad.conf:2: [policy] drop_idle_cache = \"\": removed (it was never shown to help" },
         { "tick = 5\n", "bad.conf" },
         { "[host_reclaim]\nenabled = maybe\n", "bad.conf:2: [host_reclaim] enabled = \"maybe\": expected true or false" },
         { "[host_reclaim]\nsource = guess\n", "bad.conf:2: [host_reclaim] source = \"guess\": expected auto, damon or probe" },
