@@ -1161,7 +1161,11 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
         if (m && out->decisions[i].change && ws[i].trimmed)
             m->trimmed_at_s = in->now_s;
         if (m && out->decisions[i].change && ws[i].target < g->actual_bytes && !ws[i].fixed) {
-            bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S;
+            /* a guest grown above where the experiment took it from
+             * (given back since: balancerctl give-back, with decisions
+             * not made while paused) begins a new one */
+            bool running = m->shrunk_at_s && in->now_s - m->shrunk_at_s <= EXPERIMENT_S &&
+                           g->actual_bytes <= m->shrunk_from;
             /* an experiment whose "before" was unknown takes the first
              * known one, and one whose reads could not prove a cost asks
              * again (its pace known by now, or its QEMU no longer waiting):

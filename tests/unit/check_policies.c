@@ -514,6 +514,48 @@ START_TEST(thrashing_guest_is_protected_and_grows)
 }
 END_TEST
 
+/* A reclaim's experiment is measured from where it took the guest from:
+ * a guest given its memory back since (balancerctl give-back, with the
+ * policy still deciding while paused) starts a new one, so a reclaim
+ * that then costs it gives back all it took, not a step toward the size
+ * an older reclaim began at. */
+START_TEST(an_experiment_ends_when_the_guest_is_given_back)
+{
+    sim s;
+    sim_init(&s, &policy_split_lru, 1, 0);
+    guest_init(&s, 0, "G", 1024 * MIB, 400 * MIB, 400 * MIB);
+    s.v[0].floor_bytes = 128 * MIB;
+    s.host_base = 1024 * MIB + 400 * MIB; /* 400 MiB available: below low */
+    for (int t = 0; t < 3; t++)
+        later(&s), sim_tick(&s);
+    /* its first reclaim's experiment ends with the host roomy */
+    s.host_base = 4 * GIB;
+    for (int t = 0; t < 10; t++)
+        later(&s), sim_tick(&s);
+    uint64_t second_from = s.v[0].actual_bytes;
+    ck_assert_uint_lt(second_from, 1024 * MIB);
+    s.host_base = second_from + 400 * MIB; /* short again */
+    later(&s), sim_tick(&s);
+    ck_assert_uint_lt(s.v[0].actual_bytes, second_from);
+    /* give-back: its whole size, then ticks whose decisions are not made */
+    s.v[0].actual_bytes = 1024 * MIB;
+    for (int t = 0; t < 5; t++) {
+        later(&s);
+        model_refresh(&s);
+        s.ops->decide(&s.in, s.state, &s.out);
+        ck_assert(s.d[0].change && s.d[0].target_bytes < 1024 * MIB);
+    }
+    /* resumed: taken again, and it thrashes */
+    later(&s), sim_tick(&s);
+    ck_assert_uint_lt(s.v[0].actual_bytes, 1024 * MIB);
+    s.v[0].thrashing = true;
+    s.v[0].swap_in_bps = 50 * MIB;
+    later(&s), sim_tick(&s);
+    ck_assert_uint_eq(s.v[0].actual_bytes, 1024 * MIB);
+    sim_free(&s);
+}
+END_TEST
+
 START_TEST(floor_ceiling_and_mode_off)
 {
     sim s;
@@ -1721,6 +1763,7 @@ int main(void)
     tcase_add_test(tc, rebooted_guest_gets_its_size_back_and_settles);
     tcase_add_test(tc, working_set_cache_only_after_streaming_cache);
     tcase_add_test(tc, thrashing_guest_is_protected_and_grows);
+    tcase_add_test(tc, an_experiment_ends_when_the_guest_is_given_back);
     tcase_add_test(tc, floor_ceiling_and_mode_off);
     tcase_add_test(tc, never_takes_beyond_available_unless_critical);
     tcase_add_test(tc, a_jump_is_headroom_for_an_hour);
