@@ -249,19 +249,20 @@ static const char *const known_keys[][18] = {
       "max_cpu", "max_swap_out", NULL },
 };
 
-/* Keys a release removed, with why: a file that still sets one was written
- * for a feature this balancerd does not have, so it is refused with the
- * reason rather than run without it. */
-static const char *const removed_keys[][3] = {
-    { "policy", "drop_idle_cache",
+/* Keys a release removed: the value that asks for what this balancerd
+ * still does (the old default) is accepted; any other was written for a
+ * feature it does not have, and is refused with why rather than run
+ * without it. */
+static const char *const removed_keys[][4] = {
+    { "policy", "drop_idle_cache", "false",
       "removed (it was never shown to help: README, \"The benchmark\"); delete the line" },
 };
 
-static const char *removed_why(const char *group, const char *key)
+static const char *const *removed_key(const char *group, const char *key)
 {
     for (size_t i = 0; i < G_N_ELEMENTS(removed_keys); i++)
         if (strcmp(removed_keys[i][0], group) == 0 && strcmp(removed_keys[i][1], key) == 0)
-            return removed_keys[i][2];
+            return removed_keys[i];
     return NULL;
 }
 
@@ -287,9 +288,12 @@ static int check_unknown(loader *l)
             bool ok = false;
             for (const char *const *kn = known; *kn; kn++)
                 ok = ok || strcmp(*kn, keys[k]) == 0;
-            const char *removed = ok ? NULL : removed_why(groups[g], keys[k]);
+            const char *const *removed = ok ? NULL : removed_key(groups[g], keys[k]);
+            g_autofree char *value = removed ? get(l, groups[g], keys[k]) : NULL;
+            if (removed && value && strcmp(value, removed[2]) == 0)
+                continue;
             if (!ok)
-                rc = bad(l, groups[g], keys[k], removed ? removed : "unknown key", "");
+                rc = bad(l, groups[g], keys[k], removed ? removed[3] : "unknown key", value);
         }
         g_strfreev(keys);
     }

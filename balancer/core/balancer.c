@@ -345,10 +345,11 @@ const snapshot *balancer_snapshot(balancer *b)
     return b->snap;
 }
 
+static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms, bool give_back);
+
 /* The pause outlives this balancerd (a restart, an upgrade) as a file in
  * the state directory; what cannot be written is logged, and the pause
  * holds for this run anyway. */
-static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms, bool give_back);
 
 static void record_pause(const balancer *b, bool paused)
 {

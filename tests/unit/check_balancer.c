@@ -259,7 +259,7 @@ START_TEST(config_errors_name_key_and_line)
         { "[policy]\ncomfort_percent = 150\n", "expected a percentage from 0 to 100" },
         { "[policy]\ntrim_streams = sometimes\n", "bad.conf:2: [policy] trim_streams = \"sometimes\": expected true or false" },
         /* a removed key is refused with why */
-        { "[policy]\ndrop_idle_cache = true\n", "bad.conf:2: [policy] drop_idle_cache = \"\": removed (it was never shown to help" },
+        { "[policy]\ndrop_idle_cache = true\n", "bad.conf:2: [policy] drop_idle_cache = \"true\": removed (it was never shown to help" },
         { "tick = 5\n", "bad.conf" },
         { "[host_reclaim]\nenabled = maybe\n", "bad.conf:2: [host_reclaim] enabled = \"maybe\": expected true or false" },
         { "[host_reclaim]\nsource = guess\n", "bad.conf:2: [host_reclaim] source = \"guess\": expected auto, damon or probe" },
@@ -282,6 +282,13 @@ START_TEST(config_errors_name_key_and_line)
         ck_assert_str_eq(c.policy, "split-lru");
         config_clear(&c);
     }
+    /* a removed key at the value of what balancerd still does is no error */
+    balancer_config c;
+    config_defaults(&c);
+    g_autoptr(GError) err = NULL;
+    ck_assert_msg(config_load(&c, write_conf("old.conf", "[policy]\ndrop_idle_cache = false\n"), true, &err) == 0,
+                  "%s", err ? err->message : "");
+    config_clear(&c);
 }
 END_TEST
 
