@@ -255,7 +255,7 @@ static const char *const known_keys[][18] = {
  * without it. */
 static const char *const removed_keys[][4] = {
     { "policy", "drop_idle_cache", "false",
-      "removed (it was never shown to help: README, \"The benchmark\"); delete the line" },
+      "removed (it was never shown to help: bench/README.md); delete the line" },
 };
 
 static const char *const *removed_key(const char *group, const char *key)

@@ -1527,7 +1527,7 @@ END_TEST
  * probe source, proactive and scanning every second for 20 s, must leave
  * them whole: a probe (a 4 KiB pageout) would split one for good, and
  * before the huge-page rule the first scan took a THP-backed guest from
- * 314 to 32 MiB of huge pages (README, "Host-side reclaim"). */
+ * 314 to 32 MiB of huge pages (balancer/reclaim/README.md). */
 START_TEST(host_reclaim_probe_keeps_huge_pages_of_a_real_guest)
 {
     g_autofree char *thp = NULL;

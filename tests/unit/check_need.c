@@ -711,7 +711,7 @@ END_TEST
  * alone for KEEP_S.  Its usual rate, not its pace: it warmed its cache up
  * at six times the rate it settles at, and measured against that pace its
  * rise would prove nothing.  (One whose reads rise less -- a database many times
- * its RAM -- is not told apart: README, "trim_streams".) */
+ * its RAM -- is not told apart: policies/README.md, "trim_streams".) */
 START_TEST(trim_streams_gives_back_a_cache_read_again)
 {
     trace s;
