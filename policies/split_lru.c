@@ -43,7 +43,7 @@
  * the host's supply: grant_need); the others' cheap tiers pay for it
  * (never anon).  Reclaim leaves every guest its decaying peak of used
  * memory plus its headroom (the reserve, or the largest rise of its used
- * memory within a tick in the last JUMP_HOLD_S), and is an experiment: a
+ * memory within JUMP_WINDOW_S in the last JUMP_HOLD_S), and is an experiment: a
  * guest that shows need, or whose disks read more than before (its page
  * cache was its working set: the host-side analogue of a file refault,
  * mm/workingset.c; for a reader, more than its pace, and only a pace of
@@ -788,7 +788,7 @@ typedef struct {
 
 /* The free memory a guest's balloon leaves it above its used memory: its
  * reserve, or its own habits when larger -- the most its used memory rose
- * within a tick in this JUMP_HOLD_S window or the last (memory_observe).
+ * within JUMP_WINDOW_S in this JUMP_HOLD_S window or the last (memory_observe).
  * Its OOM killer having run below its size says the headroom it had was
  * too small for what it allocates, and the allocation that failed never
  * shows as used memory: twice the headroom (as a backoff doubles: a few

@@ -173,7 +173,7 @@ static void print_explain(json_object *r)
            flag(g, "in_need") ? ", needs " : "", flag(g, "in_need") ? sz(num(g, "need_bytes"), b) : "");
     if (num(g, "headroom_bytes") > 0)
         printf("  headroom its balloon leaves it above its used memory: %s (its reserve, or the most its used memory "
-               "rose within a tick in the last hour; twice that after an OOM kill below its size)\n",
+               "rose within 5 s in the last hour; twice that after an OOM kill below its size)\n",
                sz(num(g, "headroom_bytes"), a));
     printf("  balloon operations %s, errors %s; clamped guest values %s, counter resets %s\n",
            str(g, "balloon_operations"), str(g, "balloon_errors"), str(g, "clamped_values"),

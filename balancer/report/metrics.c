@@ -223,7 +223,7 @@ GString *metrics_render(const snapshot *b)
                  gv_peak_used);
     guest_family(s, b, "balancer_guest_headroom_bytes", "gauge",
                  "Free memory the policy leaves the guest above its used memory: its reserve, or the most its used "
-                 "memory rose within a tick in the last hour (twice that after an OOM kill below its size); 0 not said.",
+                 "memory rose within 5 s in the last hour (twice that after an OOM kill below its size); 0 not said.",
                  gv_headroom);
     guest_family(s, b, "balancer_guest_stats_stale", "gauge", "1 when the guest's balloon stats are missing or stale.", gv_stale);
     guest_family(s, b, "balancer_guest_mode_off", "gauge", "1 when the guest's policy is mode=off.", gv_off);
