@@ -840,45 +840,54 @@ def summarize(rows, scenarios, configs, runs, out):
 
 
 def scenario_gates(rows, s, scen, guests, prim, present, summary):
-    """The gates for split-lru in one scenario: (scenario, text, met)."""
+    """The gates in one scenario for each split-lru configuration present
+    (the bench's settings and the shipped defaults): (scenario, text, met)."""
     out = []
-    if "split-lru" not in present or "none" not in present:
+    if "none" not in present:
         return out
+    for conf in [c for c in ("split-lru", "split-lru-shipped") if c in present]:
+        out += conf_scenario_gates(rows, s, scen, guests, prim, present, summary, conf)
+    return out
+
+
+def conf_scenario_gates(rows, s, scen, guests, prim, present, summary, conf):
+    """scenario_gates for one configuration."""
+    out = []
     srow = {r["config"]: r for r in summary if r["scenario"] == s}
-    sl, no = srow["split-lru"], srow["none"]
+    sl, no = srow[conf], srow["none"]
     if no["oom_kills"] == 0:
-        out.append((s, "0 OOM kills (none had 0): split-lru %d" % sl["oom_kills"], sl["oom_kills"] == 0))
+        out.append((s, "0 OOM kills (none had 0): %s %d" % (conf, sl["oom_kills"]), sl["oom_kills"] == 0))
     else:
-        out.append((s, "no more OOM kills than none (%d): split-lru %d" % (no["oom_kills"], sl["oom_kills"]),
+        out.append((s, "no more OOM kills than none (%d): %s %d" % (no["oom_kills"], conf, sl["oom_kills"]),
                     sl["oom_kills"] <= no["oom_kills"]))
     for g in guests:
         if not g.get("gated"):
             continue
-        a = metric_values(rows, s, "split-lru", g["name"], g["better"])
+        a = metric_values(rows, s, conf, g["name"], g["better"])
         b = metric_values(rows, s, "none", g["name"], g["better"])
         spreads = [spread(metric_values(rows, s, c, g["name"], g["better"], measured_only=True))
-                   for c in ("split-lru", "none")]
+                   for c in (conf, "none")]
         sp = max([x for x in spreads if x == x] or [0])
         ma, mb = med(a), med(b)
         if g["better"] == "higher":
             met = ma >= mb - sp
-            txt = "%s not below none beyond spread: %s vs %s (spread %s)" % (g["name"], fmt(ma), fmt(mb),
-                                                                           fmt(sp))
+            txt = "%s %s not below none beyond spread: %s vs %s (spread %s)" % (conf, g["name"], fmt(ma), fmt(mb),
+                                                                              fmt(sp))
         else:
             met = ma <= mb + sp
-            txt = "%s not slower than none beyond spread: %s vs %s s (spread %s)" % (
-                g["name"], fmt(ma), fmt(mb), fmt(sp))
+            txt = "%s %s not slower than none beyond spread: %s vs %s s (spread %s)" % (
+                conf, g["name"], fmt(ma), fmt(mb), fmt(sp))
         out.append((s, txt, met))
     if "solo" in present:
         pct = sl["pct_solo"]
         if scen.get("solo_possible", True):
-            out.append((s, "%s >= 95%% of solo: %s%%" % (prim["name"], fmt(pct)), pct == pct and pct >= 95))
+            out.append((s, "%s %s >= 95%% of solo: %s%%" % (conf, prim["name"], fmt(pct)), pct == pct and pct >= 95))
         else:
-            out.append((s, "%s >= 95%% of solo: %s%% -- not physically possible: %s" % (
-                prim["name"], fmt(pct), scen.get("solo_reason", "")), None))
+            out.append((s, "%s %s >= 95%% of solo: %s%% -- not physically possible: %s" % (
+                conf, prim["name"], fmt(pct), scen.get("solo_reason", "")), None))
     if scen.get("idle_gate"):
-        out.append((s, "no pressure: <= 2 balloon moves (%s)" % fmt(sl["moves"]), sl["moves"] <= 2))
-        out.append((s, "no pressure: daemon < 1%% of a core (%.2f%%)" % sl["daemon_cpu_pct"],
+        out.append((s, "no pressure: %s <= 2 balloon moves (%s)" % (conf, fmt(sl["moves"])), sl["moves"] <= 2))
+        out.append((s, "no pressure: %s daemon < 1%% of a core (%.2f%%)" % (conf, sl["daemon_cpu_pct"]),
                     sl["daemon_cpu_pct"] < 1))
     return out
 
@@ -1019,7 +1028,7 @@ def report(rows, scenarios, configs, runs, out):
         w = csv.DictWriter(f, keys)
         w.writeheader()
         w.writerows(summary)
-    print("\ngates (split-lru):")
+    print("\ngates (split-lru, split-lru-shipped):")
     missed = 0
     for s, text, met in gates:
         tag = "met:   " if met else ("n/a:   " if met is None else "MISSED:")

@@ -436,41 +436,50 @@ MATERIAL_STALL = 0.01
 MATERIAL_MEMORY = 0.01
 
 
-def memory_gates(rows, s, scen, present, measure_s):
-    """split-lru against none on the memory measures: (scenario, text, met).
-    Missed when split-lru's median lies above none's 95 % interval by more
+def memory_gates(rows, s, scen, present, measure_s, confs=("split-lru", "split-lru-shipped")):
+    """Each split-lru configuration present (the bench's settings and the
+    shipped defaults) against none on the memory measures: (scenario, text,
+    met).  Missed when its median lies above none's 95 % interval by more
     than the material floor (stall, PSI, host swap-in, refaults), on any
-    host OOM kill or dead QEMU, and on throughput only when split-lru's
-    whole interval lies below none's."""
+    host OOM kill or dead QEMU, and on throughput only when its whole
+    interval lies below none's."""
     out = []
-    if "split-lru" not in present or "none" not in present:
+    if "none" not in present:
         return out
+    for conf in [c for c in confs if c in present]:
+        out += conf_gates(rows, s, scen, conf, measure_s)
+    return out
+
+
+def conf_gates(rows, s, scen, conf, measure_s):
+    """memory_gates for one configuration."""
+    out = []
     # a run's host OOM kills are repeated on each of its guests' rows, a dead QEMU is one guest's
-    for what, v in (("host OOM kills", fmt_max(rows, s, "split-lru", "host_oom_kills")),
-                    ("QEMUs that died", fmt_sum(rows, s, "split-lru", "qemu_died"))):
+    for what, v in (("host OOM kills", fmt_max(rows, s, conf, "host_oom_kills")),
+                    ("QEMUs that died", fmt_sum(rows, s, conf, "qemu_died"))):
         if v != "-":
-            out.append((s, "%s: split-lru %s" % (what, v), v == "0"))
+            out.append((s, "%s: %s %s" % (what, conf, v), v == "0"))
     for g in [g for g in scen["guests"] if g.get("gated")]:
         for name, key, scale, _ in MEASURES[:4]:
-            a = per_run(rows, s, "split-lru", g["name"], key, scale)
+            a = per_run(rows, s, conf, g["name"], key, scale)
             b = per_run(rows, s, "none", g["name"], key, scale)
             if not a or not b:
                 continue
             ma = median_interval(a)[0]
             mb, _, hb = median_interval(b)
             floor = MATERIAL_STALL * measure_s if name.endswith(" s") else MATERIAL_MEMORY * g["mem"]
-            out.append((s, "%s %s not above none's interval by more than %s: %s vs %s [..%s]" % (
-                g["name"], name, num(floor), num(ma), num(mb), num(hb)), ma <= hb + floor))
+            out.append((s, "%s %s %s not above none's interval by more than %s: %s vs %s [..%s]" % (
+                conf, g["name"], name, num(floor), num(ma), num(mb), num(hb)), ma <= hb + floor))
         if g.get("window") != "once":
             # a paced workload's rate is its pace less what stalls cost it:
             # its operations per second of CPU say nothing
             key = "value_cpu" if not g.get("paced") and per_run(rows, s, "none", g["name"], "value_cpu") else "value"
-            a, b = per_run(rows, s, "split-lru", g["name"], key), per_run(rows, s, "none", g["name"], key)
+            a, b = per_run(rows, s, conf, g["name"], key), per_run(rows, s, "none", g["name"], key)
             if a and b:
                 ma, _, ha = median_interval(a)
                 mb, lb, _ = median_interval(b)
-                out.append((s, "%s %s: split-lru's interval not wholly below none's: %s [..%s] vs %s [%s..]" % (
-                    g["name"], "ops/s of CPU" if key == "value_cpu" else "ops/s", num(ma), num(ha), num(mb),
+                out.append((s, "%s %s %s: its interval not wholly below none's: %s [..%s] vs %s [%s..]" % (
+                    conf, g["name"], "ops/s of CPU" if key == "value_cpu" else "ops/s", num(ma), num(ha), num(mb),
                     num(lb)), ha >= lb))
     return out
 
