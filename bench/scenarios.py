@@ -104,6 +104,25 @@ SCENARIOS = {
             dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
                  better="higher"),
         ]),
+    # Issue 32's own host-OOM variant: as burst-cold, but B first ran a job
+    # that used 300 MiB and freed it, so its free memory is memory its QEMU
+    # touched -- host memory a balloon can take (burst-cold's untouched
+    # free memory is not) -- then idles and allocates 300 MiB at once, no
+    # swap.  Where the balloon took that memory, B's allocation needs it
+    # back faster than a tick, or its OOM killer (or the host's, on its
+    # QEMU) runs.
+    "burst-freed": dict(
+        title="B (ran a 300 MiB job and freed it, idles, then allocates 300 MiB at once; no swap) + W (wss 200 MiB) + S (stream)",
+        limit_mb=900, warmup=40, measure=26, primary="B",
+        solo_possible=True,
+        guests=[
+            dict(name="B", mem=512, run="burst:/dev/vda:0:{burst_at}:300:0:300", disk="data", metric=BURST,
+                 better="lower", window="once", solo=True, gated=True),
+            dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
+                 gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+        ]),
     # Issue 32: a database whose buffers are shared memory (PostgreSQL's
     # shared_buffers): 300 MiB of shmem, counted by the guest as Cached
     # (virtio-balloon's disk-caches) but never droppable, beside a streamer.

@@ -1,11 +1,15 @@
 /*
  * Idle, then burst: a guest that sits on a large page cache doing nothing,
  * then suddenly needs a lot of anonymous memory.
- * Usage: burst CACHE_DEV CACHE_MB IDLE_S BURST_MB [HOLD_S=0 (forever)]
+ * Usage: burst CACHE_DEV CACHE_MB IDLE_S BURST_MB [HOLD_S=0 (forever) [JOB_MB=0]]
  *  1. reads the first CACHE_MB of CACHE_DEV sequentially through the page
  *     cache (buffered read(2), 1 MiB blocks; CACHE_MB=0 skips this), keeping
  *     CACHE_DEV open until exit so that the cache stays, and prints
  *       BURST phase=cached mb=<MiB read>
+ *  1b. with JOB_MB, runs a job first: maps and touches JOB_MB of anonymous
+ *     memory, then unmaps it (the guest's free memory is then memory its
+ *     QEMU touched: host memory a balloon can take), and prints
+ *       BURST phase=job mb=<JOB_MB> freed
  *  2. prints one line and sleeps, silently, until IDLE_S seconds after the
  *     program started (no sleep if step 1 took longer):
  *       BURST phase=idle until=<IDLE_S>
@@ -38,14 +42,14 @@
 int main(int argc, char **argv)
 {
     double prog_start = now_s();
-    long cache_mb, idle_s, burst_mb, hold_s = 0;
-    if (argc < 5 || argc > 6) {
-        fprintf(stderr, "usage: burst CACHE_DEV CACHE_MB IDLE_S BURST_MB [HOLD_S]\n");
+    long cache_mb, idle_s, burst_mb, hold_s = 0, job_mb = 0;
+    if (argc < 5 || argc > 7) {
+        fprintf(stderr, "usage: burst CACHE_DEV CACHE_MB IDLE_S BURST_MB [HOLD_S [JOB_MB]]\n");
         return 2;
     }
     if (parse_long(argv[2], &cache_mb) || parse_long(argv[3], &idle_s) ||
         parse_long(argv[4], &burst_mb) || burst_mb == 0 ||
-        (argc > 5 && parse_long(argv[5], &hold_s))) {
+        (argc > 5 && parse_long(argv[5], &hold_s)) || (argc > 6 && parse_long(argv[6], &job_mb))) {
         fprintf(stderr, "burst: bad arguments\n");
         return 2;
     }
@@ -83,6 +87,21 @@ int main(int argc, char **argv)
     }
     printf("BURST phase=cached mb=%ld\n", cached_mb);
     fflush(stdout);
+
+    /* 1b. a job that uses memory and frees it */
+    if (job_mb > 0) {
+        size_t len = (size_t)job_mb * MIB;
+        unsigned char *job = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (job == MAP_FAILED) {
+            perror("burst: job mmap");
+            return 1;
+        }
+        for (size_t off = 0; off < len; off += PAGE)
+            job[off] = 1;
+        munmap(job, len);
+        printf("BURST phase=job mb=%ld freed\n", job_mb);
+        fflush(stdout);
+    }
 
     /* 2. idle */
     printf("BURST phase=idle until=%ld\n", idle_s);
