@@ -434,6 +434,10 @@ def resolution(rows, scenarios, configs, scenario_defs):
 # swap in any run), and a gate must not be decided by noise.
 MATERIAL_STALL = 0.01
 MATERIAL_MEMORY = 0.01
+# ... nor a throughput 1 % below none's: a paced workload's rate (db-stream's
+# 4000 operations a second) varies by a few operations between rounds, and
+# its intervals are narrow enough to lie apart by that much
+MATERIAL_RATE = 0.01
 
 
 def memory_gates(rows, s, scen, present, measure_s, confs=("split-lru", "split-lru-shipped")):
@@ -478,9 +482,9 @@ def conf_gates(rows, s, scen, conf, measure_s):
             if a and b:
                 ma, _, ha = median_interval(a)
                 mb, lb, _ = median_interval(b)
-                out.append((s, "%s %s %s: its interval not wholly below none's: %s [..%s] vs %s [%s..]" % (
+                out.append((s, "%s %s %s: its interval not wholly below none's by more than 1 %%: %s [..%s] vs %s [%s..]" % (
                     conf, g["name"], "ops/s of CPU" if key == "value_cpu" else "ops/s", num(ma), num(ha), num(mb),
-                    num(lb)), ha >= lb))
+                    num(lb)), ha >= lb - MATERIAL_RATE * mb))
     return out
 
 
