@@ -845,7 +845,7 @@ def scenario_gates(rows, s, scen, guests, prim, present, summary):
     out = []
     if "none" not in present:
         return out
-    for conf in [c for c in ("split-lru", "split-lru-shipped") if c in present]:
+    for conf in [c for c in memory.JUDGED if c in present]:
         out += conf_scenario_gates(rows, s, scen, guests, prim, present, summary, conf)
     return out
 

@@ -43,18 +43,17 @@ CACHEDB = ("CACHEDB", "ops", "ops/s")
 # begin inside the measure window
 BURST = ("BURST", "secs", "burst s")
 
-def burst_beside_db_and_stream(title, burst_args, warmup):
+def burst_beside_db_and_stream(title, cache_mb, tail, warmup):
     """B (512 MiB, no swap) idles, then allocates 300 MiB at once 4 s into
     the window ({burst_at}), beside W (wss 200 MiB, own swap) and S (a
-    stream) in a 900 MiB host.  burst_args: burst's CACHE_MB and, after
-    the allocation, HOLD_S [JOB_MB] (tests/guest/workloads/burst.c)."""
-    cache_mb, rest = burst_args
+    stream) in a 900 MiB host.  cache_mb and tail: burst's CACHE_MB and
+    what follows BURST_MB, HOLD_S[:JOB_MB] (tests/guest/workloads/burst.c)."""
     return dict(
         title="B (%s; no swap) + W (wss 200 MiB) + S (stream)" % title,
         limit_mb=900, warmup=warmup, measure=26, primary="B",
         solo_possible=True,
         guests=[
-            dict(name="B", mem=512, run="burst:/dev/vda:%d:{burst_at}:300:%s" % (cache_mb, rest), disk="data",
+            dict(name="B", mem=512, run="burst:/dev/vda:%d:{burst_at}:300:%s" % (cache_mb, tail), disk="data",
                  metric=BURST, better="lower", window="once", solo=True, gated=True),
             dict(name="W", mem=512, run="wss:200:80", disk="swap", metric=WSS, better="higher",
                  gated=True),
@@ -95,13 +94,13 @@ SCENARIOS = {
         ]),
     # Issue 15's mix: a guest with a big page cache idles, then allocates
     # 300 MiB at once (no swap in it), next to a database and a streamer.
-    "idle-burst": burst_beside_db_and_stream("300 MiB cache, idle, then allocates 300 MiB", (300, "0"), 13),
+    "idle-burst": burst_beside_db_and_stream("300 MiB cache, idle, then allocates 300 MiB", 300, "0", 13),
     # Issue 32: as idle-burst, but B has no page cache to absorb the
     # allocation: it idles with its memory free, then allocates 300 MiB at
     # once (faster than a tick), with no swap.  A balloon that took its free
     # memory leaves it to its OOM killer unless the balloon deflates itself
     # (deflate-on-oom) or balancerd answers first.
-    "burst-cold": burst_beside_db_and_stream("idle, no cache, then allocates 300 MiB at once", (0, "0"), 40),
+    "burst-cold": burst_beside_db_and_stream("idle, no cache, then allocates 300 MiB at once", 0, "0", 40),
     # Issue 32's own host-OOM variant: as burst-cold, but B first ran a job
     # that used 300 MiB and freed it, so its free memory is memory its QEMU
     # touched -- host memory a balloon can take (burst-cold's untouched
@@ -110,7 +109,7 @@ SCENARIOS = {
     # back faster than a tick, or its OOM killer (or the host's, on its
     # QEMU) runs.
     "burst-freed": burst_beside_db_and_stream(
-        "ran a 300 MiB job and freed it, idles, then allocates 300 MiB at once", (0, "0:300"), 40),
+        "ran a 300 MiB job and freed it, idles, then allocates 300 MiB at once", 0, "0:300", 40),
     # Issue 32: a database whose buffers are shared memory (PostgreSQL's
     # shared_buffers): 300 MiB of shmem, counted by the guest as Cached
     # (virtio-balloon's disk-caches) but never droppable, beside a streamer.
