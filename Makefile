@@ -98,10 +98,10 @@ $(BUILD)/tests/check_policies: $(BUILD)/tests/unit/check_policies.o $(LIBPOLICY)
 $(BUILD)/tests/check_cold_lru: $(BUILD)/tests/unit/check_cold_lru.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
 
-$(BUILD)/tests/check_need: $(BUILD)/tests/unit/check_need.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+$(BUILD)/tests/check_need: $(BUILD)/tests/unit/check_need.o $(BUILD)/tests/unit/decision_trace.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
-$(BUILD)/tests/check_fleet: $(BUILD)/tests/unit/check_fleet.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
+$(BUILD)/tests/check_fleet: $(BUILD)/tests/unit/check_fleet.o $(BUILD)/tests/unit/decision_trace.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
 $(BUILD)/tests/check_agent: $(BUILD)/tests/unit/check_agent.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)

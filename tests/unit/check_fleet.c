@@ -75,6 +75,7 @@
 #include "core/balancer.h"
 #include "core/guest.h"
 #include "policies/policy.h"
+#include "unit/decision_trace.h"
 
 #define MAXG 8
 #define KERNEL (64 * MIB)          /* the guest kernel's own memory */
@@ -458,8 +459,10 @@ static void run_fleet(const fleet *tmpl, const policy_ops *ops, const balancer_c
         in.n_guests = n;
         in.guests = views;
         policy_output out = { .decisions = dec };
-        if (ops)
+        if (ops) {
             ops->decide(&in, state, &out);
+            decision_trace(ops->name, &in, &out);
+        }
         for (size_t k = 0; ops && k < n; k++) {
             fguest *g = &f.g[at[k]];
             g->cg.view.rebooted = g->cg.reboot_pending = false;

@@ -23,6 +23,7 @@
 #include "core/guest.h"
 #include "policies/classify.h"
 #include "policies/policy.h"
+#include "unit/decision_trace.h"
 
 #define NG 4
 #define TICK_S 2.0
@@ -248,6 +249,7 @@ static void trace_tick(trace *s)
         for (size_t i = 0; i < s->n; i++)
             s->v[i].stats_fresh = s->v[i].stats_valid;
     policy_split_lru.decide(&s->in, s->state, &s->out);
+    decision_trace(policy_split_lru.name, &s->in, &s->out);
     for (size_t i = 0; i < s->n; i++) {
         guest_view *g = &s->v[i];
         tguest *t = &s->t[i];
