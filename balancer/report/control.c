@@ -71,6 +71,85 @@ static json_object *policy_json(const snapshot_guest *g)
     return p;
 }
 
+/* A guest's virtio-mem device (explain). */
+static json_object *vmem_json(const snapshot_guest *g)
+{
+    json_object *m = json_object_new_object();
+    json_object_object_add(m, "devices", json_object_new_int((int)g->vmem_devices));
+    json_object_object_add(m, "resized", json_object_new_boolean(g->vmem_resized));
+    json_object_object_add(m, "block_bytes", u64(g->vmem_block_bytes));
+    json_object_object_add(m, "max_bytes", u64(g->vmem_max_bytes));
+    json_object_object_add(m, "requested_bytes", u64(g->vmem_requested_bytes));
+    json_object_object_add(m, "plugged_bytes", u64(g->vmem_plugged_bytes));
+    json_object_object_add(m, "base_bytes", u64(g->base_bytes));
+    json_object_object_add(m, "balloon_bytes", u64(g->balloon_bytes));
+    json_object_object_add(m, "held", json_object_new_boolean(g->vmem_held));
+    json_object_object_add(m, "held_seconds", json_object_new_double(g->vmem_held_s));
+    json_object_object_add(m, "held_for", !g->vmem_held ? NULL
+                           : json_object_new_string(g->vmem_plug_refused ? "plug" : "unplug"));
+    return m;
+}
+
+/* What host reclaim found and did in a guest it scans (explain). */
+static json_object *host_reclaim_json(const host_swap_guest_stats *hs)
+{
+    json_object *h = json_object_new_object();
+    json_object_object_add(h, "resident_bytes", u64(hs->resident_bytes));
+    json_object_object_add(h, "swapped_bytes", u64(hs->swapped_bytes));
+    json_object_object_add(h, "cold_bytes", u64(hs->cold_bytes));
+    json_object_object_add(h, "paged_out_bytes", u64(hs->paged_out_bytes));
+    json_object_object_add(h, "refaults", u64(hs->refaults));
+    json_object_object_add(h, "refault_bytes", u64(hs->refault_bytes));
+    json_object_object_add(h, "cold_age_scans", u64(hs->cold_age_scans));
+    json_object_object_add(h, "budget_bytes", u64(hs->budget_bytes));
+    json_object_object_add(h, "protected_bytes", u64(hs->protected_bytes));
+    json_object_object_add(h, "protected_effective_bytes", u64(hs->protected_effective_bytes));
+    json_object_object_add(h, "protect_capped_by", json_object_new_string(hs->protect_capped_by));
+    json_object_object_add(h, "working_set_bytes", u64(hs->ws_bytes));
+    json_object_object_add(h, "proactive_bytes", u64(hs->proactive_bytes));
+    json_object_object_add(h, "promotion_bytes_per_second", json_object_new_double(hs->promoted_bps));
+    json_object_object_add(h, "promotion_budget_percent", json_object_new_double(hs->budget_percent));
+    json_object_object_add(h, "foreign_fault_bytes_per_second", json_object_new_double(hs->foreign_fault_bps));
+    json_object_object_add(h, "slo", json_object_new_string(hs->slo ? hs->slo : "within"));
+    return h;
+}
+
+/* What explain says of a guest beyond its status line. */
+static void guest_detail_json(json_object *o, const snapshot_guest *g)
+{
+    const guest_view *v = &g->view;
+    json_object_object_add(o, "stats_valid", json_object_new_boolean(v->stats_valid));
+    json_object_object_add(o, "thrashing", json_object_new_boolean(v->thrashing));
+    json_object_object_add(o, "streaming", json_object_new_boolean(v->streaming));
+    json_object_object_add(o, "in_need", json_object_new_boolean(v->in_need));
+    json_object_object_add(o, "need_bytes", u64(v->need_bytes));
+    json_object_object_add(o, "peak_used_bytes", u64(v->peak_used_bytes));
+    json_object_object_add(o, "used_growth_bytes_per_second", json_object_new_double(v->used_growth_bps));
+    json_object_object_add(o, "quiet_samples", json_object_new_int((int)g->quiet_samples));
+    json_object_object_add(o, "last_set_bytes", u64(g->last_set_bytes));
+    json_object_object_add(o, "balloon_operations", u64(g->balloon_ops));
+    json_object_object_add(o, "balloon_errors", u64(g->balloon_errors));
+    json_object_object_add(o, "clamped_values", u64(g->clamped_values));
+    json_object_object_add(o, "counter_resets", u64(g->counter_resets));
+    json_object_object_add(o, "unbacked_claims", u64(g->unbacked_claims));
+    json_object_object_add(o, "unbacked_claims_believed", u64(g->unbacked_short));
+    json_object_object_add(o, "disk_read_bytes_per_second", json_object_new_double(g->disk_read_bps));
+    json_object_object_add(o, "qemu_major_faults_per_second", json_object_new_double(g->qemu_faults_ps));
+    json_object_object_add(o, "qemu_cpu_seconds_per_second", json_object_new_double(g->qemu_cpu));
+    json_object_object_add(o, "free_page_reporting", g->free_page_reporting < 0 ? NULL
+                           : json_object_new_boolean(g->free_page_reporting));
+    json_object_object_add(o, "free_page_reporting_used", g->free_page_reporting_used < 0 ? NULL
+                           : json_object_new_boolean(g->free_page_reporting_used));
+    json_object_object_add(o, "deflate_on_oom", v->deflate_on_oom < 0 ? NULL
+                           : json_object_new_boolean(v->deflate_on_oom));
+    json_object_object_add(o, "policy", policy_json(g));
+    if (g->vmem_devices)
+        json_object_object_add(o, "virtio_mem", vmem_json(g));
+    if (g->reclaim.active)
+        json_object_object_add(o, "host_reclaim", host_reclaim_json(&g->reclaim));
+}
+
+/* A guest as status lists it; with detail, as explain shows it. */
 static json_object *guest_json(const snapshot_guest *g, bool detail)
 {
     const guest_view *v = &g->view;
@@ -92,71 +171,8 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
     json_object_object_add(o, "alloc_stalls_per_second", json_object_new_double(v->alloc_stalls_ps));
     json_object_object_add(o, "state", json_object_new_string(snapshot_guest_state(g)));
     json_object_object_add(o, "reason", json_object_new_string(g->reason));
-    if (detail) {
-        json_object_object_add(o, "stats_valid", json_object_new_boolean(v->stats_valid));
-        json_object_object_add(o, "thrashing", json_object_new_boolean(v->thrashing));
-        json_object_object_add(o, "streaming", json_object_new_boolean(v->streaming));
-        json_object_object_add(o, "in_need", json_object_new_boolean(v->in_need));
-        json_object_object_add(o, "need_bytes", u64(v->need_bytes));
-        json_object_object_add(o, "peak_used_bytes", u64(v->peak_used_bytes));
-        json_object_object_add(o, "used_growth_bytes_per_second", json_object_new_double(v->used_growth_bps));
-        json_object_object_add(o, "quiet_samples", json_object_new_int((int)g->quiet_samples));
-        json_object_object_add(o, "last_set_bytes", u64(g->last_set_bytes));
-        json_object_object_add(o, "balloon_operations", u64(g->balloon_ops));
-        json_object_object_add(o, "balloon_errors", u64(g->balloon_errors));
-        json_object_object_add(o, "clamped_values", u64(g->clamped_values));
-        json_object_object_add(o, "counter_resets", u64(g->counter_resets));
-        json_object_object_add(o, "unbacked_claims", u64(g->unbacked_claims));
-        json_object_object_add(o, "unbacked_claims_believed", u64(g->unbacked_short));
-        json_object_object_add(o, "disk_read_bytes_per_second", json_object_new_double(g->disk_read_bps));
-        json_object_object_add(o, "qemu_major_faults_per_second", json_object_new_double(g->qemu_faults_ps));
-        json_object_object_add(o, "qemu_cpu_seconds_per_second", json_object_new_double(g->qemu_cpu));
-        json_object_object_add(o, "free_page_reporting", g->free_page_reporting < 0 ? NULL
-                               : json_object_new_boolean(g->free_page_reporting));
-        json_object_object_add(o, "free_page_reporting_used", g->free_page_reporting_used < 0 ? NULL
-                               : json_object_new_boolean(g->free_page_reporting_used));
-        json_object_object_add(o, "deflate_on_oom", g->view.deflate_on_oom < 0 ? NULL
-                               : json_object_new_boolean(g->view.deflate_on_oom));
-        json_object_object_add(o, "policy", policy_json(g));
-        if (g->vmem_devices) {
-            json_object *m = json_object_new_object();
-            json_object_object_add(m, "devices", json_object_new_int((int)g->vmem_devices));
-            json_object_object_add(m, "resized", json_object_new_boolean(g->vmem_resized));
-            json_object_object_add(m, "block_bytes", u64(g->vmem_block_bytes));
-            json_object_object_add(m, "max_bytes", u64(g->vmem_max_bytes));
-            json_object_object_add(m, "requested_bytes", u64(g->vmem_requested_bytes));
-            json_object_object_add(m, "plugged_bytes", u64(g->vmem_plugged_bytes));
-            json_object_object_add(m, "base_bytes", u64(g->base_bytes));
-            json_object_object_add(m, "balloon_bytes", u64(g->balloon_bytes));
-            json_object_object_add(m, "held", json_object_new_boolean(g->vmem_held));
-            json_object_object_add(m, "held_seconds", json_object_new_double(g->vmem_held_s));
-            json_object_object_add(m, "held_for", !g->vmem_held ? NULL
-                                   : json_object_new_string(g->vmem_plug_refused ? "plug" : "unplug"));
-            json_object_object_add(o, "virtio_mem", m);
-        }
-        const host_swap_guest_stats hs = g->reclaim;
-        if (hs.active) {
-            json_object *h = json_object_new_object();
-            json_object_object_add(h, "resident_bytes", u64(hs.resident_bytes));
-            json_object_object_add(h, "swapped_bytes", u64(hs.swapped_bytes));
-            json_object_object_add(h, "cold_bytes", u64(hs.cold_bytes));
-            json_object_object_add(h, "paged_out_bytes", u64(hs.paged_out_bytes));
-            json_object_object_add(h, "refaults", u64(hs.refaults));
-            json_object_object_add(h, "refault_bytes", u64(hs.refault_bytes));
-            json_object_object_add(h, "cold_age_scans", u64(hs.cold_age_scans));
-            json_object_object_add(h, "budget_bytes", u64(hs.budget_bytes));
-            json_object_object_add(h, "protected_bytes", u64(hs.protected_bytes));
-            json_object_object_add(h, "protected_effective_bytes", u64(hs.protected_effective_bytes));
-            json_object_object_add(h, "protect_capped_by", json_object_new_string(hs.protect_capped_by));
-            json_object_object_add(h, "working_set_bytes", u64(hs.ws_bytes));
-            json_object_object_add(h, "proactive_bytes", u64(hs.proactive_bytes));
-            json_object_object_add(h, "promotion_bytes_per_second", json_object_new_double(hs.promoted_bps));
-            json_object_object_add(h, "promotion_budget_percent", json_object_new_double(hs.budget_percent));
-            json_object_object_add(h, "foreign_fault_bytes_per_second", json_object_new_double(hs.foreign_fault_bps));
-            json_object_object_add(h, "slo", json_object_new_string(hs.slo ? hs.slo : "within"));
-            json_object_object_add(o, "host_reclaim", h);
-        }
-    }
+    if (detail)
+        guest_detail_json(o, g);
     return o;
 }
 

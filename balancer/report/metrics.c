@@ -165,9 +165,9 @@ static void host_reclaim_metrics(GString *s, const snapshot *b)
     guest_family(s, b, "balancer_guest_host_protected_effective_bytes", "gauge", "Of that protection, what the cgroup's ancestors let the kernel honour (cgroup v2: a group's memory.low never exceeds its parent's).", hs_protected_effective);
 }
 
-GString *metrics_render(const snapshot *b)
+/* The daemon itself: version, its last round, whether it reaches the hypervisor. */
+static void daemon_metrics(GString *s, const snapshot *b)
 {
-    GString *s = g_string_sized_new(4096);
     header(s, "balancer_info", "gauge", "Version and active policy.");
     g_string_append_printf(s, "balancer_info{version=\"%s\",policy=\"%s\",backend=\"%s\"} 1\n",
                            MEMBAL_VERSION, b->policy_name, b->backend_name);
@@ -182,7 +182,11 @@ GString *metrics_render(const snapshot *b)
            "whatever its own metrics last said.  Always 1 with --qmp (a socket is one guest's: its "
            "balancer_guest_stats_stale says when it does not answer).");
     g_string_append_printf(s, "balancer_backend_up{backend=\"%s\"} %d\n", b->backend_name, b->backend_up ? 1 : 0);
+}
 
+/* Per guest: its size, its balloon and virtio-mem device, the target and its bounds. */
+static void guest_size_metrics(GString *s, const snapshot *b)
+{
     guest_family(s, b, "balancer_guest_actual_bytes", "gauge",
                  "The guest's current size: its balloon's, and what its virtio-mem device plugged when balancerd "
                  "resizes that too.", gv_actual);
@@ -203,6 +207,11 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_target_bytes", "gauge", "Balloon size the policy chose last tick.", gv_target);
     guest_family(s, b, "balancer_guest_floor_bytes", "gauge", "Never ballooned below this.", gv_floor);
     guest_family(s, b, "balancer_guest_ceiling_bytes", "gauge", "Never ballooned above this.", gv_ceiling);
+}
+
+/* Per guest: its memory and counters as it reports them (clamped). */
+static void guest_memory_metrics(GString *s, const snapshot *b)
+{
     guest_family(s, b, "balancer_guest_free_bytes", "gauge", "Guest free memory (clamped guest report).", gv_free);
     guest_family(s, b, "balancer_guest_available_bytes", "gauge", "Guest available memory (clamped guest report).", gv_avail);
     guest_family(s, b, "balancer_guest_cache_bytes", "gauge", "Guest page cache (clamped guest report).", gv_cache);
@@ -214,6 +223,11 @@ GString *metrics_render(const snapshot *b)
     guest_family(s, b, "balancer_guest_major_faults_total", "counter", "Guest major page faults, as the guest reports them.", gv_majflt);
     guest_family(s, b, "balancer_guest_oom_kills_total", "counter", "The guest's own OOM kills, as it reports them (QEMU 9.2+ balloon statistics; absent when not reported).", gv_oom_kills);
     guest_family(s, b, "balancer_guest_alloc_stalls_total", "counter", "The guest's allocations that stalled in direct reclaim, as it reports them (QEMU 9.2+ balloon statistics; absent when not reported).", gv_alloc_stalls);
+}
+
+/* Per guest: how the policy classifies it, its used memory and headroom. */
+static void guest_class_metrics(GString *s, const snapshot *b)
+{
     guest_family(s, b, "balancer_guest_thrashing", "gauge", "1 while the guest is classified as thrashing.", gv_thrash);
     guest_family(s, b, "balancer_guest_streaming", "gauge", "1 while the guest is classified as streaming.", gv_stream);
     guest_family(s, b, "balancer_guest_in_need", "gauge",
@@ -226,10 +240,20 @@ GString *metrics_render(const snapshot *b)
                  "memory rose within 5 s in the last hour (twice that after an OOM kill below its size); 0 not said.",
                  gv_headroom);
     guest_family(s, b, "balancer_guest_stats_stale", "gauge", "1 when the guest's balloon stats are missing or stale.", gv_stale);
+}
+
+/* Per guest: its per-VM policy. */
+static void guest_policy_metrics(GString *s, const snapshot *b)
+{
     guest_family(s, b, "balancer_guest_mode_off", "gauge", "1 when the guest's policy is mode=off.", gv_off);
     guest_family(s, b, "balancer_guest_shares", "gauge", "The guest's shares (its policy): it gives in inverse proportion.", gv_shares);
     guest_family(s, b, "balancer_guest_priority", "gauge", "The guest's priority (its policy): 0 low, 1 normal, 2 high.", gv_priority);
     guest_family(s, b, "balancer_guest_protect", "gauge", "1 when its policy says protect=yes: never forced below its available memory.", gv_protect);
+}
+
+/* Per guest: balloon moves and errors, values the host clamped or found unbacked, deflate-on-oom. */
+static void guest_balloon_metrics(GString *s, const snapshot *b)
+{
     guest_family(s, b, "balancer_guest_balloon_reclaimed_bytes_total", "counter", "Bytes taken from the guest by ballooning.", gv_reclaimed);
     guest_family(s, b, "balancer_guest_balloon_returned_bytes_total", "counter", "Bytes given back to the guest by ballooning.", gv_returned);
     guest_family(s, b, "balancer_guest_balloon_operations_total", "counter", "Balloon target changes applied.", gv_ops);
@@ -244,7 +268,11 @@ GString *metrics_render(const snapshot *b)
                  "1 when the guest's balloon deflates rather than let it OOM (QEMU deflate-on-oom, libvirt "
                  "autodeflate), 0 when not, -1 unknown.",
                  gv_deflate_on_oom);
+}
 
+/* Per guest: the in-guest agent. */
+static void guest_agent_metrics(GString *s, const snapshot *b)
+{
     guest_family(s, b, "balancer_guest_agent_up", "gauge", "1 while the in-guest agent reports.", gv_agent_up);
     guest_family(s, b, "balancer_guest_refaults_anon_total", "counter", "Anon workingset refaults, as the guest agent reports them.", gv_ref_anon);
     guest_family(s, b, "balancer_guest_refaults_file_total", "counter", "File workingset refaults, as the guest agent reports them.", gv_ref_file);
@@ -264,9 +292,11 @@ GString *metrics_render(const snapshot *b)
                                    (unsigned long long)g->agent_rejected[r]);
         }
     }
+}
 
-    host_reclaim_metrics(s, b);
-
+/* The host: its memory, per NUMA node, the watermarks, the balancer's state. */
+static void host_memory_metrics(GString *s, const snapshot *b)
+{
     header(s, "balancer_host_memory_bytes", "gauge", "Host memory by kind, from /proc/meminfo.");
     g_string_append_printf(s, "balancer_host_memory_bytes{kind=\"total\"} %llu\n", (unsigned long long)b->host.host.total_bytes);
     g_string_append_printf(s, "balancer_host_memory_bytes{kind=\"free\"} %llu\n", (unsigned long long)b->host.host.free_bytes);
@@ -290,7 +320,11 @@ GString *metrics_render(const snapshot *b)
     g_string_append_printf(s, "balancer_paused %d\n", b->paused ? 1 : 0);
     header(s, "balancer_guests", "gauge", "Guests managed.");
     g_string_append_printf(s, "balancer_guests %zu\n", b->n_guests);
+}
 
+/* How long rounds take. */
+static void tick_metrics(GString *s, const snapshot *b)
+{
     header(s, "balancer_tick_duration_seconds", "histogram", "Time one balancing round took.");
     for (int i = 0; i < TICK_BUCKETS; i++)
         g_string_append_printf(s, "balancer_tick_duration_seconds_bucket{le=\"%g\"} %llu\n", tick_bucket_bounds[i],
@@ -299,7 +333,11 @@ GString *metrics_render(const snapshot *b)
                            (unsigned long long)b->tick_hist.count);
     g_string_append_printf(s, "balancer_tick_duration_seconds_sum %.9f\n", b->tick_hist.sum);
     g_string_append_printf(s, "balancer_tick_duration_seconds_count %llu\n", (unsigned long long)b->tick_hist.count);
+}
 
+/* The hypervisor backend's calls and failures. */
+static void backend_metrics(GString *s, const snapshot *b)
+{
     header(s, "balancer_backend_reconnects_total", "counter", "Reconnections to libvirt or QMP.");
     g_string_append_printf(s, "balancer_backend_reconnects_total{backend=\"%s\"} %llu\n", b->backend_name,
                            (unsigned long long)b->backend_reconnects);
@@ -314,6 +352,22 @@ GString *metrics_render(const snapshot *b)
     g_string_append_printf(s, "balancer_backend_errors_total %llu\n", (unsigned long long)b->backend_errors);
     header(s, "balancer_policy_errors_total", "counter", "Rejected policy metadata documents, all guests.");
     g_string_append_printf(s, "balancer_policy_errors_total %llu\n", (unsigned long long)b->policy_errors);
+}
+
+GString *metrics_render(const snapshot *b)
+{
+    GString *s = g_string_sized_new(4096);
+    daemon_metrics(s, b);
+    guest_size_metrics(s, b);
+    guest_memory_metrics(s, b);
+    guest_class_metrics(s, b);
+    guest_policy_metrics(s, b);
+    guest_balloon_metrics(s, b);
+    guest_agent_metrics(s, b);
+    host_reclaim_metrics(s, b);
+    host_memory_metrics(s, b);
+    tick_metrics(s, b);
+    backend_metrics(s, b);
     return s;
 }
 
