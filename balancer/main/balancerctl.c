@@ -144,16 +144,10 @@ static void print_policy(json_object *p)
         printf("policy metadata: %s (%s rejected in all)\n", str(p, "last_error"), str(p, "errors"));
 }
 
-static void print_explain(json_object *r)
+/* explain: what the guest reports, how it is classified, its used memory. */
+static void explain_guest_memory(json_object *g)
 {
     char a[24], b[24], c[24];
-    json_object *g, *p;
-    json_object_object_get_ex(r, "guest", &g);
-    json_object_object_get_ex(g, "policy", &p);
-    printf("%s: %s\n", str(r, "domain"), str(g, "reason"));
-    printf("  policy %s; host: %s\n", str(r, "policy_name"), str(r, "host_summary"));
-    printf("  %s %s, chosen target %s, floor %s\n", json_object_object_get_ex(g, "virtio_mem", NULL) ? "size" : "balloon",
-           sz(num(g, "actual_bytes"), a), sz(num(g, "target_bytes"), b), sz(num(g, "floor_bytes"), c));
     printf("  guest reports: available %s, free %s, cache %s%s\n", sz(num(g, "available_bytes"), a),
            sz(num(g, "free_bytes"), b), sz(num(g, "cache_bytes"), c),
            flag(g, "stats_valid") ? "" : " (STALE: not used)");
@@ -175,6 +169,11 @@ static void print_explain(json_object *r)
         printf("  headroom its balloon leaves it above its used memory: %s (its reserve, or the most its used memory "
                "rose within 5 s in the last hour; twice that after an OOM kill below its size)\n",
                sz(num(g, "headroom_bytes"), a));
+}
+
+/* explain: its balloon's counters, what the host measures of it and its balloon device. */
+static void explain_host_side(json_object *g)
+{
     printf("  balloon operations %s, errors %s; clamped guest values %s, counter resets %s\n",
            str(g, "balloon_operations"), str(g, "balloon_errors"), str(g, "clamped_values"),
            str(g, "counter_resets"));
@@ -201,48 +200,70 @@ static void print_explain(json_object *r)
                !doo ? "unknown"
                : json_object_get_boolean(doo) ? "on (the guest deflates it rather than kill)"
                                               : "off (a balloon that took too much ends in its OOM killer)");
-    json_object *vm;
-    if (json_object_object_get_ex(g, "virtio_mem", &vm)) {
-        char pl[24], rq[24], mx[24], bl[24], bs[24];
-        if (!flag(vm, "resized"))
-            printf("  virtio-mem: %s plugged of %s, not resized by balancerd (its device has no id, or the "
-                   "backend cannot): its balloon alone is\n", sz(num(vm, "plugged_bytes"), pl), sz(num(vm, "max_bytes"), mx));
-        else
-            printf("  resized by: virtio-mem above its boot memory (%s plugged, %s requested, of %s), its balloon "
-                   "below it (%s of %s)%s\n", sz(num(vm, "plugged_bytes"), pl), sz(num(vm, "requested_bytes"), rq),
-                   sz(num(vm, "max_bytes"), mx), sz(num(vm, "balloon_bytes"), bl), sz(num(vm, "base_bytes"), bs),
-                   num(vm, "devices") > 1 ? "; only its first virtio-mem device is resized" : "");
-        if (flag(vm, "held"))
-            printf("  virtio-mem held for another %.0f s: the guest did not %s (%s); its balloon does the rest\n",
-                   dbl(vm, "held_seconds"), str(vm, "held_for"),
-                   !strcmp(str(vm, "held_for"), "plug") ? "no virtio_mem driver loaded?"
-                                                        : "its memory there in use with nowhere to go, not "
-                                                          "movable, or its driver told not to?");
+}
+
+/* explain: its virtio-mem device. */
+static void explain_virtio_mem(json_object *vm)
+{
+    char pl[24], rq[24], mx[24], bl[24], bs[24];
+    if (!flag(vm, "resized"))
+        printf("  virtio-mem: %s plugged of %s, not resized by balancerd (its device has no id, or the "
+               "backend cannot): its balloon alone is\n", sz(num(vm, "plugged_bytes"), pl), sz(num(vm, "max_bytes"), mx));
+    else
+        printf("  resized by: virtio-mem above its boot memory (%s plugged, %s requested, of %s), its balloon "
+               "below it (%s of %s)%s\n", sz(num(vm, "plugged_bytes"), pl), sz(num(vm, "requested_bytes"), rq),
+               sz(num(vm, "max_bytes"), mx), sz(num(vm, "balloon_bytes"), bl), sz(num(vm, "base_bytes"), bs),
+               num(vm, "devices") > 1 ? "; only its first virtio-mem device is resized" : "");
+    if (flag(vm, "held"))
+        printf("  virtio-mem held for another %.0f s: the guest did not %s (%s); its balloon does the rest\n",
+               dbl(vm, "held_seconds"), str(vm, "held_for"),
+               !strcmp(str(vm, "held_for"), "plug") ? "no virtio_mem driver loaded?"
+                                                    : "its memory there in use with nowhere to go, not "
+                                                      "movable, or its driver told not to?");
+}
+
+/* explain: what host reclaim found and did in it. */
+static void explain_host_reclaim(json_object *h)
+{
+    char a[24], b[24], c[24], d[24], e[24], f[24];
+    printf("  host reclaim: resident %s, in host swap %s, cold %s; paged out %s in all, %s refaults (%s back); "
+           "cold after %s scans, up to %s per scan%s\n",
+           sz(num(h, "resident_bytes"), a), sz(num(h, "swapped_bytes"), b), sz(num(h, "cold_bytes"), c),
+           sz(num(h, "paged_out_bytes"), d), str(h, "refaults"), sz(num(h, "refault_bytes"), f),
+           str(h, "cold_age_scans"), sz(num(h, "budget_bytes"), e), num(h, "protected_bytes") > 0 ? ", working set protected in its cgroup" : "");
+    if (num(h, "protected_bytes") > num(h, "protected_effective_bytes")) {
+        char pe[24], pw[24];
+        printf("  its protection (%s) is held to %s by %s's memory.low: a group's protection never exceeds "
+               "its parent's\n", sz(num(h, "protected_bytes"), pw), sz(num(h, "protected_effective_bytes"), pe),
+               str(h, "protect_capped_by"));
     }
+    char w[24], pr[24];
+    uint64_t ws = num(h, "working_set_bytes");
+    double budget = dbl(h, "promotion_budget_percent");
+    printf("  host-measured working set %s; SLO %s: promotions %.1f KiB/s of a budget of %.2f%%/min "
+           "(%.1f KiB/s), %s paged out proactively\n",
+           sz(ws, w), str(h, "slo"), dbl(h, "promotion_bytes_per_second") / 1024, budget,
+           budget / 100 * (double)ws / 60 / 1024, sz(num(h, "proactive_bytes"), pr));
+}
+
+static void print_explain(json_object *r)
+{
+    char a[24], b[24], c[24];
+    json_object *g, *p, *vm, *h;
+    json_object_object_get_ex(r, "guest", &g);
+    json_object_object_get_ex(g, "policy", &p);
+    printf("%s: %s\n", str(r, "domain"), str(g, "reason"));
+    printf("  policy %s; host: %s\n", str(r, "policy_name"), str(r, "host_summary"));
+    printf("  %s %s, chosen target %s, floor %s\n", json_object_object_get_ex(g, "virtio_mem", NULL) ? "size" : "balloon",
+           sz(num(g, "actual_bytes"), a), sz(num(g, "target_bytes"), b), sz(num(g, "floor_bytes"), c));
+    explain_guest_memory(g);
+    explain_host_side(g);
+    if (json_object_object_get_ex(g, "virtio_mem", &vm))
+        explain_virtio_mem(vm);
     printf("  policy: mode %s, priority %s, shares %s, protect %s, source %s\n", str(p, "mode"),
            str(p, "priority"), str(p, "shares"), flag(p, "protect") ? "yes" : "no", str(p, "source"));
-    json_object *h;
-    if (json_object_object_get_ex(g, "host_reclaim", &h)) {
-        char d[24], e[24], f[24];
-        printf("  host reclaim: resident %s, in host swap %s, cold %s; paged out %s in all, %s refaults (%s back); "
-               "cold after %s scans, up to %s per scan%s\n",
-               sz(num(h, "resident_bytes"), a), sz(num(h, "swapped_bytes"), b), sz(num(h, "cold_bytes"), c),
-               sz(num(h, "paged_out_bytes"), d), str(h, "refaults"), sz(num(h, "refault_bytes"), f),
-               str(h, "cold_age_scans"), sz(num(h, "budget_bytes"), e), num(h, "protected_bytes") > 0 ? ", working set protected in its cgroup" : "");
-        if (num(h, "protected_bytes") > num(h, "protected_effective_bytes")) {
-            char pe[24], pw[24];
-            printf("  its protection (%s) is held to %s by %s's memory.low: a group's protection never exceeds "
-                   "its parent's\n", sz(num(h, "protected_bytes"), pw), sz(num(h, "protected_effective_bytes"), pe),
-                   str(h, "protect_capped_by"));
-        }
-        char w[24], pr[24];
-        uint64_t ws = num(h, "working_set_bytes");
-        double budget = dbl(h, "promotion_budget_percent");
-        printf("  host-measured working set %s; SLO %s: promotions %.1f KiB/s of a budget of %.2f%%/min "
-               "(%.1f KiB/s), %s paged out proactively\n",
-               sz(ws, w), str(h, "slo"), dbl(h, "promotion_bytes_per_second") / 1024, budget,
-               budget / 100 * (double)ws / 60 / 1024, sz(num(h, "proactive_bytes"), pr));
-    }
+    if (json_object_object_get_ex(g, "host_reclaim", &h))
+        explain_host_reclaim(h);
 }
 
 static int usage(FILE *to)
@@ -251,16 +272,24 @@ static int usage(FILE *to)
     return to == stdout ? 0 : 2;
 }
 
-int main(int argc, char **argv)
+typedef struct {
+    const char *sock;   /* --socket */
+    bool json;          /* --json: the reply as is */
+    const char *cmd;
+    const char *dom;    /* policy's and explain's DOMAIN, NULL for the others */
+} ctl_args;
+
+/* The command line into a: -1 when it asks for a request, otherwise the
+ * exit code (usage said what is wrong, or --help). */
+static int parse_args(int argc, char **argv, ctl_args *a)
 {
-    const char *sock = CONTROL_DEFAULT_SOCKET;
-    bool json = false;
+    *a = (ctl_args){ .sock = CONTROL_DEFAULT_SOCKET };
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--json") == 0)
-            json = true;
+            a->json = true;
         else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
-            sock = argv[++i];
+            a->sock = argv[++i];
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
             return usage(stdout);
         else
@@ -268,24 +297,62 @@ int main(int argc, char **argv)
     }
     if (i >= argc)
         return usage(stderr);
-    const char *cmd = argv[i];
-    const char *dom = i + 1 < argc ? argv[i + 1] : NULL;
-    bool needs_dom = strcmp(cmd, "policy") == 0 || strcmp(cmd, "explain") == 0;
-    bool known = needs_dom || strcmp(cmd, "status") == 0 || strcmp(cmd, "pause") == 0 ||
-                 strcmp(cmd, "resume") == 0 || strcmp(cmd, "give-back") == 0;
-    if (!known || (needs_dom && !dom) || argc > i + (needs_dom ? 2 : 1)) {
+    a->cmd = argv[i];
+    a->dom = i + 1 < argc ? argv[i + 1] : NULL;
+    bool needs_dom = strcmp(a->cmd, "policy") == 0 || strcmp(a->cmd, "explain") == 0;
+    bool known = needs_dom || strcmp(a->cmd, "status") == 0 || strcmp(a->cmd, "pause") == 0 ||
+                 strcmp(a->cmd, "resume") == 0 || strcmp(a->cmd, "give-back") == 0;
+    if (!known || (needs_dom && !a->dom) || argc > i + (needs_dom ? 2 : 1)) {
         if (!known)
-            fprintf(stderr, "balancerctl: unknown command '%s'\n", cmd);
+            fprintf(stderr, "balancerctl: unknown command '%s'\n", a->cmd);
         return usage(stderr);
     }
+    return -1;
+}
+
+/* The request's line for the control socket; g_free it. */
+static char *request_line(const ctl_args *a)
+{
     json_object *req = json_object_new_object();
-    json_object_object_add(req, "cmd", json_object_new_string(cmd));
-    if (dom)
-        json_object_object_add(req, "domain", json_object_new_string(dom));
+    json_object_object_add(req, "cmd", json_object_new_string(a->cmd));
+    if (a->dom)
+        json_object_object_add(req, "domain", json_object_new_string(a->dom));
     char *line = g_strdup_printf("%s\n", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
     json_object_put(req);
+    return line;
+}
+
+/* A reply that says ok, as the command shows it. */
+static void print_reply(const ctl_args *a, json_object *r)
+{
+    if (a->json) {
+        printf("%s\n", json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY));
+    } else if (strcmp(a->cmd, "status") == 0) {
+        print_status(r);
+    } else if (strcmp(a->cmd, "policy") == 0) {
+        json_object *p;
+        json_object_object_get_ex(r, "policy", &p);
+        printf("%s\n", str(r, "domain"));
+        print_policy(p);
+    } else if (strcmp(a->cmd, "explain") == 0) {
+        print_explain(r);
+    } else if (strcmp(a->cmd, "give-back") == 0) {
+        printf("%s guest(s) given their memory back; balancing paused (balancerctl resume balances again)\n",
+               str(r, "guests"));
+    } else {
+        printf("balancing %s\n", flag(r, "paused") ? "paused" : "resumed");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    ctl_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    char *line = request_line(&a);
     g_autoptr(GError) err = NULL;
-    char *reply = request(sock, line, &err);
+    char *reply = request(a.sock, line, &err);
     g_free(line);
     if (!reply) {
         fprintf(stderr, "balancerctl: %s\n", err->message);
@@ -297,26 +364,12 @@ int main(int argc, char **argv)
         g_free(reply);
         return 1;
     }
-    int rc = 0;
+    rc = 0;
     if (!flag(r, "ok")) {
         fprintf(stderr, "balancerctl: %s\n", str(r, "error"));
         rc = 1;
-    } else if (json) {
-        printf("%s\n", json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY));
-    } else if (strcmp(cmd, "status") == 0) {
-        print_status(r);
-    } else if (strcmp(cmd, "policy") == 0) {
-        json_object *p;
-        json_object_object_get_ex(r, "policy", &p);
-        printf("%s\n", str(r, "domain"));
-        print_policy(p);
-    } else if (strcmp(cmd, "explain") == 0) {
-        print_explain(r);
-    } else if (strcmp(cmd, "give-back") == 0) {
-        printf("%s guest(s) given their memory back; balancing paused (balancerctl resume balances again)\n",
-               str(r, "guests"));
     } else {
-        printf("balancing %s\n", flag(r, "paused") ? "paused" : "resumed");
+        print_reply(&a, r);
     }
     json_object_put(r);
     g_free(reply);
