@@ -188,41 +188,47 @@ static gboolean reload(daemon_ctx *d)
     return G_SOURCE_CONTINUE;
 }
 
-int main(int argc, char **argv)
+/* What the command line asks of this run; the overrides a reload applies
+ * again are daemon_ctx's opt_ fields. */
+typedef struct {
+    char *config;       /* --config, NULL for the default */
+    char **qmp;         /* --qmp sockets, NULL for libvirt */
+    gboolean dry_run, once, verbose, version, release;
+    int ticks;          /* --ticks, 0 to run until stopped */
+} run_opts;
+
+/* The command line into d's overrides and o: -1 to go on, otherwise the
+ * exit code (--version, or what is wrong said on stderr). */
+static int parse_options(int argc, char **argv, daemon_ctx *d, run_opts *o)
 {
-    daemon_ctx d;
-    memset(&d, 0, sizeof(d));
-    char *config = NULL, **qmp = NULL;
-    gboolean dry_run = FALSE, once = FALSE, verbose = FALSE, version = FALSE, release = FALSE;
-    int ticks = 0;
     GOptionEntry entries[] = {
-        { "config", 'c', 0, G_OPTION_ARG_FILENAME, &config,
+        { "config", 'c', 0, G_OPTION_ARG_FILENAME, &o->config,
           "Configuration file (default " CONFIG_DEFAULT_PATH ")", "FILE" },
-        { "connect", 0, 0, G_OPTION_ARG_STRING, &d.opt_connect,
+        { "connect", 0, 0, G_OPTION_ARG_STRING, &d->opt_connect,
           "libvirt URI (default qemu:///system)", "URI" },
-        { "qmp", 0, 0, G_OPTION_ARG_FILENAME_ARRAY, &qmp,
+        { "qmp", 0, 0, G_OPTION_ARG_FILENAME_ARRAY, &o->qmp,
           "Balance the QEMU process behind this QMP socket instead of libvirt's guests (repeatable); "
           "SOCKET,agent=PATH also reads its guest agent's port", "SOCKET" },
-        { "policy", 'p', 0, G_OPTION_ARG_STRING, &d.opt_policy,
+        { "policy", 'p', 0, G_OPTION_ARG_STRING, &d->opt_policy,
           "Policy: split-lru (default), mom, mom-vdsm, proxmox or none", "NAME" },
-        { "tick", 't', 0, G_OPTION_ARG_INT, &d.opt_tick, "Seconds between balancing rounds", "S" },
-        { "metrics-listen", 0, 0, G_OPTION_ARG_STRING, &d.opt_metrics,
+        { "tick", 't', 0, G_OPTION_ARG_INT, &d->opt_tick, "Seconds between balancing rounds", "S" },
+        { "metrics-listen", 0, 0, G_OPTION_ARG_STRING, &d->opt_metrics,
           "Serve Prometheus /metrics on HOST:PORT (default 127.0.0.1:9640; \"\" disables)", "ADDR" },
-        { "control-socket", 0, 0, G_OPTION_ARG_FILENAME, &d.opt_control,
+        { "control-socket", 0, 0, G_OPTION_ARG_FILENAME, &d->opt_control,
           "balancerctl socket (default " CONTROL_DEFAULT_SOCKET "; \"\" disables)", "PATH" },
-        { "state-dir", 0, 0, G_OPTION_ARG_FILENAME, &d.opt_state_dir,
+        { "state-dir", 0, 0, G_OPTION_ARG_FILENAME, &d->opt_state_dir,
           "Where balancerd records what it creates outside itself, e.g. a kdamond (default " STATE_DEFAULT_DIR ")",
           "DIR" },
-        { "damon-admin", 0, 0, G_OPTION_ARG_FILENAME, &d.opt_damon_admin,
+        { "damon-admin", 0, 0, G_OPTION_ARG_FILENAME, &d->opt_damon_admin,
           "DAMON's sysfs admin directory (default " DAMON_DEFAULT_ADMIN ")", "DIR" },
-        { "release-leftovers", 0, 0, G_OPTION_ARG_NONE, &release,
+        { "release-leftovers", 0, 0, G_OPTION_ARG_NONE, &o->release,
           "Turn off what a balancerd that is no longer running left behind (its kdamond, as recorded in the "
           "state directory), then exit; the unit's ExecStopPost", NULL },
-        { "dry-run", 'n', 0, G_OPTION_ARG_NONE, &dry_run, "Decide and log, but never balloon", NULL },
-        { "once", 0, 0, G_OPTION_ARG_NONE, &once, "Run one round and exit", NULL },
-        { "ticks", 0, 0, G_OPTION_ARG_INT, &ticks, "Run N rounds and exit", "N" },
-        { "verbose", 'v', 0, G_OPTION_ARG_NONE, &verbose, "Log every round (debug level)", NULL },
-        { "version", 'V', 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL },
+        { "dry-run", 'n', 0, G_OPTION_ARG_NONE, &o->dry_run, "Decide and log, but never balloon", NULL },
+        { "once", 0, 0, G_OPTION_ARG_NONE, &o->once, "Run one round and exit", NULL },
+        { "ticks", 0, 0, G_OPTION_ARG_INT, &o->ticks, "Run N rounds and exit", "N" },
+        { "verbose", 'v', 0, G_OPTION_ARG_NONE, &o->verbose, "Log every round (debug level)", NULL },
+        { "version", 'V', 0, G_OPTION_ARG_NONE, &o->version, "Print the version and exit", NULL },
         { NULL, 0, 0, 0, NULL, NULL, NULL },
     };
     GOptionContext *octx = g_option_context_new("- balance host memory between KVM guests");
@@ -241,7 +247,7 @@ int main(int argc, char **argv)
         return 2;
     }
     g_option_context_free(octx);
-    if (version) {
+    if (o->version) {
         printf("balancerd " MEMBAL_VERSION "\n");
         return 0;
     }
@@ -249,103 +255,157 @@ int main(int argc, char **argv)
         fprintf(stderr, "balancerd: unexpected argument '%s' (try --help)\n", argv[1]);
         return 2;
     }
-    if (d.opt_tick < 0 || ticks < 0) {
+    if (d->opt_tick < 0 || o->ticks < 0) {
         fprintf(stderr, "balancerd: --tick and --ticks must be positive\n");
         return 2;
     }
-    if (verbose)
-        log_set_level(LOG_DEBUG);
-    if (release) {
-        /* needs no configuration: what to undo is in the ledger */
-        int rc = balancer_release_leftovers(d.opt_state_dir ? d.opt_state_dir : STATE_DEFAULT_DIR);
-        g_free(d.opt_state_dir);
-        g_free(d.opt_damon_admin);
-        g_free(config);
-        return rc < 0 ? 1 : 0;
-    }
+    return -1;
+}
 
-    d.config_explicit = config != NULL;
-    d.config_path = config ? config : g_strdup(CONFIG_DEFAULT_PATH);
+/* --release-leftovers: needs no configuration, what to undo is in the
+ * ledger.  The exit code. */
+static int release_leftovers(daemon_ctx *d, run_opts *o)
+{
+    int rc = balancer_release_leftovers(d->opt_state_dir ? d->opt_state_dir : STATE_DEFAULT_DIR);
+    g_free(d->opt_state_dir);
+    g_free(d->opt_damon_admin);
+    g_free(o->config);
+    return rc < 0 ? 1 : 0;
+}
+
+/* Load the configuration, apply the command line over it and make the
+ * balancer: 0, or -1 with what failed said on stderr. */
+static int start_balancer(daemon_ctx *d, const run_opts *o)
+{
+    d->config_explicit = o->config != NULL;
+    d->config_path = o->config ? o->config : g_strdup(CONFIG_DEFAULT_PATH);
     balancer_config cfg;
     config_defaults(&cfg);
-    if (config_load(&cfg, d.config_path, d.config_explicit, &err) < 0) {
+    g_autoptr(GError) err = NULL;
+    if (config_load(&cfg, d->config_path, d->config_explicit, &err) < 0) {
         fprintf(stderr, "balancerd: %s\n", err->message);
-        return 1;
+        return -1;
     }
-    apply_overrides(&d, &cfg);
+    apply_overrides(d, &cfg);
 
     gvir_init(NULL, NULL);
     gvir_event_register();
-    d.b = balancer_new(&cfg, qmp ? &backend_qmp : &backend_libvirt, qmp, dry_run, &err);
-    if (!d.b) {
+    d->b = balancer_new(&cfg, o->qmp ? &backend_qmp : &backend_libvirt, o->qmp, o->dry_run, &err);
+    if (!d->b) {
         fprintf(stderr, "balancerd: %s\n", err->message);
-        return 1;
+        return -1;
     }
-    const balancer_config *c = balancer_config_get(d.b);
+    const balancer_config *c = balancer_config_get(d->b);
     log_info("starting: policy %s, tick %u s, %s%s%s", c->policy, c->tick_seconds,
-             qmp ? "QMP sockets" : c->connect_uri, trim_note(c),
-             dry_run ? ", dry run" : "");
+             o->qmp ? "QMP sockets" : c->connect_uri, trim_note(c),
+             o->dry_run ? ", dry run" : "");
+    return 0;
+}
 
-    if (once)
-        ticks = 1;
-    if (ticks <= 0) {
-        /* signals first: a SIGHUP or SIGTERM while the listeners start
-         * (a unit reloading right after start) must not find the default
-         * action, which kills the process */
-        d.loop = g_main_loop_new(NULL, FALSE);
-        g_unix_signal_add(SIGTERM, on_quit, &d);
-        g_unix_signal_add(SIGINT, on_quit, &d);
-        g_unix_signal_add(SIGHUP, on_reload, &d);
-    }
+/* The main loop's signals.  First: a SIGHUP or SIGTERM while the
+ * listeners start (a unit reloading right after start) must not find the
+ * default action, which kills the process. */
+static void catch_signals(daemon_ctx *d)
+{
+    d->loop = g_main_loop_new(NULL, FALSE);
+    g_unix_signal_add(SIGTERM, on_quit, d);
+    g_unix_signal_add(SIGINT, on_quit, d);
+    g_unix_signal_add(SIGHUP, on_reload, d);
+}
+
+/* /metrics and the control socket, those the configuration asks for: 0,
+ * or -1 with what failed said on stderr. */
+static int open_outputs(daemon_ctx *d)
+{
+    const balancer_config *c = balancer_config_get(d->b);
+    g_autoptr(GError) err = NULL;
     if (c->metrics_listen[0]) {
-        d.metrics = metrics_start(c->metrics_listen, &err);
-        if (!d.metrics) {
+        d->metrics = metrics_start(c->metrics_listen, &err);
+        if (!d->metrics) {
             fprintf(stderr, "balancerd: %s\n", err->message);
-            return 1;
+            return -1;
         }
         log_info("metrics on http://%s/metrics", c->metrics_listen);
     }
     if (c->control_socket[0]) {
-        d.control = control_start(c->control_socket, &control, d.b, &err);
-        if (!d.control) {
+        d->control = control_start(c->control_socket, &control, d->b, &err);
+        if (!d->control) {
             fprintf(stderr, "balancerd: %s\n", err->message);
-            return 1;
+            return -1;
         }
     }
+    return 0;
+}
 
-    if (ticks > 0) {
-        /* let libvirt's event loop run between rounds */
-        GMainContext *ctx = g_main_context_default();
-        for (int i = 0; i < ticks; i++) {
-            if (i > 0) {
-                gint64 until = g_get_monotonic_time() +
-                               (gint64)balancer_config_get(d.b)->tick_seconds * G_USEC_PER_SEC;
-                while (g_get_monotonic_time() < until)
-                    if (!g_main_context_iteration(ctx, FALSE))
-                        g_usleep(20000);
-            }
-            tick(&d);
+/* --once, --ticks N: N rounds a tick apart, libvirt's event loop running
+ * between them. */
+static void run_ticks(daemon_ctx *d, int ticks)
+{
+    GMainContext *ctx = g_main_context_default();
+    for (int i = 0; i < ticks; i++) {
+        if (i > 0) {
+            gint64 until = g_get_monotonic_time() +
+                           (gint64)balancer_config_get(d->b)->tick_seconds * G_USEC_PER_SEC;
+            while (g_get_monotonic_time() < until)
+                if (!g_main_context_iteration(ctx, FALSE))
+                    g_usleep(20000);
         }
-    } else {
-        tick(&d);
-        schedule_ticks(&d);
-        sd_notify(0, "READY=1"); /* Type=notify: started and balancing */
-        uint64_t wd_usec = 0;
-        if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec >= 2000)
-            g_timeout_add((guint)(wd_usec / 2000), on_watchdog, NULL); /* twice per period */
-        g_main_loop_run(d.loop);
-        g_main_loop_unref(d.loop);
+        tick(d);
     }
-    control_stop(d.control);
-    metrics_stop(d.metrics);
-    balancer_free(d.b);
-    g_strfreev(qmp);
-    g_free(d.opt_metrics);
-    g_free(d.opt_control);
-    g_free(d.opt_state_dir);
-    g_free(d.opt_damon_admin);
-    g_free(d.config_path);
-    g_free(d.opt_connect);
-    g_free(d.opt_policy);
+}
+
+/* The daemon: a round now, then every tick until SIGTERM or SIGINT. */
+static void run_loop(daemon_ctx *d)
+{
+    tick(d);
+    schedule_ticks(d);
+    sd_notify(0, "READY=1"); /* Type=notify: started and balancing */
+    uint64_t wd_usec = 0;
+    if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec >= 2000)
+        g_timeout_add((guint)(wd_usec / 2000), on_watchdog, NULL); /* twice per period */
+    g_main_loop_run(d->loop);
+    g_main_loop_unref(d->loop);
+}
+
+static void tear_down(daemon_ctx *d, run_opts *o)
+{
+    control_stop(d->control);
+    metrics_stop(d->metrics);
+    balancer_free(d->b);
+    g_strfreev(o->qmp);
+    g_free(d->opt_metrics);
+    g_free(d->opt_control);
+    g_free(d->opt_state_dir);
+    g_free(d->opt_damon_admin);
+    g_free(d->config_path);
+    g_free(d->opt_connect);
+    g_free(d->opt_policy);
+}
+
+int main(int argc, char **argv)
+{
+    daemon_ctx d;
+    memset(&d, 0, sizeof(d));
+    run_opts o = { 0 };
+    int rc = parse_options(argc, argv, &d, &o);
+    if (rc >= 0)
+        return rc;
+    if (o.verbose)
+        log_set_level(LOG_DEBUG);
+    if (o.release)
+        return release_leftovers(&d, &o);
+    if (start_balancer(&d, &o) < 0)
+        return 1;
+    if (o.once)
+        o.ticks = 1;
+    if (o.ticks <= 0)
+        catch_signals(&d);
+    if (open_outputs(&d) < 0)
+        return 1;
+    if (o.ticks > 0)
+        run_ticks(&d, o.ticks);
+    else
+        run_loop(&d);
+    tear_down(&d, &o);
     return 0;
 }
