@@ -495,13 +495,14 @@ static void vmem_sample_read(virDomainPtr dom, guest_sample *s)
 
 /* Set the first virtio-mem device's requested size (a worker), as virsh
  * update-memory-device --requested-size does: the device as the live XML
- * has it, with the new <requested>.  0, or -1 with the reason in note. */
-static int set_vmem(lv_guest *lg, uint64_t bytes, char *note, size_t len)
+ * has it, with the new <requested>.  0, or -1 with the reason. */
+static int set_vmem(lv_guest *lg, uint64_t bytes, GError **error)
 {
     xmlXPathObjectPtr devs;
     xmlDocPtr doc = vmem_devices(lg->dom, &devs);
     if (!doc || devs->nodesetval->nodeNr < 1) {
-        snprintf(note, len, "virtio-mem change failed: its device is not in the domain XML: %s", last_error());
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED,
+                    "virtio-mem change failed: its device is not in the domain XML: %s", last_error());
         xmlXPathFreeObject(devs);
         xmlFreeDoc(doc);
         return -1;
@@ -509,7 +510,7 @@ static int set_vmem(lv_guest *lg, uint64_t bytes, char *note, size_t len)
     xmlNodePtr dev = devs->nodesetval->nodeTab[0], req = target_child(dev, "requested");
     int rc = -1;
     if (!req) {
-        snprintf(note, len, "virtio-mem change failed: its device has no <requested> size");
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "virtio-mem change failed: its device has no <requested> size");
     } else {
         char kib[32];
         snprintf(kib, sizeof(kib), "%llu", (unsigned long long)(bytes / 1024));
@@ -520,7 +521,7 @@ static int set_vmem(lv_guest *lg, uint64_t bytes, char *note, size_t len)
         if (virDomainUpdateDeviceFlags(lg->dom, (const char *)xmlBufferContent(buf), VIR_DOMAIN_AFFECT_LIVE) == 0)
             rc = 0;
         else
-            snprintf(note, len, "virtio-mem change failed: %s", last_error());
+            g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "virtio-mem change failed: %s", last_error());
         xmlBufferFree(buf);
     }
     xmlXPathFreeObject(devs);
@@ -1254,12 +1255,12 @@ static void note_answer(lv_guest *lg, int64_t since_ms, bool no_job)
     lg->jobless_ms = 0;
 }
 
-/* Set the balloon (a worker).  0, or -1 with the reason in note. */
-static int set_balloon(lv_guest *lg, uint64_t bytes, char *note, size_t len)
+/* Set the balloon (a worker).  0, or -1 with the reason. */
+static int set_balloon(lv_guest *lg, uint64_t bytes, GError **error)
 {
     if (virDomainSetMemoryFlags(lg->dom, (unsigned long)(bytes / 1024), VIR_DOMAIN_AFFECT_LIVE) == 0)
         return 0;
-    snprintf(note, len, "balloon change failed: %s", last_error());
+    g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "balloon change failed: %s", last_error());
     return -1;
 }
 
@@ -1306,6 +1307,55 @@ static void bulk_work(lv_state *st, lv_call *c)
     g_free(c);
 }
 
+/* The call's own work (a worker, unlocked): a sample into *s, its failure
+ * in *error, or a change; what is to be logged goes in *note.  The call's
+ * outcome: 0, -1, or SAMPLE_NO_JOB. */
+static int run_call(const lv_call *c, guest_sample *s, GError **error, GError **note)
+{
+    lv_guest *lg = c->lg;
+    if (c->kind == CALL_VMEM)
+        return set_vmem(lg, c->bytes, note);
+    if (c->kind == CALL_BALLOON)
+        return set_balloon(lg, c->bytes, note);
+    if (!lg->period_set) {
+        lg->period_set = true;
+        if (virDomainSetMemoryStatsPeriod(lg->dom, (int)lg->stats_period, VIR_DOMAIN_AFFECT_LIVE) < 0)
+            g_set_error(note, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "cannot enable balloon stats (period %u s): %s",
+                        lg->stats_period, last_error());
+    }
+    int rc = sample_now(lg->dom, s, error);
+    if (rc == 0 && lg->has_vmem)
+        vmem_sample_read(lg->dom, s);
+    return rc;
+}
+
+/* The changes decided for lg while its call ran, right after it (locked;
+ * unlocked around each): the virtio-mem size, then the balloon.  A refused
+ * one is counted, and its reason replaces *note.  One decided before the
+ * call stalled is stale by now: dropped. */
+static void run_wanted(lv_state *st, lv_guest *lg, GError **note)
+{
+    if (lg->stuck) {
+        lg->want_bytes = 0;
+        lg->want_vmem = UINT64_MAX;
+    }
+    while (lg->want_bytes || lg->want_vmem != UINT64_MAX) {
+        uint64_t want = lg->want_bytes, want_vmem = lg->want_vmem;
+        lg->want_bytes = 0;
+        lg->want_vmem = UINT64_MAX;
+        g_mutex_unlock(&st->lock);
+        g_autoptr(GError) err = NULL;
+        bool ok = (want_vmem == UINT64_MAX || set_vmem(lg, want_vmem, &err) == 0) &&
+                  (!want || set_balloon(lg, want, &err) == 0);
+        g_mutex_lock(&st->lock);
+        if (!ok) {
+            lg->set_failures++;
+            g_clear_error(note);
+            *note = g_steal_pointer(&err);
+        }
+    }
+}
+
 /* A worker: run one call, post its outcome, wake the gather. */
 static void lv_work(gpointer data, gpointer user_data)
 {
@@ -1317,44 +1367,11 @@ static void lv_work(gpointer data, gpointer user_data)
     }
     lv_guest *lg = c->lg;
     g_autoptr(GError) err = NULL;
-    char note[256] = "";
+    g_autoptr(GError) note = NULL;
     guest_sample s;
-    int rc;
-    if (c->kind == CALL_SAMPLE) {
-        if (!lg->period_set) {
-            lg->period_set = true;
-            if (virDomainSetMemoryStatsPeriod(lg->dom, (int)lg->stats_period, VIR_DOMAIN_AFFECT_LIVE) < 0)
-                snprintf(note, sizeof(note), "cannot enable balloon stats (period %u s): %s", lg->stats_period,
-                         last_error());
-        }
-        rc = sample_now(lg->dom, &s, &err);
-        if (rc == 0 && lg->has_vmem)
-            vmem_sample_read(lg->dom, &s);
-    } else if (c->kind == CALL_VMEM) {
-        rc = set_vmem(lg, c->bytes, note, sizeof(note));
-    } else {
-        rc = set_balloon(lg, c->bytes, note, sizeof(note));
-    }
+    int rc = run_call(c, &s, &err, &note);
     g_mutex_lock(&st->lock);
-    /* a balloon change decided while this call ran goes right after it;
-     * one decided before the call stalled is stale by now */
-    if (lg->stuck) {
-        lg->want_bytes = 0;
-        lg->want_vmem = UINT64_MAX;
-    }
-    while (lg->want_bytes || lg->want_vmem != UINT64_MAX) {
-        uint64_t want = lg->want_bytes, want_vmem = lg->want_vmem;
-        lg->want_bytes = 0;
-        lg->want_vmem = UINT64_MAX;
-        g_mutex_unlock(&st->lock);
-        int src = (want_vmem == UINT64_MAX || set_vmem(lg, want_vmem, note, sizeof(note)) == 0) &&
-                          (!want || set_balloon(lg, want, note, sizeof(note)) == 0)
-                      ? 0
-                      : -1;
-        g_mutex_lock(&st->lock);
-        if (src < 0)
-            lg->set_failures++;
-    }
+    run_wanted(st, lg, &note);
     if ((c->kind == CALL_BALLOON || c->kind == CALL_VMEM) && rc < 0)
         lg->set_failures++;
     if (c->kind == CALL_SAMPLE) {
@@ -1366,8 +1383,8 @@ static void lv_work(gpointer data, gpointer user_data)
             snprintf(lg->error, sizeof(lg->error), "%s", err->message);
         }
     }
-    if (note[0])
-        snprintf(lg->note, sizeof(lg->note), "%s", note);
+    if (note)
+        snprintf(lg->note, sizeof(lg->note), "%s", note->message);
     /* nothing was queued for it while this call ran: asked_ms is its.  A
      * balloon change waits for the job: its return says nothing of a QEMU
      * whose job another call holds */
