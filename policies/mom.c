@@ -106,10 +106,17 @@ typedef struct {
     double policy_s;            /* policy-engine-interval */
     bool grow_scales_free;      /* grow_guest uses the pressure-scaled guest_free_percent */
     bool guest_qos;             /* lift a guest below balloon_min back to it */
+    decision_reason reasons;    /* its first reason: REASON_MOM_NO_CHANGE or the vdsm twin */
 } mom_variant;
 
-static const mom_variant variant_mom = { "mom", 5.0, 10.0, false, false };
-static const mom_variant variant_vdsm = { "mom-vdsm", 15.0, 15.0, true, true };
+static const mom_variant variant_mom = { "mom", 5.0, 10.0, false, false, REASON_MOM_NO_CHANGE };
+static const mom_variant variant_vdsm = { "mom-vdsm", 15.0, 15.0, true, true, REASON_MOM_VDSM_NO_CHANGE };
+
+/* A variant's reason: REASON_MOM_<what> for mom, its twin for mom-vdsm. */
+static decision_reason mom_reason(const mom_variant *v, decision_reason what)
+{
+    return v->reasons + (what - REASON_MOM_NO_CHANGE);
+}
 
 typedef struct {
     double v[MOM_HISTORY];
@@ -252,15 +259,13 @@ static void mom_decide(const policy_input *in, void *state, policy_output *out)
     bool pressure = host_free_percent < MOM_PRESSURE_THRESHOLD;
     double grow_free_percent =
         v->grow_scales_free ? scaled_guest_free_percent(host_free_percent) : MOM_MIN_GUEST_FREE_PERCENT;
-    char why[64];
-
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         guest_decision *d = &out->decisions[i];
-        snprintf(why, sizeof(why), "%s: %s", v->name, run ? "no change" : "between policy runs");
+        decision_reason why = mom_reason(v, run ? REASON_MOM_NO_CHANGE : REASON_MOM_BETWEEN_RUNS);
         decision_set(d, g->actual_bytes, g->actual_bytes, 1, why);
         if (g->policy.mode == VM_MODE_OFF) {
-            snprintf(d->reason, sizeof(d->reason), "mode=off: left alone");
+            d->reason = REASON_MODE_OFF;
             continue;
         }
         if (!run)
@@ -269,15 +274,14 @@ static void mom_decide(const policy_input *in, void *state, policy_output *out)
         double target = -1;
         if (h && h->cur.n && g->stats_valid) { /* MoM skips guests without balloon stats */
             target = pressure ? shrink_guest(g, h, host_free_percent) : grow_guest(g, h, grow_free_percent);
-            snprintf(why, sizeof(why), "%s: %s", v->name,
-                     !pressure                                   ? "grow (no host pressure)"
-                     : host_free_percent <= MOM_PRESSURE_CRITICAL ? "shrink (critical)"
-                                                                 : "shrink (host pressure)");
+            why = mom_reason(v, !pressure                                    ? REASON_MOM_GROW
+                                : host_free_percent <= MOM_PRESSURE_CRITICAL ? REASON_MOM_SHRINK_CRITICAL
+                                                                             : REASON_MOM_SHRINK);
         }
         /* vdsm's guest_qos runs after the balloon rules; its Control wins */
         if (v->guest_qos && g->actual_bytes < g->floor_bytes) {
             target = (double)g->floor_bytes;
-            snprintf(why, sizeof(why), "%s: guest_qos (below balloon_min)", v->name);
+            why = mom_reason(v, REASON_MOM_GUEST_QOS);
         }
         if (target >= 0)
             decision_set(d, g->actual_bytes, (uint64_t)target, 1, why);

@@ -8,7 +8,7 @@ static void none_decide(const policy_input *in, void *state, policy_output *out)
     (void)state;
     for (size_t i = 0; i < in->n_guests; i++)
         decision_set(&out->decisions[i], in->guests[i].actual_bytes,
-                     in->guests[i].actual_bytes, 1, "policy none: observe only");
+                     in->guests[i].actual_bytes, 1, REASON_OBSERVE_ONLY);
     out->reclaiming = false;
     snprintf(out->summary, sizeof(out->summary), "observe only");
 }

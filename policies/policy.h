@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "policies/split_params.h"
 #include "policies/vm_policy.h"
 
 #define MIB (1024ULL * 1024ULL)
@@ -104,6 +105,7 @@ typedef struct {
     uint64_t min_change_bytes;  /* smaller changes are not worth a balloon op */
     bool trim_streams;          /* split-lru: streaming guests' page cache is taken with the host
                                  * not short too (proactive reclaim of the cheapest tier) */
+    split_params split;         /* split-lru's tuned numbers (not in the config file) */
 } policy_tunables;
 
 void policy_tunables_default(policy_tunables *t);
@@ -117,12 +119,68 @@ typedef struct {
     const guest_view *guests;
 } policy_input;
 
+/* Why a decision is what it is: an enum, so that tests compare the rule
+ * and not its prose; the texts are in policies/reason.c.  The mom
+ * variants' reasons come in the same order for each variant. */
+typedef enum {
+    REASON_NONE, /* nothing (split-lru: no reclaim was found to cost the guest) */
+    REASON_STEADY,
+    REASON_MODE_OFF,
+    REASON_NO_STATS,
+    REASON_NO_MEMORY,
+    REASON_ABOVE_CEILING,
+    REASON_BELOW_FLOOR,
+    REASON_REBOOTED,
+    REASON_REBOOT_ON_ITS_WAY,
+    REASON_FREES_NOTHING,
+    REASON_SELF_DEFLATED,
+    REASON_COST_THRASHING,
+    REASON_COST_NEED,
+    REASON_TRIM_SLOWED,
+    REASON_CACHE_HOT,
+    REASON_THRASHING_AT_CEILING,
+    REASON_NEED_AT_CEILING,
+    REASON_NEED_UNUSED,
+    REASON_THRASHING,
+    REASON_NEED,
+    REASON_RECLAIM_STREAM, /* the tiers, cheapest first (split-lru's tier order) */
+    REASON_RECLAIM_FREE,
+    REASON_RECLAIM_CACHE,
+    REASON_RECLAIM_ALL,
+    REASON_RECLAIM_STREAM_AT_ONCE,
+    REASON_HOST_SWAPS,
+    REASON_TRIM,
+    REASON_COMFORT,
+    REASON_OBSERVE_ONLY,
+    REASON_MOM_NO_CHANGE,
+    REASON_MOM_BETWEEN_RUNS,
+    REASON_MOM_GROW,
+    REASON_MOM_SHRINK_CRITICAL,
+    REASON_MOM_SHRINK,
+    REASON_MOM_GUEST_QOS,
+    REASON_MOM_VDSM_NO_CHANGE,
+    REASON_MOM_VDSM_BETWEEN_RUNS,
+    REASON_MOM_VDSM_GROW,
+    REASON_MOM_VDSM_SHRINK_CRITICAL,
+    REASON_MOM_VDSM_SHRINK,
+    REASON_MOM_VDSM_GUEST_QOS,
+    REASON_PVE_NO_CHANGE,
+    REASON_PVE_BETWEEN_CYCLES,
+    REASON_PVE_GROW,
+    REASON_PVE_SHRINK,
+    REASON_GIVE_BACK, /* balancerctl give-back (core) */
+    REASON_COUNT
+} decision_reason;
+
+/* Its text; "?" for a value out of range. */
+const char *decision_reason_text(decision_reason r);
+
 typedef struct {
     uint64_t target_bytes;     /* what the guest's balloon should be set to */
     bool change;               /* target differs enough from actual to act */
     uint64_t headroom_bytes;   /* the free memory the policy leaves the guest above its used memory
                                 * (split-lru: its reserve, or more: JUMP_HOLD_S); 0 not said */
-    char reason[96];
+    decision_reason reason;
 } guest_decision;
 
 typedef struct {
@@ -181,6 +239,6 @@ static inline uint64_t guest_reserve(const guest_view *g, double percent, uint64
 #define CADENCE_SLACK_S 0.25
 bool cadence_due(double *next_s, double interval_s, double now_s);
 void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t min_change,
-                  const char *reason);
+                  decision_reason reason);
 
 #endif

@@ -197,7 +197,7 @@ static void pve_decide(const policy_input *in, void *state, policy_output *out)
     for (size_t i = 0; i < in->n_guests; i++) {
         const guest_view *g = &in->guests[i];
         decision_set(&out->decisions[i], g->actual_bytes, g->actual_bytes, 1,
-                     run ? "proxmox: no change" : "proxmox: between pvestatd cycles");
+                     run ? REASON_PVE_NO_CHANGE : REASON_PVE_BETWEEN_CYCLES);
         if (!vms || !idlist)
             continue;
         pve_vm *d = &vms[i];
@@ -232,9 +232,9 @@ static void pve_decide(const policy_input *in, void *state, policy_output *out)
             size_t i = idlist[k];
             if (!vms[i].has_res || vms[i].res == vms[i].balloon)
                 continue;
-            char why[64];
-            snprintf(why, sizeof(why), "proxmox: %s toward %d%% host use", what, PVE_TARGET_PERCENT);
-            decision_set(&out->decisions[i], in->guests[i].actual_bytes, (uint64_t)vms[i].res, 1, why);
+            /* what is "grow" or "shrink" here: "do nothing" sets no vm's res */
+            decision_set(&out->decisions[i], in->guests[i].actual_bytes, (uint64_t)vms[i].res, 1,
+                         goal > 0 ? REASON_PVE_GROW : REASON_PVE_SHRINK);
         }
     }
     out->reclaiming = goal < -PVE_DEAD_BAND;

@@ -21,12 +21,12 @@ const char *policy_names(void)
 }
 
 void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t min_change,
-                  const char *reason)
+                  decision_reason reason)
 {
     d->target_bytes = target;
     uint64_t delta = target > actual ? target - actual : actual - target;
     d->change = delta > 0 && delta >= min_change;
-    snprintf(d->reason, sizeof(d->reason), "%s", reason);
+    d->reason = reason;
 }
 
 bool cadence_due(double *next_s, double interval_s, double now_s)
@@ -49,4 +49,5 @@ void policy_tunables_default(policy_tunables *t)
     t->comfort_percent = 15.0;
     t->min_change_bytes = 4 * MIB;
     t->trim_streams = false;
+    split_params_default(&t->split);
 }

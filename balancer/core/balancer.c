@@ -387,8 +387,7 @@ unsigned balancer_give_back_all(balancer *b)
         /* a virtio-mem guest goes back to its own size, not to all its device could plug */
         uint64_t to = g->vmem_resized && g->home_bytes && g->home_bytes < g->view.ceiling_bytes ? g->home_bytes
                                                                                                : g->view.ceiling_bytes;
-        guest_decision d = { .target_bytes = to, .change = true };
-        snprintf(d.reason, sizeof(d.reason), "give-back: its memory given back, balancing paused");
+        guest_decision d = { .target_bytes = to, .change = true, .reason = REASON_GIVE_BACK };
         actuate(b, g, &d, mono_ms(), true);
         moved += g->balloon_ops != before;
     }
@@ -558,7 +557,8 @@ static void note_vmem(balancer *b, guest *g, vmem_state st)
 static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms, bool give_back)
 {
     const guest_view *v = &g->view;
-    snprintf(g->last_reason, sizeof(g->last_reason), "%s", d->reason);
+    const char *why = decision_reason_text(d->reason);
+    snprintf(g->last_reason, sizeof(g->last_reason), "%s", why);
     g->decided_target = d->target_bytes;
     g->headroom = d->headroom_bytes;
     if (g->job_ms >= 0) {
@@ -586,7 +586,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
         size_format(heading, was_to, sizeof(was_to));
     if (b->dry_run || (b->paused && !give_back)) {
         log_info("guest %s: would %s %s -> %s (%s)%s", g->hv.name, g->vmem_resized ? "resize" : "balloon", from, to,
-                 d->reason, b->paused ? " [paused]" : " [dry run]");
+                 why, b->paused ? " [paused]" : " [dry run]");
         return;
     }
     g_autoptr(GError) err = NULL;
@@ -608,9 +608,9 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
         g->last_grow_ms = now;
     g->last_target = target;
     g->last_set_ms = now;
-    log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, g->vmem_resized ? "resize" : "balloon", d->reason,
+    log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, g->vmem_resized ? "resize" : "balloon", why,
                      v->actual_bytes, target, "guest %s: %s %s -> %s%s (%s)%s%s", g->hv.name,
-                     g->vmem_resized ? "size" : "balloon", from, to, how, d->reason,
+                     g->vmem_resized ? "size" : "balloon", from, to, how, why,
                      was_to[0] ? ", was on its way to " : "", was_to);
 }
 

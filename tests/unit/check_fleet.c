@@ -473,14 +473,14 @@ static void run_fleet(const fleet *tmpl, const policy_ops *ops, const balancer_c
             g->target = t;
             g->cg.last_target = t;
             per[at[k]].moves++;
-            g->fn_flags += strstr(dec[k].reason, "frees nothing") != NULL;
-            at_once += strstr(dec[k].reason, "at once (the host is swapping)") != NULL;
+            g->fn_flags += (dec[k].reason == REASON_FREES_NOTHING);
+            at_once += (dec[k].reason == REASON_RECLAIM_STREAM_AT_ONCE);
         }
         if (tracing && ops)
             for (size_t k = 0; k < n; k++)
                 printf("  %s %s%s%s need %llu: %s -> %llu%s\n", views[k].name, views[k].thrashing ? "T" : "",
                        views[k].in_need ? "N" : "", views[k].stats_valid ? "" : " (stale)",
-                       (unsigned long long)(views[k].need_bytes / MIB), dec[k].reason,
+                       (unsigned long long)(views[k].need_bytes / MIB), decision_reason_text(dec[k].reason),
                        (unsigned long long)(dec[k].target_bytes / MIB), dec[k].change ? "" : " (no change)");
         if (tracing) {
             printf("%s t=%5.0f host %6llu MiB avail %6llu |", ops ? ops->name : "none", now,

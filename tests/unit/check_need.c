@@ -430,9 +430,9 @@ START_TEST(buffered_io_database_cache_is_not_streaming)
                 short_ticks += s.t[0].cache + 16 * MIB < s.t[0].cache_want;
             if (getenv("TRACE"))
                 printf("%d C %llu (%s) cache %llu disk %.0f | S %llu (%s) avail %llu\n", k,
-                       (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason,
+                       (unsigned long long)(s.v[0].actual_bytes / MIB), decision_reason_text(s.d[0].reason),
                        (unsigned long long)(s.t[0].cache / MIB), s.v[0].disk_read_bps / MIB,
-                       (unsigned long long)(s.v[1].actual_bytes / MIB), s.d[1].reason,
+                       (unsigned long long)(s.v[1].actual_bytes / MIB), decision_reason_text(s.d[1].reason),
                        (unsigned long long)(s.in.host.available_bytes / MIB));
         }
         ck_assert_msg(short_ticks == 0, "C short of its cache in %d of the last 30 ticks", short_ticks);
@@ -482,9 +482,9 @@ START_TEST(streamer_sped_up_by_relief_is_not_a_refault)
             given_back += s.d[1].change && s.d[1].target_bytes > was;
             if (getenv("TRACE"))
                 printf("%d W %llu (%s) | S %llu -> %llu (%s) disk %.0f%s | avail %llu\n", k,
-                       (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason,
+                       (unsigned long long)(s.v[0].actual_bytes / MIB), decision_reason_text(s.d[0].reason),
                        (unsigned long long)(s.v[1].actual_bytes / MIB), (unsigned long long)(s.t[1].target / MIB),
-                       s.d[1].reason, s.v[1].disk_read_bps / MIB, s.v[1].streaming ? " streaming" : "",
+                       decision_reason_text(s.d[1].reason), s.v[1].disk_read_bps / MIB, s.v[1].streaming ? " streaming" : "",
                        (unsigned long long)(s.in.host.available_bytes / MIB));
         }
         ck_assert_msg(slowed, "the model never slowed S: the case is not exercised");
@@ -515,15 +515,15 @@ START_TEST(database_warming_its_cache_is_not_a_donor)
         trace_tick(&s);
         if (s.v[0].actual_bytes < lowest)
             lowest = s.v[0].actual_bytes;
-        s_given_back |= strstr(s.d[1].reason, "working set") != NULL;
+        s_given_back |= (s.d[1].reason == REASON_CACHE_HOT);
         if (k >= 10)
             short_ticks += s.t[0].cache + 16 * MIB < s.t[0].cache_want;
         if (getenv("TRACE"))
             printf("%d C %llu (%s) cache %llu free %llu disk %.0f fill %d | S %llu (%s) avail %llu\n", k,
-                   (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason,
+                   (unsigned long long)(s.v[0].actual_bytes / MIB), decision_reason_text(s.d[0].reason),
                    (unsigned long long)(s.t[0].cache / MIB), (unsigned long long)(s.v[0].free_bytes / MIB),
                    s.v[0].disk_read_bps / MIB, s.v[0].filling, (unsigned long long)(s.v[1].actual_bytes / MIB),
-                   s.d[1].reason, (unsigned long long)(s.in.host.available_bytes / MIB));
+                   decision_reason_text(s.d[1].reason), (unsigned long long)(s.in.host.available_bytes / MIB));
     }
     ck_assert_msg(short_ticks == 0, "C short of its cache in %d of the last 50 ticks", short_ticks);
     ck_assert_msg(!s_given_back, "the streamer's jittery reads were taken for refaults");
@@ -651,13 +651,13 @@ START_TEST(trim_streams_takes_only_a_stream_cache_without_pressure)
         trace_tick(&s);
         allocate(&s, 0, 200 * MIB + (uint64_t)(k % 10) * 10 * MIB, 200 * MIB);
         ups += s.d[1].change && s.d[1].target_bytes > was;
-        trims += s.d[1].change && strcmp(s.d[1].reason, "proactive: streaming page cache") == 0;
-        ck_assert_msg(!s.d[0].change && !s.d[2].change, "tick %d: W or B moved (%s, %s)", k, s.d[0].reason,
-                      s.d[2].reason);
+        trims += s.d[1].change && s.d[1].reason == REASON_TRIM;
+        ck_assert_msg(!s.d[0].change && !s.d[2].change, "tick %d: W or B moved (%s, %s)", k, decision_reason_text(s.d[0].reason),
+                      decision_reason_text(s.d[2].reason));
         if (getenv("TRACE"))
             printf("%d S %llu -> %llu (%s) disk %.0f%s | avail %llu\n", k,
                    (unsigned long long)(s.v[1].actual_bytes / MIB), (unsigned long long)(s.t[1].target / MIB),
-                   s.d[1].reason, s.v[1].disk_read_bps / MIB, s.v[1].streaming ? " streaming" : "",
+                   decision_reason_text(s.d[1].reason), s.v[1].disk_read_bps / MIB, s.v[1].streaming ? " streaming" : "",
                    (unsigned long long)(s.in.host.available_bytes / MIB));
     }
     ck_assert_uint_gt(trims, 0);
@@ -697,7 +697,7 @@ START_TEST(trim_streams_trimmed_stream_is_not_grown_for_comfort)
         below_comfort |= s.v[0].available_bytes * 100 < s.v[0].actual_bytes * 15;
         if (getenv("TRACE"))
             printf("%d S %llu -> %llu (%s) avail %llu%s\n", k, (unsigned long long)(was / MIB),
-                   (unsigned long long)(s.t[0].target / MIB), s.d[0].reason,
+                   (unsigned long long)(s.t[0].target / MIB), decision_reason_text(s.d[0].reason),
                    (unsigned long long)(s.v[0].available_bytes / MIB), s.v[0].streaming ? " streaming" : "");
     }
     ck_assert_msg(downs > 0 && below_comfort, "the trim never left S below comfort: the case is not exercised");
@@ -736,9 +736,9 @@ START_TEST(trim_streams_gives_back_a_cache_read_again)
         if (getenv("TRACE"))
             printf("%d D %llu -> %llu (%s) cache %llu disk %.0f%s | S %llu (%s)\n", k,
                    (unsigned long long)(s.v[0].actual_bytes / MIB), (unsigned long long)(s.t[0].target / MIB),
-                   s.d[0].reason, (unsigned long long)(s.t[0].cache / MIB), s.v[0].disk_read_bps / MIB,
+                   decision_reason_text(s.d[0].reason), (unsigned long long)(s.t[0].cache / MIB), s.v[0].disk_read_bps / MIB,
                    s.v[0].streaming ? " streaming" : "", (unsigned long long)(s.v[1].actual_bytes / MIB),
-                   s.d[1].reason);
+                   decision_reason_text(s.d[1].reason));
     }
     ck_assert_msg(streaming && trims, "the model never made D look like a stream: the case is not exercised");
     ck_assert_msg(given_back > 0, "D was never given its cache back");
@@ -776,7 +776,7 @@ START_TEST(trim_streams_gives_back_a_stream_it_slowed)
             slow_ticks += s.t[1].cache < s.t[1].slow_below;
         if (getenv("TRACE"))
             printf("%d S %llu -> %llu (%s) cache %llu disk %.0f%s\n", k, (unsigned long long)(was / MIB),
-                   (unsigned long long)(s.t[1].target / MIB), s.d[1].reason,
+                   (unsigned long long)(s.t[1].target / MIB), decision_reason_text(s.d[1].reason),
                    (unsigned long long)(s.t[1].cache / MIB), s.v[1].disk_read_bps / MIB,
                    s.v[1].streaming ? " streaming" : "");
     }
@@ -808,8 +808,8 @@ START_TEST(memory_given_back_is_not_retaken)
         if (getenv("TRACE"))
             printf("%d D %llu -> %llu (%s) anon %llu | S %llu (%s) avail %llu\n", k,
                    (unsigned long long)(s.v[0].actual_bytes / MIB), (unsigned long long)(s.t[0].target / MIB),
-                   s.d[0].reason, (unsigned long long)(s.t[0].anon / MIB),
-                   (unsigned long long)(s.v[1].actual_bytes / MIB), s.d[1].reason,
+                   decision_reason_text(s.d[0].reason), (unsigned long long)(s.t[0].anon / MIB),
+                   (unsigned long long)(s.v[1].actual_bytes / MIB), decision_reason_text(s.d[1].reason),
                    (unsigned long long)(s.in.host.available_bytes / MIB));
         if (dir && last_dir && dir != last_dir)
             flips++;
@@ -841,7 +841,7 @@ START_TEST(self_deflation_is_not_fought)
     s.v[0].self_deflated_bytes = 32 * MIB;
     trace_tick(&s);
     s.v[0].self_deflated_bytes = 0;
-    ck_assert_str_eq(s.d[0].reason, "deflated on OOM by itself: not fought");
+    ck_assert_int_eq(s.d[0].reason, REASON_SELF_DEFLATED);
     for (int k = 0; k < 60; k++) {
         trace_tick(&s);
         ck_assert_uint_ge(s.v[0].actual_bytes, squeezed + 32 * MIB);
@@ -929,9 +929,9 @@ START_TEST(lying_need_takes_no_working_set)
         short_ticks += s.t[0].anon + KERNEL > s.v[0].actual_bytes;
         if (getenv("TRACE"))
             printf("%d W %llu (%s) | S %llu (%s) | L %llu->%llu (%s) avail %llu\n", k,
-                   (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason,
-                   (unsigned long long)(s.v[1].actual_bytes / MIB), s.d[1].reason,
-                   (unsigned long long)(s.v[2].actual_bytes / MIB), (unsigned long long)(s.t[2].target / MIB), s.d[2].reason,
+                   (unsigned long long)(s.v[0].actual_bytes / MIB), decision_reason_text(s.d[0].reason),
+                   (unsigned long long)(s.v[1].actual_bytes / MIB), decision_reason_text(s.d[1].reason),
+                   (unsigned long long)(s.v[2].actual_bytes / MIB), (unsigned long long)(s.t[2].target / MIB), decision_reason_text(s.d[2].reason),
                    (unsigned long long)(s.in.host.available_bytes / MIB));
         ck_assert(!s.t[0].cls.thrashing);
     }
@@ -1188,10 +1188,10 @@ static adv_outcome adversarial_run(uint64_t seed, bool lying, lie_field f, lie_w
         trace_tick(&s);
         if (getenv("TRACE"))
             printf("%d W %llu (%s) | S %llu (%s) | C %llu c%llu %s%s d%.0f (%s) | L %llu (%s) avail %llu\n", k,
-                   (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason,
-                   (unsigned long long)(s.v[1].actual_bytes / MIB), s.d[1].reason,
+                   (unsigned long long)(s.v[0].actual_bytes / MIB), decision_reason_text(s.d[0].reason),
+                   (unsigned long long)(s.v[1].actual_bytes / MIB), decision_reason_text(s.d[1].reason),
                    (unsigned long long)(s.v[2].actual_bytes / MIB), (unsigned long long)(s.t[2].cache / MIB),
-                   s.v[2].streaming ? "S" : "", s.v[2].filling ? "F" : "", s.v[2].disk_read_bps / MIB, s.d[2].reason, (unsigned long long)(s.v[LIAR].actual_bytes / MIB), s.d[LIAR].reason,
+                   s.v[2].streaming ? "S" : "", s.v[2].filling ? "F" : "", s.v[2].disk_read_bps / MIB, decision_reason_text(s.d[2].reason), (unsigned long long)(s.v[LIAR].actual_bytes / MIB), decision_reason_text(s.d[LIAR].reason),
                    (unsigned long long)(s.in.host.available_bytes / MIB));
         if (k < 10) /* C warms its cache, the start settles */
             continue;

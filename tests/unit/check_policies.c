@@ -141,7 +141,7 @@ START_TEST(idle_between_watermarks)
     s.host_base = 2 * GIB + 600 * MIB;
     ck_assert_uint_eq(sim_tick(&s), 0);
     ck_assert(!s.out.reclaiming);
-    ck_assert_str_eq(s.d[0].reason, "steady");
+    ck_assert_int_eq(s.d[0].reason, REASON_STEADY);
     sim_free(&s);
 }
 END_TEST
@@ -221,7 +221,7 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     s.v[0].rebooted = true;
     later(&s), sim_tick(&s);
     s.v[0].rebooted = false;
-    ck_assert_str_eq(s.d[0].reason, "rebooted: given its size back");
+    ck_assert_int_eq(s.d[0].reason, REASON_REBOOTED);
     uint64_t back = s.v[0].actual_bytes; /* a MiB short: the driver acknowledges it */
     ck_assert_uint_eq(back, 4 * GIB - MIB);
     /* its balloon stays where it was until the new driver acknowledges
@@ -232,7 +232,7 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     for (int t = 0; t < 6; t++) {
         model_refresh(&s);
         later(&s), s.ops->decide(&s.in, s.state, &s.out);
-        ck_assert_str_eq(s.d[0].reason, "rebooted: its size on its way back");
+        ck_assert_int_eq(s.d[0].reason, REASON_REBOOT_ON_ITS_WAY);
         ck_assert_uint_eq(s.d[0].target_bytes, back);
         ck_assert_uint_eq(s.v[0].actual_bytes, squeezed);
     }
@@ -248,7 +248,7 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     for (int t = 0; t < 2; t++) { /* settled at its third */
         s.host_base -= 64 * MIB; /* the host stays short */
         later(&s), sim_tick(&s);
-        ck_assert_msg(s.v[0].actual_bytes == back, "R gave at its valid report %d: %s", t + 1, s.d[0].reason);
+        ck_assert_msg(s.v[0].actual_bytes == back, "R gave at its valid report %d: %s", t + 1, decision_reason_text(s.d[0].reason));
     }
     /* settled: a donor again */
     for (int t = 0; t < 10; t++)
@@ -262,7 +262,7 @@ START_TEST(rebooted_guest_gets_its_size_back_and_settles)
     s.v[0].rebooted = true;
     model_refresh(&s);
     later(&s), s.ops->decide(&s.in, s.state, &s.out);
-    ck_assert_str_eq(s.d[0].reason, "rebooted: given its size back");
+    ck_assert_int_eq(s.d[0].reason, REASON_REBOOTED);
     ck_assert_uint_eq(s.d[0].target_bytes, 4 * GIB - MIB);
     sim_free(&s);
 }
@@ -285,7 +285,7 @@ START_TEST(streaming_guest_gives_before_working_set)
     /* all of it came from S's streaming cache: W kept anon and cache */
     ck_assert_uint_eq(s.v[0].actual_bytes, 4 * GIB);
     ck_assert_uint_ge(4 * GIB - s.v[1].actual_bytes, 768 * MIB);
-    ck_assert_str_eq(s.d[1].reason, "steady");
+    ck_assert_int_eq(s.d[1].reason, REASON_STEADY);
     sim_free(&s);
 }
 END_TEST
@@ -309,12 +309,11 @@ static uint64_t stream_gives_in_one_tick(double w_faults, double s_faults)
     ck_assert_uint_eq(s.v[0].actual_bytes, 4 * GIB); /* the working set gives nothing */
     uint64_t given = 4 * GIB - s.v[1].actual_bytes;
     if (w_faults >= 256 || s_faults >= 256)
-        ck_assert_str_eq(s.d[1].reason, "reclaim: streaming page cache, at once (the host is swapping)");
+        ck_assert_int_eq(s.d[1].reason, REASON_RECLAIM_STREAM_AT_ONCE);
     else
-        ck_assert_str_eq(s.d[1].reason, "reclaim: streaming page cache");
+        ck_assert_int_eq(s.d[1].reason, REASON_RECLAIM_STREAM);
     /* explain says so for the working set the host swaps */
-    ck_assert_str_eq(s.d[0].reason,
-                     w_faults >= 256 ? "the host swaps its memory: streams give their cache at once" : "steady");
+    ck_assert_int_eq(s.d[0].reason, w_faults >= 256 ? REASON_HOST_SWAPS : REASON_STEADY);
     sim_free(&s);
     return given;
 }
@@ -364,13 +363,13 @@ START_TEST(a_balloons_own_faults_do_not_take_streams_at_once)
         s.ops->decide(&s.in, s.state, &s.out);
         ck_assert(s.d[2].change);
         ck_assert_uint_le(4 * GIB - s.d[2].target_bytes, step); /* the shortfall, a step at most */
-        ck_assert_str_eq(s.d[2].reason, "reclaim: streaming page cache");
+        ck_assert_int_eq(s.d[2].reason, REASON_RECLAIM_STREAM);
         /* the same faults with S's balloon still for over 5 s: the host swaps */
         s.v[1].pending_target_bytes = 0;
         s.in.now_s += 6;
         model_refresh(&s);
         s.ops->decide(&s.in, s.state, &s.out);
-        ck_assert_str_eq(s.d[2].reason, "reclaim: streaming page cache, at once (the host is swapping)");
+        ck_assert_int_eq(s.d[2].reason, REASON_RECLAIM_STREAM_AT_ONCE);
         ck_assert_uint_gt(4 * GIB - s.d[2].target_bytes, 3 * GIB);
         sim_free(&s);
     }
@@ -395,7 +394,7 @@ START_TEST(a_reader_taken_while_swapped_can_still_prove_a_refault)
     s.host_base = 8 * GIB; /* short, and the host swaps D's own QEMU */
     s.v[1].host_faults_ps = 2000;
     sim_tick(&s);
-    ck_assert_str_eq(s.d[1].reason, "reclaim: streaming page cache, at once (the host is swapping)");
+    ck_assert_int_eq(s.d[1].reason, REASON_RECLAIM_STREAM_AT_ONCE);
     uint64_t taken_to = s.v[1].actual_bytes;
     ck_assert_uint_lt(taken_to, 2 * GIB);
     /* its cache refaults at once (more than twice its pace and 2 MiB/s)
@@ -408,7 +407,7 @@ START_TEST(a_reader_taken_while_swapped_can_still_prove_a_refault)
     s.in.now_s += 5;
     s.v[1].host_faults_ps = 0; /* relieved, still refaulting */
     sim_tick(&s);
-    ck_assert_str_eq(s.d[1].reason, "its cache was its working set: given back");
+    ck_assert_int_eq(s.d[1].reason, REASON_CACHE_HOT);
     ck_assert_uint_gt(s.v[1].actual_bytes, 3 * GIB);
     sim_free(&s);
 }
@@ -495,7 +494,7 @@ START_TEST(thrashing_guest_is_protected_and_grows)
     uint64_t w0 = s.v[0].actual_bytes, s0 = s.v[1].actual_bytes;
     sim_tick(&s);
     ck_assert_uint_gt(s.v[0].actual_bytes, w0);
-    ck_assert_str_eq(s.d[0].reason, "thrashing: given memory back");
+    ck_assert_int_eq(s.d[0].reason, REASON_THRASHING);
     /* need first: the growth came from the host's headroom down to min,
      * in this tick; the host, now below low, takes it back from S's
      * streaming cache in the next */
@@ -570,11 +569,11 @@ START_TEST(floor_ceiling_and_mode_off)
     s.host_base = 5 * GIB + 100 * MIB; /* far below low */
     sim_tick(&s);
     ck_assert_uint_eq(s.v[0].actual_bytes, 1536 * MIB);
-    ck_assert_str_eq(s.d[0].reason, "below floor: raised to min");
+    ck_assert_int_eq(s.d[0].reason, REASON_BELOW_FLOOR);
     ck_assert_uint_eq(s.v[1].actual_bytes, 1 * GIB);
     ck_assert_uint_eq(s.v[2].actual_bytes, 2 * GIB);
     ck_assert(!s.d[2].change);
-    ck_assert_str_eq(s.d[2].reason, "mode=off: left alone");
+    ck_assert_int_eq(s.d[2].reason, REASON_MODE_OFF);
     /* keep squeezing: nobody goes below floor, off stays off */
     for (int t = 0; t < 40; t++)
         sim_tick(&s);
@@ -684,14 +683,14 @@ START_TEST(only_memory_that_frees_host_memory_is_taken)
         sim_tick(&s);
         taken = taken || s.v[1].actual_bytes < 2 * GIB;
         given_back = given_back ||
-                     strcmp(s.d[1].reason, "its balloon frees nothing on the host (its memory all resident): given back") == 0;
+                     s.d[1].reason == REASON_FREES_NOTHING;
     }
     ck_assert_msg(s.v[0].actual_bytes == 2 * GIB, "fresh: %llu MiB: %s", (unsigned long long)(s.v[0].actual_bytes / MIB),
-                  s.d[0].reason);
+                  decision_reason_text(s.d[0].reason));
     ck_assert(taken);      /* its first reclaim was the experiment ... */
     ck_assert(given_back); /* ... which showed its balloon frees nothing */
     ck_assert_msg(s.v[1].actual_bytes == 2 * GIB, "pinned: %llu MiB: %s", (unsigned long long)(s.v[1].actual_bytes / MIB),
-                  s.d[1].reason);
+                  decision_reason_text(s.d[1].reason));
     /* once touched (all of it, and what its balloon takes leaves its
      * QEMU), the fresh guest's free memory is a supply */
     for (int t = 0; t < 10; t++, s.in.now_s += 5) {
@@ -699,7 +698,7 @@ START_TEST(only_memory_that_frees_host_memory_is_taken)
         sim_tick(&s);
     }
     ck_assert_msg(s.v[0].actual_bytes < 2 * GIB - 256 * MIB, "fresh, touched: %llu MiB: %s (%s)",
-                  (unsigned long long)(s.v[0].actual_bytes / MIB), s.d[0].reason, s.out.summary);
+                  (unsigned long long)(s.v[0].actual_bytes / MIB), decision_reason_text(s.d[0].reason), s.out.summary);
     ck_assert_uint_eq(s.v[1].actual_bytes, 2 * GIB); /* the pinned one is not taken again */
     sim_free(&s);
 }
@@ -776,7 +775,7 @@ START_TEST(comfort_spends_only_memory_free_now)
     s.ops->decide(&s.in, s.state, &s.out);
     ck_assert(s.d[0].change);
     ck_assert_uint_gt(s.d[0].target_bytes, 1 * GIB);
-    ck_assert_str_eq(s.d[0].reason, "short of available memory: growing");
+    ck_assert_int_eq(s.d[0].reason, REASON_COMFORT);
     sim_free(&s);
 }
 END_TEST
@@ -809,7 +808,7 @@ START_TEST(comfort_waits_for_lasting_plenty)
         uint64_t before = s.v[0].actual_bytes;
         sim_tick(&s);
         if (s.v[0].actual_bytes > before) {
-            ck_assert_str_eq(s.d[0].reason, "short of available memory: growing");
+            ck_assert_int_eq(s.d[0].reason, REASON_COMFORT);
             ck_assert_msg(s.in.now_s - short_at >= 30, "grown for comfort %.0f s after the reclaim",
                           s.in.now_s - short_at);
             break;
@@ -920,7 +919,7 @@ START_TEST(stale_stats_hold)
     s.v[0].stats_valid = false;
     s.ops->decide(&s.in, s.state, &s.out);
     ck_assert(!s.d[0].change);
-    ck_assert_str_eq(s.d[0].reason, "no fresh guest stats: holding");
+    ck_assert_int_eq(s.d[0].reason, REASON_NO_STATS);
     sim_free(&s);
 }
 END_TEST
@@ -977,7 +976,7 @@ START_TEST(mom_shrinks_5_percent_under_pressure)
      * + 0.167 * 4 GiB) = 1.2 GiB; balloon_size = 4 GiB * (1 - 0.05) wins */
     ck_assert(s.d[0].change);
     ck_assert_uint_eq(s.d[0].target_bytes, (uint64_t)(4.0 * GIB * 0.95));
-    ck_assert_str_eq(s.d[0].reason, "mom: shrink (host pressure)");
+    ck_assert_int_eq(s.d[0].reason, REASON_MOM_SHRINK);
     sim_free(&s);
 }
 END_TEST
@@ -1140,7 +1139,7 @@ START_TEST(vdsm_grow_scales_free_target_with_host_free)
     double want = 1000.0 * MIB + 0.75 * 1024.0 * MIB;
     ck_assert_msg(llabs((long long)s.d[0].target_bytes - (long long)want) < 4096, "target %llu want %.0f",
                   (unsigned long long)s.d[0].target_bytes, want);
-    ck_assert_str_eq(s.d[0].reason, "mom-vdsm: grow (no host pressure)");
+    ck_assert_int_eq(s.d[0].reason, REASON_MOM_VDSM_GROW);
     sim_free(&s);
 
     /* the same state under upstream MoM: used + 0.20 * balloon_cur */
@@ -1174,7 +1173,7 @@ START_TEST(vdsm_guest_qos_lifts_to_balloon_min)
     vdsm_first_run(&s);
     ck_assert(s.d[0].change);
     ck_assert_uint_eq(s.d[0].target_bytes, 1536 * MIB);
-    ck_assert_str_eq(s.d[0].reason, "mom-vdsm: guest_qos (below balloon_min)");
+    ck_assert_int_eq(s.d[0].reason, REASON_MOM_VDSM_GUEST_QOS);
     sim_free(&s);
 }
 END_TEST
@@ -1266,7 +1265,7 @@ START_TEST(pve_shrinks_vms_with_free_memory_first_in_100mib_steps)
     ck_assert(s.d[0].change);
     ck_assert_uint_eq(s.d[0].target_bytes, 2 * GIB - 100 * MIB);
     ck_assert(!s.d[1].change);
-    ck_assert_str_eq(s.d[0].reason, "proxmox: shrink toward 80% host use");
+    ck_assert_int_eq(s.d[0].reason, REASON_PVE_SHRINK);
     sim_free(&s);
 }
 END_TEST

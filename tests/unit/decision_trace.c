@@ -18,7 +18,7 @@ void decision_trace(const char *policy, const policy_input *in, const policy_out
         const guest_decision *d = &out->decisions[i];
         fprintf(f, "  %s %llu -> %llu%s h%llu %s\n", in->guests[i].name ? in->guests[i].name : "?",
                 (unsigned long long)in->guests[i].actual_bytes, (unsigned long long)d->target_bytes,
-                d->change ? " change" : "", (unsigned long long)d->headroom_bytes, d->reason);
+                d->change ? " change" : "", (unsigned long long)d->headroom_bytes, decision_reason_text(d->reason));
     }
     fclose(f);
 }
