@@ -315,6 +315,92 @@ int config_load(balancer_config *c, const char *path, bool must_exist, GError **
     return config_load_text(c, text, len, path, error);
 }
 
+/* n: c with strings of its own (replaced, not freed, until the load succeeds). */
+static void config_copy(balancer_config *n, const balancer_config *c)
+{
+    *n = *c;
+    n->connect_uri = g_strdup(c->connect_uri);
+    n->policy = g_strdup(c->policy);
+    n->wm_min = g_strdup(c->wm_min);
+    n->wm_low = g_strdup(c->wm_low);
+    n->wm_high = g_strdup(c->wm_high);
+    n->metrics_listen = g_strdup(c->metrics_listen);
+    n->control_socket = g_strdup(c->control_socket);
+    n->memory_cgroup = g_strdup(c->memory_cgroup);
+    n->state_dir = g_strdup(c->state_dir);
+    n->damon_admin = g_strdup(c->damon_admin);
+    n->hr_source = g_strdup(c->hr_source);
+}
+
+/* Every key of the file into n, once no group or key is unknown, in this
+ * order: 0, or -1 at the first bad one. */
+static int read_keys(loader *l, balancer_config *n)
+{
+    int rc = check_unknown(l);
+    rc = rc ? rc : get_str(l, "balancer", "connect", &n->connect_uri);
+    rc = rc ? rc : get_str(l, "balancer", "policy", &n->policy);
+    rc = rc ? rc : get_uint(l, "balancer", "tick", 1, 3600, &n->tick_seconds);
+    rc = rc ? rc : get_uint(l, "balancer", "stats_period", 1, 3600, &n->stats_period);
+    rc = rc ? rc : get_size_or_percent(l, "watermarks", "min", &n->wm_min);
+    rc = rc ? rc : get_size_or_percent(l, "watermarks", "low", &n->wm_low);
+    rc = rc ? rc : get_size_or_percent(l, "watermarks", "high", &n->wm_high);
+    rc = rc ? rc : get_percent(l, "guests", "default_floor_percent", &n->default_floor_percent);
+    rc = rc ? rc : get_size(l, "guests", "default_floor_min", &n->default_floor_min);
+    rc = rc ? rc : get_percent(l, "policy", "step_percent", &n->tun.step_percent);
+    rc = rc ? rc : get_size(l, "policy", "step_min", &n->tun.step_min_bytes);
+    rc = rc ? rc : get_percent(l, "policy", "reserve_percent", &n->tun.reserve_percent);
+    rc = rc ? rc : get_size(l, "policy", "reserve_min", &n->tun.reserve_min_bytes);
+    rc = rc ? rc : get_percent(l, "policy", "comfort_percent", &n->tun.comfort_percent);
+    rc = rc ? rc : get_size(l, "policy", "min_change", &n->tun.min_change_bytes);
+    rc = rc ? rc : get_bool(l, "policy", "trim_streams", &n->tun.trim_streams);
+    rc = rc ? rc : get_str(l, "metrics", "listen", &n->metrics_listen);
+    rc = rc ? rc : get_str(l, "balancer", "control_socket", &n->control_socket);
+    rc = rc ? rc : get_str(l, "host", "memory_cgroup", &n->memory_cgroup);
+    rc = rc ? rc : get_bool(l, "host_reclaim", "enabled", &n->hr_enabled);
+    rc = rc ? rc : get_str(l, "host_reclaim", "source", &n->hr_source);
+    rc = rc ? rc : get_uint(l, "host_reclaim", "scan_interval", 1, 3600, &n->hr_scan_interval);
+    rc = rc ? rc : get_uint(l, "host_reclaim", "min_cold_age", 1, 10000, &n->hr_min_cold_age);
+    rc = rc ? rc : get_uint(l, "host_reclaim", "max_cold_age", 1, 10000, &n->hr_max_cold_age);
+    rc = rc ? rc : get_size(l, "host_reclaim", "max_per_scan", &n->hr_max_per_scan);
+    rc = rc ? rc : get_size(l, "host_reclaim", "min_per_scan", &n->hr_min_per_scan);
+    rc = rc ? rc : get_uint(l, "host_reclaim", "probes_per_chunk", 1, 64, &n->hr_probes);
+    rc = rc ? rc : get_bool(l, "host_reclaim", "protect_working_set", &n->hr_protect);
+    rc = rc ? rc : get_bool(l, "host_reclaim", "proactive", &n->hr_proactive);
+    rc = rc ? rc : get_uint(l, "host_reclaim", "proactive_age", 1, 86400, &n->hr_proactive_age);
+    rc = rc ? rc : get_percent(l, "host_reclaim", "promotion_budget", &n->hr_promotion_budget);
+    rc = rc ? rc : get_percent(l, "host_reclaim", "max_cpu", &n->hr_max_cpu);
+    rc = rc ? rc : get_size(l, "host_reclaim", "max_swap_out", &n->hr_max_swap_out);
+    return rc;
+}
+
+/* What no single key says: values that contradict each other, the
+ * policy's name, the watermarks' order.  0, or -1 at the first wrong. */
+static int check_values(loader *l, const balancer_config *n)
+{
+    if (n->hr_max_cpu <= 0)
+        return bad(l, "host_reclaim", "max_cpu", "must be more than 0%", "0");
+    if (n->hr_max_swap_out == 0)
+        return bad(l, "host_reclaim", "max_swap_out", "must be more than 0 (it bounds every pageout)", "0");
+    if (strcmp(n->hr_source, "auto") && strcmp(n->hr_source, "damon") && strcmp(n->hr_source, "probe"))
+        return bad(l, "host_reclaim", "source", "expected auto, damon or probe", n->hr_source);
+    if (n->hr_min_cold_age > n->hr_max_cold_age)
+        return bad(l, "host_reclaim", "min_cold_age", "greater than max_cold_age", "");
+    if (n->hr_min_per_scan > n->hr_max_per_scan)
+        return bad(l, "host_reclaim", "min_per_scan", "greater than max_per_scan", "");
+    if (!policy_lookup(n->policy)) {
+        char why[96];
+        snprintf(why, sizeof(why), "unknown policy (known: %s)", policy_names());
+        return bad(l, "balancer", "policy", why, n->policy);
+    }
+    watermarks wm;
+    /* checked against a nominal 64 GiB host: order errors show up here */
+    if (config_watermarks(n, 64 * GIB, &wm, l->error) < 0) {
+        g_prefix_error(l->error, "%s: ", l->path);
+        return -1;
+    }
+    return 0;
+}
+
 int config_load_text(balancer_config *c, const char *data, size_t len, const char *path, GError **error)
 {
     if (memchr(data, '\0', len)) {
@@ -329,76 +415,10 @@ int config_load_text(balancer_config *c, const char *data, size_t len, const cha
         return -1;
     }
     loader l = { .kf = kf, .text = text, .path = path, .error = error };
-    balancer_config n = *c; /* strings are replaced, not freed, until success */
-    n.connect_uri = g_strdup(c->connect_uri);
-    n.policy = g_strdup(c->policy);
-    n.wm_min = g_strdup(c->wm_min);
-    n.wm_low = g_strdup(c->wm_low);
-    n.wm_high = g_strdup(c->wm_high);
-    n.metrics_listen = g_strdup(c->metrics_listen);
-    n.control_socket = g_strdup(c->control_socket);
-    n.memory_cgroup = g_strdup(c->memory_cgroup);
-    n.state_dir = g_strdup(c->state_dir);
-    n.damon_admin = g_strdup(c->damon_admin);
-    n.hr_source = g_strdup(c->hr_source);
-    int rc = 0;
-    rc = rc ? rc : check_unknown(&l);
-    rc = rc ? rc : get_str(&l, "balancer", "connect", &n.connect_uri);
-    rc = rc ? rc : get_str(&l, "balancer", "policy", &n.policy);
-    rc = rc ? rc : get_uint(&l, "balancer", "tick", 1, 3600, &n.tick_seconds);
-    rc = rc ? rc : get_uint(&l, "balancer", "stats_period", 1, 3600, &n.stats_period);
-    rc = rc ? rc : get_size_or_percent(&l, "watermarks", "min", &n.wm_min);
-    rc = rc ? rc : get_size_or_percent(&l, "watermarks", "low", &n.wm_low);
-    rc = rc ? rc : get_size_or_percent(&l, "watermarks", "high", &n.wm_high);
-    rc = rc ? rc : get_percent(&l, "guests", "default_floor_percent", &n.default_floor_percent);
-    rc = rc ? rc : get_size(&l, "guests", "default_floor_min", &n.default_floor_min);
-    rc = rc ? rc : get_percent(&l, "policy", "step_percent", &n.tun.step_percent);
-    rc = rc ? rc : get_size(&l, "policy", "step_min", &n.tun.step_min_bytes);
-    rc = rc ? rc : get_percent(&l, "policy", "reserve_percent", &n.tun.reserve_percent);
-    rc = rc ? rc : get_size(&l, "policy", "reserve_min", &n.tun.reserve_min_bytes);
-    rc = rc ? rc : get_percent(&l, "policy", "comfort_percent", &n.tun.comfort_percent);
-    rc = rc ? rc : get_size(&l, "policy", "min_change", &n.tun.min_change_bytes);
-    rc = rc ? rc : get_bool(&l, "policy", "trim_streams", &n.tun.trim_streams);
-    rc = rc ? rc : get_str(&l, "metrics", "listen", &n.metrics_listen);
-    rc = rc ? rc : get_str(&l, "balancer", "control_socket", &n.control_socket);
-    rc = rc ? rc : get_str(&l, "host", "memory_cgroup", &n.memory_cgroup);
-    rc = rc ? rc : get_bool(&l, "host_reclaim", "enabled", &n.hr_enabled);
-    rc = rc ? rc : get_str(&l, "host_reclaim", "source", &n.hr_source);
-    rc = rc ? rc : get_uint(&l, "host_reclaim", "scan_interval", 1, 3600, &n.hr_scan_interval);
-    rc = rc ? rc : get_uint(&l, "host_reclaim", "min_cold_age", 1, 10000, &n.hr_min_cold_age);
-    rc = rc ? rc : get_uint(&l, "host_reclaim", "max_cold_age", 1, 10000, &n.hr_max_cold_age);
-    rc = rc ? rc : get_size(&l, "host_reclaim", "max_per_scan", &n.hr_max_per_scan);
-    rc = rc ? rc : get_size(&l, "host_reclaim", "min_per_scan", &n.hr_min_per_scan);
-    rc = rc ? rc : get_uint(&l, "host_reclaim", "probes_per_chunk", 1, 64, &n.hr_probes);
-    rc = rc ? rc : get_bool(&l, "host_reclaim", "protect_working_set", &n.hr_protect);
-    rc = rc ? rc : get_bool(&l, "host_reclaim", "proactive", &n.hr_proactive);
-    rc = rc ? rc : get_uint(&l, "host_reclaim", "proactive_age", 1, 86400, &n.hr_proactive_age);
-    rc = rc ? rc : get_percent(&l, "host_reclaim", "promotion_budget", &n.hr_promotion_budget);
-    rc = rc ? rc : get_percent(&l, "host_reclaim", "max_cpu", &n.hr_max_cpu);
-    rc = rc ? rc : get_size(&l, "host_reclaim", "max_swap_out", &n.hr_max_swap_out);
-    if (rc == 0 && n.hr_max_cpu <= 0)
-        rc = bad(&l, "host_reclaim", "max_cpu", "must be more than 0%", "0");
-    if (rc == 0 && n.hr_max_swap_out == 0)
-        rc = bad(&l, "host_reclaim", "max_swap_out", "must be more than 0 (it bounds every pageout)", "0");
-    if (rc == 0 && strcmp(n.hr_source, "auto") && strcmp(n.hr_source, "damon") && strcmp(n.hr_source, "probe"))
-        rc = bad(&l, "host_reclaim", "source", "expected auto, damon or probe", n.hr_source);
-    if (rc == 0 && n.hr_min_cold_age > n.hr_max_cold_age)
-        rc = bad(&l, "host_reclaim", "min_cold_age", "greater than max_cold_age", "");
-    if (rc == 0 && n.hr_min_per_scan > n.hr_max_per_scan)
-        rc = bad(&l, "host_reclaim", "min_per_scan", "greater than max_per_scan", "");
-    if (rc == 0 && !policy_lookup(n.policy)) {
-        char why[96];
-        snprintf(why, sizeof(why), "unknown policy (known: %s)", policy_names());
-        rc = bad(&l, "balancer", "policy", why, n.policy);
-    }
-    if (rc == 0) {
-        watermarks wm;
-        /* checked against a nominal 64 GiB host: order errors show up here */
-        if (config_watermarks(&n, 64 * GIB, &wm, error) < 0) {
-            g_prefix_error(error, "%s: ", path);
-            rc = -1;
-        }
-    }
+    balancer_config n;
+    config_copy(&n, c);
+    int rc = read_keys(&l, &n);
+    rc = rc ? rc : check_values(&l, &n);
     if (rc == 0) {
         config_clear(c);
         *c = n;
