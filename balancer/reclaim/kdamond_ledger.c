@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,50 +103,58 @@ int kdamond_ledger_load(const char *path, kdamond_ledger *l, GError **error)
     return 1;
 }
 
-/* Why the kdamond at kd is not the one l recorded; NULL when it is.  Its
- * directory must be the one created (its inode, once recorded; before
- * that, only a kdamond never configured is taken for ours).  A kdamond
- * that is off may still be unconfigured (balancerd died between creating
- * it and starting it); one that runs must show exactly what we write: one
- * context, paddr, our intervals, one "stat" scheme, and the thread pid
- * recorded when it started. */
-static const char *mismatch(const kdamond_ledger *l, const char *kd, char *why, size_t len)
+/* false, with error saying why the kdamond is not ours. */
+static bool not_ours(GError **error, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+static bool not_ours(GError **error, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    g_autofree char *why = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_set_error_literal(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, why);
+    return false;
+}
+
+/* Whether the kdamond at kd is the one l recorded: true, or false with
+ * error saying why not.  Its directory must be the one created (its
+ * inode, once recorded; before that, only a kdamond never configured is
+ * taken for ours).  A kdamond that is off may still be unconfigured
+ * (balancerd died between creating it and starting it); one that runs
+ * must show exactly what we write: one context, paddr, our intervals, one
+ * "stat" scheme, and the thread pid recorded when it started. */
+static bool kdamond_is_ours(const kdamond_ledger *l, const char *kd, GError **error)
 {
     char state[32], ctx[400], word[64];
     long long v;
     if (!read_word(kd, "state", state, sizeof(state)))
-        return "its state cannot be read";
+        return not_ours(error, "its state cannot be read");
     bool on = strcmp(state, "off") != 0;
     if (l->dir_ino && dir_inode(l->admin, l->index) != l->dir_ino)
-        return "it was removed and made again since";
+        return not_ours(error, "it was removed and made again since");
     if (!l->dir_ino && (!read_num(kd, "contexts/nr_contexts", &v) || v != 0 || on))
-        return "it was configured, and its creation was never recorded";
-    if (on && l->kdamond_pid && (!read_num(kd, "pid", &v) || v != l->kdamond_pid)) {
-        snprintf(why, len, "it runs as another thread than the pid %d recorded", l->kdamond_pid);
-        return why;
-    }
+        return not_ours(error, "it was configured, and its creation was never recorded");
+    if (on && l->kdamond_pid && (!read_num(kd, "pid", &v) || v != l->kdamond_pid))
+        return not_ours(error, "it runs as another thread than the pid %d recorded", l->kdamond_pid);
     if (!read_num(kd, "contexts/nr_contexts", &v) || v > 1 || (v == 0 && on))
-        return "its contexts are not ours";
+        return not_ours(error, "its contexts are not ours");
     if (v == 0)
-        return NULL; /* created, never configured */
+        return true; /* created, never configured */
     snprintf(ctx, sizeof(ctx), "%s/contexts/0", kd);
     long long schemes;
     if (!read_num(ctx, "schemes/nr_schemes", &schemes) || schemes > 1 || (schemes == 0 && on))
-        return "its schemes are not ours";
+        return not_ours(error, "its schemes are not ours");
     if (schemes == 0)
-        return NULL;
+        return true;
     long long sample, aggr;
     if (!read_word(ctx, "operations", word, sizeof(word)) || strcmp(word, "paddr") != 0)
-        return "its operations are not paddr";
+        return not_ours(error, "its operations are not paddr");
     if (!read_word(ctx, "schemes/0/action", word, sizeof(word)) || strcmp(word, "stat") != 0)
-        return "its scheme is not a stat scheme";
+        return not_ours(error, "its scheme is not a stat scheme");
     if (!read_num(ctx, "monitoring_attrs/intervals/sample_us", &sample) ||
         !read_num(ctx, "monitoring_attrs/intervals/aggr_us", &aggr) || sample != l->sample_us ||
-        aggr != l->aggr_us) {
-        snprintf(why, len, "its intervals are not the %u/%u us recorded", l->sample_us, l->aggr_us);
-        return why;
-    }
-    return NULL;
+        aggr != l->aggr_us)
+        return not_ours(error, "its intervals are not the %u/%u us recorded", l->sample_us, l->aggr_us);
+    return true;
 }
 
 int kdamond_turn_off(const char *admin, unsigned index)
@@ -202,11 +211,10 @@ kdamond_leftover kdamond_release_leftover(const char *path, char **what)
         ledger_forget(path);
         return KDAMOND_NONE;
     }
-    char why_buf[128];
-    const char *why = mismatch(&l, kd, why_buf, sizeof(why_buf));
-    if (why) {
+    g_autoptr(GError) why = NULL;
+    if (!kdamond_is_ours(&l, kd, &why)) {
         *what = g_strdup_printf("kdamond %u under %s is not the one balancerd pid %d created (%s): left alone", l.index,
-                                kds, l.owner.pid, why);
+                                kds, l.owner.pid, why->message);
         ledger_forget(path);
         return KDAMOND_NOT_OURS;
     }
