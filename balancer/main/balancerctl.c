@@ -103,7 +103,7 @@ static char *request(const char *path, const char *line, GError **error)
 
 static void print_status(json_object *r)
 {
-    char a[24], b[24], c[24], d[24], e[24], f[24], s[24];
+    char a[24], b[24], c[24], d[24], e[24], s[24];
     json_object *host;
     json_object_object_get_ex(r, "host", &host);
     printf("policy %s%s%s, %s\n", str(r, "policy"), flag(r, "paused") ? " (PAUSED)" : "",
@@ -128,7 +128,6 @@ static void print_status(json_object *r)
                sz(num(g, "floor_bytes"), c), sz(num(g, "cache_bytes"), d),
                sz(num(g, "available_bytes"), e), sz((uint64_t)dbl(g, "swap_in_bytes_per_second"), s),
                str(g, "state"), str(g, "reason"));
-        (void)f;
     }
 }
 
