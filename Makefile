@@ -50,7 +50,7 @@ BALANCERD    := $(BUILD)/balancerd
 BALANCERCTL  := $(BUILD)/balancerctl
 
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
-                $(BUILD)/tests/check_policies $(BUILD)/tests/check_balancer \
+                $(BUILD)/tests/check_policies $(BUILD)/tests/check_split_trackers $(BUILD)/tests/check_balancer \
                 $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru $(BUILD)/tests/check_need \
                 $(BUILD)/tests/check_backend_qmp $(BUILD)/tests/check_ledgers $(BUILD)/tests/check_fleet
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
@@ -95,6 +95,9 @@ $(LIBPOLICY): $(POLICY_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/tests/check_policies: $(BUILD)/tests/unit/check_policies.o $(LIBPOLICY)
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
+
+$(BUILD)/tests/check_split_trackers: $(BUILD)/tests/unit/check_split_trackers.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,$(CHECKPKG)) -lm
 
 $(BUILD)/tests/check_cold_lru: $(BUILD)/tests/unit/check_cold_lru.o $(LIBPOLICY)
@@ -192,7 +195,7 @@ REPLAY_TARGETS := qmp_reader agent_line metadata_xml config proc_text
 # The tests that need neither root nor QEMU nor a network: the policies
 # over hand-made snapshots and the need rules over simulated guests (what
 # a package build runs: debian/rules' dh_auto_test).
-POLICY_TESTS := $(BUILD)/tests/check_policies $(BUILD)/tests/check_need $(BUILD)/tests/check_fleet
+POLICY_TESTS := $(BUILD)/tests/check_policies $(BUILD)/tests/check_split_trackers $(BUILD)/tests/check_need $(BUILD)/tests/check_fleet
 unit-policy: $(POLICY_TESTS)
 	@rc=0; for t in $(POLICY_TESTS); do echo "== $$t"; $(RUN) $$t || rc=1; done; exit $$rc
 

@@ -1,0 +1,469 @@
+/*
+ * split-lru's trackers, one at a time (policies/split_trackers.h): what
+ * each remembers of a guest and what it concludes, on hand-made views.
+ * The policy over them is tested in check_policies, check_need and
+ * check_fleet.
+ */
+#include <check.h>
+
+#include "check_run.h"
+#include <string.h>
+
+#include "policies/split_trackers.h"
+
+static split_params P;
+
+static void setup(void)
+{
+    split_params_default(&P);
+}
+
+/* A settled guest with fresh stats, 1 GiB, half of it used. */
+static guest_view view(void)
+{
+    guest_view g;
+    memset(&g, 0, sizeof(g));
+    g.name = "g";
+    g.max_bytes = g.ceiling_bytes = g.actual_bytes = GIB;
+    g.floor_bytes = 128 * MIB;
+    g.stats_valid = g.stats_fresh = true;
+    g.used_bytes = 512 * MIB;
+    g.free_bytes = g.available_bytes = 512 * MIB;
+    g.disk_read_bps = 0;
+    g.host_faults_ps = 0;
+    g.host_rss_bytes = -1;
+    g.host_ws_bytes = -1;
+    g.free_page_reporting_used = -1;
+    return g;
+}
+
+/* --- read pace and settling --- */
+
+START_TEST(new_guest_without_a_read_rate_settles_over_reports)
+{
+    guest_view g = view();
+    g.disk_read_bps = -1; /* its first sample: no rate yet */
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 100);
+    ck_assert(reads_settling(&r, &P, 100));
+    g.disk_read_bps = 0;
+    for (unsigned k = 1; k < P.settle_reports; k++) {
+        reads_observe(&r, &P, &g, 100 + k);
+        ck_assert_msg(reads_settling(&r, &P, 100 + k), "settled after %u reports", k);
+    }
+    reads_observe(&r, &P, &g, 100 + P.settle_reports);
+    ck_assert(!reads_settling(&r, &P, 100 + P.settle_reports));
+    ck_assert(r.avg_bps >= 0); /* its usual reads start once settled */
+}
+END_TEST
+
+START_TEST(a_stale_report_settles_nothing)
+{
+    guest_view g = view();
+    g.disk_read_bps = -1;
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    g.stats_fresh = false;
+    for (int k = 1; k <= 10; k++)
+        reads_observe(&r, &P, &g, k);
+    ck_assert_uint_eq(r.settled, 0);
+}
+END_TEST
+
+START_TEST(filling_its_cache_starts_settling_over_with_a_time_floor)
+{
+    guest_view g = view();
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    ck_assert(!reads_settling(&r, &P, 0)); /* a known rate: settled at once */
+    g.filling = true;
+    reads_observe(&r, &P, &g, 1);
+    ck_assert(reads_settling(&r, &P, 1));
+    ck_assert(r.avg_bps < 0);
+    g.filling = false;
+    double t = 1;
+    for (unsigned k = 0; k < P.settle_reports; k++)
+        reads_observe(&r, &P, &g, ++t);
+    /* enough reports, but not settle_s since it filled */
+    ck_assert(t - 1 < P.settle_s);
+    ck_assert(reads_settling(&r, &P, t));
+    ck_assert(!reads_settling(&r, &P, 1 + P.settle_s));
+}
+END_TEST
+
+START_TEST(pace_is_the_fastest_read_and_decays)
+{
+    guest_view g = view();
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    g.disk_read_bps = 40 * MIB;
+    reads_observe(&r, &P, &g, 1);
+    ck_assert_double_eq_tol(r.pace_bps, 40 * MIB, 1);
+    g.disk_read_bps = 0;
+    reads_observe(&r, &P, &g, 1 + P.pace_half_life_s);
+    ck_assert_double_eq_tol(r.pace_bps, 20 * MIB, 1024);
+}
+END_TEST
+
+START_TEST(reads_while_host_swaps_are_not_its_pace)
+{
+    guest_view g = view();
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    g.disk_read_bps = 40 * MIB;
+    g.host_faults_ps = P.host_bound_fps; /* its QEMU waits for host swap */
+    for (int k = 1; k <= 100; k++)
+        reads_observe(&r, &P, &g, k);
+    ck_assert_double_eq(r.pace_bps, 0);
+    ck_assert_double_eq(r.unwaited_s, 0);
+    g.host_faults_ps = 0;
+    for (int k = 101; k <= 200; k++)
+        reads_observe(&r, &P, &g, k);
+    ck_assert_double_eq(r.unwaited_s, P.pace_watch_s); /* capped */
+    ck_assert(r.pace_bps >= 40 * MIB - 1);
+}
+END_TEST
+
+START_TEST(usual_reads_average_over_the_experiment)
+{
+    guest_view g = view();
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    g.disk_read_bps = 10 * MIB;
+    reads_observe(&r, &P, &g, 1);
+    ck_assert_double_eq_tol(r.avg_bps, 10 * MIB, 1); /* the first settled sample */
+    g.disk_read_bps = 0;
+    reads_observe(&r, &P, &g, 1 + P.experiment_s);
+    /* one experiment_s later it weighs 1 - 1/e */
+    ck_assert_double_eq_tol(r.avg_bps, 10 * MIB * 0.36788, 0.01 * MIB);
+}
+END_TEST
+
+/* --- headroom --- */
+
+START_TEST(headroom_is_the_largest_rise_within_the_window)
+{
+    guest_view g = view();
+    headroom_tracker h = { 0 };
+    headroom_init(&h, 0);
+    uint64_t used[] = { 200, 300, 260, 500, 510 }; /* MiB, a report a second */
+    for (int k = 0; k < 5; k++) {
+        g.used_bytes = used[k] * MIB;
+        headroom_observe(&h, &P, &g, k);
+    }
+    ck_assert_uint_eq(h.jump, 310 * MIB); /* 200 -> 510 within 5 s */
+    ck_assert_uint_eq(headroom_of(&h, &g, 32 * MIB), 310 * MIB);
+    ck_assert_uint_eq(headroom_of(&h, &g, 400 * MIB), 400 * MIB); /* the reserve when larger */
+}
+END_TEST
+
+START_TEST(a_rise_slower_than_the_window_is_not_a_jump)
+{
+    guest_view g = view();
+    headroom_tracker h = { 0 };
+    headroom_init(&h, 0);
+    for (int k = 0; k <= 30; k++) { /* 5 MiB every 2 s */
+        g.used_bytes = (200 + 5 * (uint64_t)k) * MIB;
+        headroom_observe(&h, &P, &g, 2.0 * k);
+    }
+    /* within 5 s: back to the newest report at least that old, 6 s */
+    ck_assert_uint_eq(h.jump, 15 * MIB);
+}
+END_TEST
+
+START_TEST(a_gap_in_reports_is_not_one_window)
+{
+    guest_view g = view();
+    headroom_tracker h = { 0 };
+    headroom_init(&h, 0);
+    g.used_bytes = 100 * MIB;
+    headroom_observe(&h, &P, &g, 0);
+    g.stats_valid = g.stats_fresh = false;
+    headroom_observe(&h, &P, &g, 1);
+    g.stats_valid = g.stats_fresh = true;
+    g.used_bytes = 600 * MIB;
+    headroom_observe(&h, &P, &g, 2);
+    ck_assert_uint_eq(h.jump, 0);
+}
+END_TEST
+
+START_TEST(a_jump_is_kept_one_to_two_hold_windows)
+{
+    guest_view g = view();
+    headroom_tracker h = { 0 };
+    headroom_init(&h, 0);
+    g.used_bytes = 100 * MIB;
+    headroom_observe(&h, &P, &g, 0);
+    g.used_bytes = 400 * MIB;
+    headroom_observe(&h, &P, &g, 1);
+    g.used_bytes = 100 * MIB;
+    headroom_observe(&h, &P, &g, P.jump_hold_s); /* a new window: the rise is its previous one */
+    ck_assert_uint_eq(headroom_of(&h, &g, 0), 300 * MIB);
+    headroom_observe(&h, &P, &g, 2 * P.jump_hold_s);
+    ck_assert_uint_eq(headroom_of(&h, &g, 0), 0);
+}
+END_TEST
+
+START_TEST(an_oom_kill_doubles_the_headroom)
+{
+    guest_view g = view();
+    headroom_tracker h = { 0 };
+    headroom_init(&h, 0);
+    g.actual_bytes = 700 * MIB;
+    g.oom_killed = true;
+    ck_assert_uint_eq(headroom_of(&h, &g, 32 * MIB), 64 * MIB);
+    ck_assert_uint_eq(headroom_of(&h, &g, 32 * MIB), 128 * MIB);
+    g.actual_bytes = g.ceiling_bytes; /* at its size: no balloon held it back */
+    ck_assert_uint_eq(headroom_of(&h, &g, 32 * MIB), 128 * MIB);
+}
+END_TEST
+
+/* --- a balloon that frees nothing --- */
+
+/* A take of 256 MiB beyond free memory, its QEMU shrinking by `fell`. */
+static void take(frees_nothing_tracker *f, guest_view *g, double now, uint64_t fell)
+{
+    g->actual_bytes -= 256 * MIB;
+    g->host_rss_bytes -= (int64_t)fell;
+    frees_nothing_observe(f, &P, g, now);
+}
+
+START_TEST(two_takes_that_free_nothing_mark_it)
+{
+    guest_view g = view();
+    g.free_bytes = 0;
+    g.host_rss_bytes = (int64_t)GIB;
+    frees_nothing_tracker f = { 0 };
+    frees_nothing_init(&f);
+    frees_nothing_observe(&f, &P, &g, 0);
+    take(&f, &g, 10, 0);
+    ck_assert(!f.frees_nothing);
+    take(&f, &g, 20, 0);
+    ck_assert(f.frees_nothing);
+    frees_nothing_observe(&f, &P, &g, 20 + P.jump_hold_s); /* tried again after jump_hold_s */
+    ck_assert(!f.frees_nothing);
+}
+END_TEST
+
+START_TEST(a_take_that_frees_host_memory_clears_the_strike)
+{
+    guest_view g = view();
+    g.free_bytes = 0;
+    g.host_rss_bytes = (int64_t)GIB;
+    frees_nothing_tracker f = { 0 };
+    frees_nothing_init(&f);
+    frees_nothing_observe(&f, &P, &g, 0);
+    take(&f, &g, 10, 0);
+    take(&f, &g, 20, 256 * MIB);
+    take(&f, &g, 30, 0);
+    ck_assert(!f.frees_nothing);
+    ck_assert_uint_eq(f.strikes, 1);
+}
+END_TEST
+
+START_TEST(free_page_reporting_and_old_baselines_judge_nothing)
+{
+    guest_view g = view();
+    g.free_bytes = 0;
+    g.host_rss_bytes = (int64_t)GIB;
+    g.free_page_reporting_used = 1;
+    frees_nothing_tracker f = { 0 };
+    frees_nothing_init(&f);
+    frees_nothing_observe(&f, &P, &g, 0);
+    take(&f, &g, 10, 0);
+    take(&f, &g, 20, 0);
+    ck_assert(!f.frees_nothing);
+    g.free_page_reporting_used = 0;
+    frees_nothing_observe(&f, &P, &g, 30);
+    take(&f, &g, 30 + P.fn_baseline_s + 1, 0);
+    take(&f, &g, 30 + 2 * (P.fn_baseline_s + 1), 0);
+    ck_assert_uint_eq(f.strikes, 0);
+}
+END_TEST
+
+/* --- the experiment and what it keeps --- */
+
+START_TEST(a_cache_that_refaults_is_given_back_and_kept)
+{
+    guest_view g = view();
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    reads_observe(&r, &P, &g, 1);
+    experiment e = { 0 };
+    experiment_note_take(&e, &P, &r, &g, false, false, 10);
+    ck_assert_double_eq(e.shrunk_at_s, 10);
+    ck_assert(e.reads_prove); /* at rest: its reads prove a cost */
+    g.actual_bytes = 768 * MIB;
+    g.disk_read_bps = P.refault_min_bps + 1; /* more than twice nothing plus the minimum */
+    decision_reason why = experiment_feedback(&e, &P, &r, &g, 32 * MIB, 20);
+    ck_assert_int_eq(why, REASON_CACHE_HOT);
+    ck_assert(e.cache_hot);
+    ck_assert_uint_eq(e.keep_bytes, GIB - 512 * MIB + 32 * MIB); /* its cache, not its free memory */
+    ck_assert_uint_eq(e.keep_backed, e.keep_bytes);
+    ck_assert_int_eq(experiment_feedback(&e, &P, &r, &g, 32 * MIB, 21), REASON_NONE); /* once */
+    experiment_feedback(&e, &P, &r, &g, 32 * MIB, 20 + P.keep_s);
+    ck_assert_uint_eq(e.keep_bytes, 0); /* kept keep_s */
+}
+END_TEST
+
+START_TEST(reads_after_the_experiment_are_not_its_cost)
+{
+    guest_view g = view();
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    experiment e = { 0 };
+    experiment_note_take(&e, &P, &r, &g, false, false, 10);
+    g.disk_read_bps = 100 * MIB;
+    ck_assert_int_eq(experiment_feedback(&e, &P, &r, &g, 0, 10 + P.experiment_s + 1), REASON_NONE);
+}
+END_TEST
+
+START_TEST(the_experiment_lasts_what_the_parameter_says)
+{
+    guest_view g = view();
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    experiment e = { 0 };
+    P.experiment_s = 60; /* the table, varied as a test or the simulator may */
+    experiment_note_take(&e, &P, &r, &g, false, false, 10);
+    g.disk_read_bps = 100 * MIB;
+    ck_assert_int_eq(experiment_feedback(&e, &P, &r, &g, 0, 10 + 45), REASON_CACHE_HOT);
+}
+END_TEST
+
+START_TEST(need_within_the_experiment_is_a_cost_on_its_word)
+{
+    guest_view g = view();
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    experiment e = { 0 };
+    experiment_note_take(&e, &P, &r, &g, false, false, 10);
+    g.in_need = true;
+    ck_assert_int_eq(experiment_feedback(&e, &P, &r, &g, 0, 15), REASON_COST_NEED);
+    ck_assert_uint_eq(e.keep_bytes, GIB);
+    ck_assert_uint_eq(e.keep_backed, 0); /* its word alone backs nothing */
+}
+END_TEST
+
+START_TEST(a_reader_is_judged_against_its_own_pace_only)
+{
+    guest_view g = view();
+    g.streaming = true;
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    g.disk_read_bps = 50 * MIB;
+    reads_observe(&r, &P, &g, 1); /* watched 1 s: its pace is not known as its own */
+    experiment e = { 0 };
+    experiment_note_take(&e, &P, &r, &g, false, false, 2);
+    ck_assert(!e.reads_prove);
+    g.disk_read_bps = 200 * MIB; /* the relief speeds it up: not a refault */
+    ck_assert_int_eq(experiment_feedback(&e, &P, &r, &g, 0, 5), REASON_NONE);
+}
+END_TEST
+
+START_TEST(a_trim_that_slows_a_stream_is_a_cost)
+{
+    guest_view g = view();
+    g.streaming = true;
+    read_tracker r = { 0 };
+    reads_init(&r, &P, &g, 0);
+    g.disk_read_bps = 40 * MIB;
+    reads_observe(&r, &P, &g, 1);
+    experiment e = { 0 };
+    experiment_note_take(&e, &P, &r, &g, true, false, 2);
+    ck_assert(e.proactive);
+    r.avg_bps = 40 * MIB * P.slowed_fraction - 1;
+    ck_assert_int_eq(experiment_feedback(&e, &P, &r, &g, 0, 2 + P.slowed_after_s - 1), REASON_NONE);
+    ck_assert_int_eq(experiment_feedback(&e, &P, &r, &g, 0, 2 + P.slowed_after_s), REASON_TRIM_SLOWED);
+    ck_assert(e.trim_cost);
+}
+END_TEST
+
+START_TEST(its_own_deflation_is_not_fought)
+{
+    guest_view g = view();
+    read_tracker r = { 0 };
+    experiment e = { 0 };
+    g.self_deflated_bytes = 64 * MIB;
+    ck_assert_int_eq(experiment_feedback(&e, &P, &r, &g, 0, 1), REASON_SELF_DEFLATED);
+    ck_assert_uint_eq(e.keep_bytes, GIB);
+}
+END_TEST
+
+START_TEST(a_grant_is_kept_as_far_as_its_qemu_touched_it)
+{
+    guest_view g = view();
+    g.actual_bytes = 512 * MIB;
+    g.in_need = true;
+    experiment e = { 0 };
+    experiment_keep_grant(&e, &P, &g, 768 * MIB, 100 * MIB, 1);
+    ck_assert_uint_eq(e.keep_bytes, 768 * MIB);
+    ck_assert_uint_eq(e.keep_backed, 612 * MIB);
+    g.thrashing = true;
+    experiment_keep_grant(&e, &P, &g, 768 * MIB, 0, 2);
+    ck_assert_uint_eq(e.keep_backed, 768 * MIB);
+}
+END_TEST
+
+/* --- need credit --- */
+
+START_TEST(a_word_alone_gets_two_steps_then_nothing)
+{
+    guest_view g = view();
+    g.host_rss_bytes = 512 * MIB;
+    need_credit c = { .rss_seen = -1 };
+    uint64_t touched;
+    ck_assert_uint_eq(need_allowance(&c, &g, 8 * MIB, &touched), 16 * MIB);
+    c.unused += 16 * MIB;
+    ck_assert_uint_eq(need_allowance(&c, &g, 8 * MIB, &touched), 0);
+    ck_assert_uint_eq(touched, 0);
+    g.host_rss_bytes += 100 * MIB; /* it used what it was given, and more */
+    ck_assert_uint_eq(need_allowance(&c, &g, 8 * MIB, &touched), 200 * MIB);
+    ck_assert_uint_eq(touched, 100 * MIB);
+}
+END_TEST
+
+START_TEST(an_unmeasured_qemu_gets_a_step_a_tick)
+{
+    guest_view g = view();
+    need_credit c = { .unused = 100 * MIB, .rss_seen = 1 };
+    uint64_t touched;
+    ck_assert_uint_eq(need_allowance(&c, &g, 8 * MIB, &touched), 8 * MIB);
+    g.host_rss_bytes = (int64_t)g.max_bytes; /* all resident whatever its balloon */
+    ck_assert_uint_eq(need_allowance(&c, &g, 8 * MIB, &touched), 8 * MIB);
+    ck_assert_uint_eq(c.unused, 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("split_trackers");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, new_guest_without_a_read_rate_settles_over_reports);
+    tcase_add_test(tc, a_stale_report_settles_nothing);
+    tcase_add_test(tc, filling_its_cache_starts_settling_over_with_a_time_floor);
+    tcase_add_test(tc, pace_is_the_fastest_read_and_decays);
+    tcase_add_test(tc, reads_while_host_swaps_are_not_its_pace);
+    tcase_add_test(tc, usual_reads_average_over_the_experiment);
+    tcase_add_test(tc, headroom_is_the_largest_rise_within_the_window);
+    tcase_add_test(tc, a_rise_slower_than_the_window_is_not_a_jump);
+    tcase_add_test(tc, a_gap_in_reports_is_not_one_window);
+    tcase_add_test(tc, a_jump_is_kept_one_to_two_hold_windows);
+    tcase_add_test(tc, an_oom_kill_doubles_the_headroom);
+    tcase_add_test(tc, two_takes_that_free_nothing_mark_it);
+    tcase_add_test(tc, a_take_that_frees_host_memory_clears_the_strike);
+    tcase_add_test(tc, free_page_reporting_and_old_baselines_judge_nothing);
+    tcase_add_test(tc, a_cache_that_refaults_is_given_back_and_kept);
+    tcase_add_test(tc, reads_after_the_experiment_are_not_its_cost);
+    tcase_add_test(tc, the_experiment_lasts_what_the_parameter_says);
+    tcase_add_test(tc, need_within_the_experiment_is_a_cost_on_its_word);
+    tcase_add_test(tc, a_reader_is_judged_against_its_own_pace_only);
+    tcase_add_test(tc, a_trim_that_slows_a_stream_is_a_cost);
+    tcase_add_test(tc, its_own_deflation_is_not_fought);
+    tcase_add_test(tc, a_grant_is_kept_as_far_as_its_qemu_touched_it);
+    tcase_add_test(tc, a_word_alone_gets_two_steps_then_nothing);
+    tcase_add_test(tc, an_unmeasured_qemu_gets_a_step_a_tick);
+    suite_add_tcase(s, tc);
+    return check_run_suite(s, CK_FORK);
+}
