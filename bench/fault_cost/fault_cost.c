@@ -164,9 +164,9 @@ static void usage(FILE *out)
                  "pages seen after a touch.\n");
 }
 
-int main(int argc, char **argv)
+/* The options; -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, long *mib, long *runs, long *age)
 {
-    long mib = 300, runs = 5, age = 5;
     static const struct option opts[] = {
         {"mib", required_argument, NULL, 'm'},
         {"runs", required_argument, NULL, 'r'},
@@ -178,15 +178,15 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "m:r:a:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm':
-            if (!parse_long("mib", optarg, 1, 65536, &mib))
+            if (!parse_long("mib", optarg, 1, 65536, mib))
                 return 2;
             break;
         case 'r':
-            if (!parse_long("runs", optarg, 1, 100, &runs))
+            if (!parse_long("runs", optarg, 1, 100, runs))
                 return 2;
             break;
         case 'a':
-            if (!parse_long("age", optarg, 0, 600, &age))
+            if (!parse_long("age", optarg, 0, 600, age))
                 return 2;
             break;
         case 'h':
@@ -197,45 +197,39 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    size_t len = (size_t)mib << 20;
-    double *ms[N_MEASURES];
-    long huge[N_MEASURES]; /* the fewest huge pages behind a region after its touch, over the runs */
-    for (int m = 0; m < N_MEASURES; m++) {
-        huge[m] = -1;
-        ms[m] = calloc(runs, sizeof(double));
-        if (!ms[m]) {
-            fprintf(stderr, "fault_cost: out of memory\n");
-            return 1;
-        }
-    }
+    return -1;
+}
 
-    for (long r = 0; r < runs; r++) {
-        for (int k = 0; k < N_CONFIGS; k++) {
-            int m = (k + r) % N_CONFIGS; /* rotate the order between runs */
-            char *p = region_new(len, m == FRESH_4K ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
-            if (m == RESIDENT || m == PULSED || m == PULSED_2M || m == HEALED || m == AGED_2M ||
-                m == AGED_RESIDENT)
-                touch_ms(p, len);
-            if (m == PULSED)
-                ms[DISCARD][r] = discard_ms(p, len, PAGE);
-            if (m == PULSED_2M)
-                ms[DISCARD_2M][r] = discard_ms(p, len, HUGE);
-            if (m == AGED_2M)
-                discard_ms(p, len, HUGE);
-            if (m == AGED_2M || m == AGED_RESIDENT)
-                sleep(age);
-            if (m == HEALED) {
-                discard_ms(p, len, PAGE);
-                discard_ms(p, len, HUGE);
-            }
-            ms[m][r] = touch_ms(p, len);
-            long h = huge_mib(p);
-            if (huge[m] < 0 || h < huge[m])
-                huge[m] = h;
-            munmap(p, len);
-        }
+/* Run r of configuration m: a region prepared as m says, then touched;
+ * its time into ms[m][r] (and a discard's into its own measure), the
+ * fewest huge pages behind it into huge[m]. */
+static void measure_one(int m, long r, size_t len, long age, double **ms, long *huge)
+{
+    char *p = region_new(len, m == FRESH_4K ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+    if (m == RESIDENT || m == PULSED || m == PULSED_2M || m == HEALED || m == AGED_2M || m == AGED_RESIDENT)
+        touch_ms(p, len);
+    if (m == PULSED)
+        ms[DISCARD][r] = discard_ms(p, len, PAGE);
+    if (m == PULSED_2M)
+        ms[DISCARD_2M][r] = discard_ms(p, len, HUGE);
+    if (m == AGED_2M)
+        discard_ms(p, len, HUGE);
+    if (m == AGED_2M || m == AGED_RESIDENT)
+        sleep(age);
+    if (m == HEALED) {
+        discard_ms(p, len, PAGE);
+        discard_ms(p, len, HUGE);
     }
+    ms[m][r] = touch_ms(p, len);
+    long h = huge_mib(p);
+    if (huge[m] < 0 || h < huge[m])
+        huge[m] = h;
+    munmap(p, len);
+}
 
+/* The table: per measure its median, spread, cost per page, huge pages. */
+static void report(long mib, long runs, long age, size_t len, double **ms, const long *huge)
+{
     printf("touching %ld MiB a 4 KiB page at a time, %ld run(s), interleaved; aged-2m after %ld s\n", mib,
            runs, age);
     printf("this host reports its own free pages to a hypervisor: %s\n",
@@ -252,5 +246,33 @@ int main(int argc, char **argv)
                1e3 * med / (len / PAGE), hbuf);
         free(ms[m]);
     }
+}
+
+int main(int argc, char **argv)
+{
+    long mib = 300, runs = 5, age = 5;
+    int rc = parse_args(argc, argv, &mib, &runs, &age);
+    if (rc >= 0)
+        return rc;
+    size_t len = (size_t)mib << 20;
+    double *ms[N_MEASURES];
+    long huge[N_MEASURES]; /* the fewest huge pages behind a region after its touch, over the runs */
+    for (int m = 0; m < N_MEASURES; m++) {
+        huge[m] = -1;
+        ms[m] = calloc(runs, sizeof(double));
+        if (!ms[m]) {
+            fprintf(stderr, "fault_cost: out of memory\n");
+            return 1;
+        }
+    }
+
+    for (long r = 0; r < runs; r++) {
+        for (int k = 0; k < N_CONFIGS; k++) {
+            int m = (k + r) % N_CONFIGS; /* rotate the order between runs */
+            measure_one(m, r, len, age, ms, huge);
+        }
+    }
+
+    report(mib, runs, age, len, ms, huge);
     return 0;
 }

@@ -78,6 +78,64 @@ static void fake_damon(const char *dir)
     }
 }
 
+/* The synthetic guest (the child): bytes of THP-backed RAM, touch % of
+ * its chunks touched, spread over the mapping; says ready on fd, then
+ * waits to be killed. */
+static void __attribute__((noreturn)) synthetic_guest(uint64_t bytes, uint64_t chunk, unsigned touch, int fd)
+{
+    char *ram = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (ram == MAP_FAILED)
+        _exit(2);
+    madvise(ram, bytes, MADV_HUGEPAGE);
+    /* every (100/touch)-th chunk touched: spread over the mapping */
+    uint64_t every = touch ? 100 / touch : 0;
+    for (uint64_t c = 0; every && c < bytes / chunk; c++)
+        if (c % every == 0)
+            for (uint64_t i = c * chunk; i < (c + 1) * chunk; i += 4096)
+                ram[i] = (char)(1 + (i >> 12) % 127);
+    char ok = 1;
+    if (write(fd, &ok, 1) != 1)
+        _exit(3);
+    pause();
+    _exit(0);
+}
+
+/* The cold source by name (probe, or DAMON over a fake sysfs in dir). */
+static cold_source *source_new(const char *source, const char *dir)
+{
+    if (strcmp(source, "damon"))
+        return cold_source_probe_new(2);
+    fake_damon(dir);
+    damon_params dp;
+    damon_params_default(&dp);
+    g_autoptr(GError) err = NULL;
+    g_autofree char *ledger = g_strdup_printf("%s/kdamond.ledger", dir);
+    cold_source *src = cold_source_damon_new(dir, ledger, &dp, &err);
+    if (!src)
+        fprintf(stderr, "%s\n", err->message);
+    return src;
+}
+
+/* scans scans of g; the CPU of the steady ones (the first is blind:
+ * nothing armed) added to *scan_cpu and *settle_cpu. */
+static void scan_steady(cold_source *src, reclaim_guest *g, unsigned scans, double *scan_cpu, double *settle_cpu)
+{
+    reclaim_guest *gs[1] = { g };
+    for (unsigned s = 0; s < scans; s++) {
+        double c0 = cpu_now();
+        bool failed = false;
+        g_autoptr(GError) serr = NULL;
+        host_reclaim_scan(src, gs, 1, NULL, (uint64_t)s * 1000000 + 1, &failed, &serr);
+        double c1 = cpu_now();
+        host_reclaim_settle(src, gs, 1);
+        double c2 = cpu_now();
+        if (s > 0) {
+            *scan_cpu += c1 - c0;
+            *settle_cpu += c2 - c1;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     unsigned gib = 16, touch = 25, scans = 5;
@@ -101,23 +159,8 @@ int main(int argc, char **argv)
     if (pipe(p) < 0)
         return 2;
     pid_t pid = fork();
-    if (pid == 0) {
-        char *ram = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (ram == MAP_FAILED)
-            _exit(2);
-        madvise(ram, bytes, MADV_HUGEPAGE);
-        /* every (100/touch)-th chunk touched: spread over the mapping */
-        uint64_t every = touch ? 100 / touch : 0;
-        for (uint64_t c = 0; every && c < bytes / chunk; c++)
-            if (c % every == 0)
-                for (uint64_t i = c * chunk; i < (c + 1) * chunk; i += 4096)
-                    ram[i] = (char)(1 + (i >> 12) % 127);
-        char ok = 1;
-        if (write(p[1], &ok, 1) != 1)
-            _exit(3);
-        pause();
-        _exit(0);
-    }
+    if (pid == 0)
+        synthetic_guest(bytes, chunk, touch, p[1]);
     close(p[1]);
     char ok;
     if (read(p[0], &ok, 1) != 1) {
@@ -125,21 +168,9 @@ int main(int argc, char **argv)
         return 1;
     }
     g_autofree char *dir = g_strdup_printf("/var/tmp/membal-scan-cost-%d", (int)getpid());
-    cold_source *src;
-    if (!strcmp(source, "damon")) {
-        fake_damon(dir);
-        damon_params dp;
-        damon_params_default(&dp);
-        g_autoptr(GError) err = NULL;
-        g_autofree char *ledger = g_strdup_printf("%s/kdamond.ledger", dir);
-        src = cold_source_damon_new(dir, ledger, &dp, &err);
-        if (!src) {
-            fprintf(stderr, "%s\n", err->message);
-            return 1;
-        }
-    } else {
-        src = cold_source_probe_new(2);
-    }
+    cold_source *src = source_new(source, dir);
+    if (!src)
+        return 1;
     long rss0 = status_kb("VmRSS:");
     cold_tunables t;
     cold_tunables_default(&t);
@@ -149,22 +180,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err->message);
         return 1;
     }
-    reclaim_guest *gs[1] = { &g };
     double scan_cpu = 0, settle_cpu = 0;
-    for (unsigned s = 0; s < scans; s++) {
-        double c0 = cpu_now();
-        bool failed = false;
-        g_autoptr(GError) serr = NULL;
-        host_reclaim_scan(src, gs, 1, NULL, (uint64_t)s * 1000000 + 1, &failed, &serr);
-        double c1 = cpu_now();
-        host_reclaim_settle(src, gs, 1);
-        double c2 = cpu_now();
-        /* the first scan is blind (nothing armed): count the steady ones */
-        if (s > 0) {
-            scan_cpu += c1 - c0;
-            settle_cpu += c2 - c1;
-        }
-    }
+    scan_steady(src, &g, scans, &scan_cpu, &settle_cpu);
     long hwm = status_kb("VmHWM:");
     uint64_t resident = g.resident_bytes;
     reclaim_guest_close(&g);

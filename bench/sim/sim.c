@@ -210,6 +210,38 @@ static int by_uint(const void *a, const void *b)
 }
 
 /* One tick of guest s's workload and memory, given its balloon; fills gv. */
+/* What the guest reports and the host measures of it, its memory laid
+ * out; then classify's verdicts on it. */
+static void fill_view(const sim_guest *s, guest_view *gv, uint64_t room, uint64_t resident, uint64_t swap_in)
+{
+    gv->max_bytes = s->max;
+    gv->actual_bytes = s->actual;
+    gv->floor_bytes = floor_of(s->max);
+    gv->ceiling_bytes = s->max;
+    gv->stats_valid = gv->stats_fresh = true;
+    gv->free_bytes = room - s->cache;
+    gv->cache_bytes = s->cache;
+    gv->reclaimable_cache_bytes = s->cache; /* no Shmem in these guests */
+    gv->available_bytes = room;
+    gv->swap_in_bps = (double)swap_in / TICK_S;
+    gv->swap_out_bps = 0;
+    gv->major_faults_ps = (double)swap_in / 4096.0 / TICK_S;
+    uint64_t used = s->actual - room;
+    gv->used_bytes = used;
+    gv->used_growth_bps = ((double)used - (double)s->used_prev) / TICK_S;
+    /* host-measured disk reads: a streamer reads at its pace whatever its
+     * cache; a cache database reads back what it lacks; swap-in reads too */
+    gv->disk_read_bps = (double)swap_in / TICK_S;
+    if (s->k == K_STREAM)
+        gv->disk_read_bps += STREAM_READ_BPS;
+    else if (s->k == K_CACHEDB)
+        gv->disk_read_bps += (double)(s->cache_want - s->cache) / 4 / TICK_S;
+    gv->pending_target_bytes = 0; /* balloons arrive by the next tick */
+    gv->host_rss_bytes = (int64_t)(resident + s->cache); /* what the guest has touched */
+    gv->host_ws_bytes = -1; /* no host reclaim in the simulation */
+    gv->host_faults_ps = -1; /* nor QEMU processes */
+}
+
 static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv, const classify_params *cp)
 {
     if (s->k == K_GROWING && t == s->event_tick)
@@ -243,33 +275,8 @@ static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv,
         swap_in = deficit / 8; /* a working set that does not fit swaps */
         break;
     }
-    gv->max_bytes = s->max;
-    gv->actual_bytes = s->actual;
-    gv->floor_bytes = floor_of(s->max);
-    gv->ceiling_bytes = s->max;
-    gv->stats_valid = gv->stats_fresh = true;
-    gv->free_bytes = room - s->cache;
-    gv->cache_bytes = s->cache;
-    gv->reclaimable_cache_bytes = s->cache; /* no Shmem in these guests */
-    gv->available_bytes = room;
-    gv->swap_in_bps = (double)swap_in / TICK_S;
-    gv->swap_out_bps = 0;
-    gv->major_faults_ps = (double)swap_in / 4096.0 / TICK_S;
-    uint64_t used = s->actual - room;
-    gv->used_bytes = used;
-    gv->used_growth_bps = ((double)used - (double)s->used_prev) / TICK_S;
-    s->used_prev = used;
-    /* host-measured disk reads: a streamer reads at its pace whatever its
-     * cache; a cache database reads back what it lacks; swap-in reads too */
-    gv->disk_read_bps = (double)swap_in / TICK_S;
-    if (s->k == K_STREAM)
-        gv->disk_read_bps += STREAM_READ_BPS;
-    else if (s->k == K_CACHEDB)
-        gv->disk_read_bps += (double)(s->cache_want - s->cache) / 4 / TICK_S;
-    gv->pending_target_bytes = 0; /* balloons arrive by the next tick */
-    gv->host_rss_bytes = (int64_t)(resident + s->cache); /* what the guest has touched */
-    gv->host_ws_bytes = -1; /* no host reclaim in the simulation */
-    gv->host_faults_ps = -1; /* nor QEMU processes */
+    fill_view(s, gv, room, resident, swap_in);
+    s->used_prev = gv->used_bytes;
     classify_update(&s->cls, gv, cp);
     gv->thrashing = s->cls.thrashing;
     gv->streaming = s->cls.streaming;
@@ -292,25 +299,10 @@ static void guest_step(sim_guest *s, unsigned t, unsigned ticks, guest_view *gv,
     }
 }
 
-static void run(const policy_ops *ops, const sim_guest *tmpl, size_t n, unsigned ticks, uint64_t host_total,
-                sim_result *r)
+/* The policy's input for n guests on a host of host_total: the
+ * daemon's defaults, at the step the recorded results were taken with. */
+static policy_input input_for(const guest_view *v, size_t n, uint64_t host_total)
 {
-    sim_guest *g = malloc(n * sizeof(*g));
-    guest_view *v = calloc(n, sizeof(*v));
-    guest_decision *d = calloc(n, sizeof(*d));
-    char (*names)[24] = calloc(n, 24);
-    unsigned *lat = calloc(n, sizeof(*lat));
-    if (!g || !v || !d || !names || !lat) {
-        fprintf(stderr, "sim: out of memory\n");
-        exit(1);
-    }
-    memcpy(g, tmpl, n * sizeof(*g));
-    for (size_t i = 0; i < n; i++) {
-        snprintf(names[i], 24, "g%zu", i);
-        v[i].name = names[i];
-        v[i].uuid = names[i];
-        vm_policy_default(&v[i].policy);
-    }
     policy_input in = { .n_guests = n, .guests = v };
     policy_tunables_default(&in.tun);
     /* its 2 s ticks at the step its recorded results were taken with (10 %
@@ -321,50 +313,36 @@ static void run(const policy_ops *ops, const sim_guest *tmpl, size_t n, unsigned
     in.wm.min = host_total * 2 / 100;
     in.wm.low = host_total * 5 / 100;
     in.wm.high = host_total * 8 / 100;
-    policy_output out = { .decisions = d };
-    classify_params cp;
-    classify_params_default(&cp);
-    void *state = ops->state_new ? ops->state_new() : NULL;
-    double decide_ns = 0;
-    unsigned critical = 0;
-    memset(r, 0, sizeof(*r));
+    return in;
+}
 
-    for (unsigned t = 0; t < ticks; t++) {
-        uint64_t used = 0;
-        for (size_t i = 0; i < n; i++) {
-            guest_step(&g[i], t, ticks, &v[i], &cp);
-            used += g[i].actual;
-        }
-        in.now_s = t * TICK_S;
-        in.host.available_bytes = host_total > used ? host_total - used : 0;
-        in.host.cached_bytes = min_u64(in.host.available_bytes, host_total * HOST_CACHE_PERCENT / 100);
-        in.host.free_bytes = in.host.available_bytes - in.host.cached_bytes;
-        critical += in.host.available_bytes < in.wm.min;
-        double t0 = now_ns();
-        ops->decide(&in, state, &out);
-        decide_ns += now_ns() - t0;
-        /* the balloon reaches its target by the next tick */
-        for (size_t i = 0; i < n; i++) {
-            if (!d[i].change)
-                continue;
-            sim_guest *s = &g[i];
-            int dir = d[i].target_bytes > s->actual ? 1 : -1;
-            if (s->last_dir && dir != s->last_dir)
-                s->flips++;
-            s->last_dir = dir;
-            s->moves++;
-            uint64_t tgt = d[i].target_bytes;
-            if (tgt < v[i].floor_bytes) /* the daemon's actuator clamps the same way */
-                tgt = v[i].floor_bytes;
-            s->actual = tgt > s->max ? s->max : tgt;
-        }
+/* The balloon reaches its target by the next tick. */
+static void apply_decisions(sim_guest *g, const guest_view *v, const guest_decision *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!d[i].change)
+            continue;
+        sim_guest *s = &g[i];
+        int dir = d[i].target_bytes > s->actual ? 1 : -1;
+        if (s->last_dir && dir != s->last_dir)
+            s->flips++;
+        s->last_dir = dir;
+        s->moves++;
+        uint64_t tgt = d[i].target_bytes;
+        if (tgt < v[i].floor_bytes) /* the daemon's actuator clamps the same way */
+            tgt = v[i].floor_bytes;
+        s->actual = tgt > s->max ? s->max : tgt;
     }
-    r->ns_per_guest_tick = decide_ns / ((double)n * ticks);
+}
+
+/* Per kind, what the run did to the guests; lat: room for n latencies. */
+static void summarize(const sim_guest *g, size_t n, unsigned ticks, unsigned *lat, sim_result *r)
+{
     unsigned measured = ticks - ticks / 10;
     size_t n_burst = 0, n_never = 0;
     unsigned ooms = 0;
     for (size_t i = 0; i < n; i++) {
-        sim_guest *s = &g[i];
+        const sim_guest *s = &g[i];
         r->moves_per_guest += s->moves;
         r->flips_per_guest += s->flips;
         r->short_pct[s->k] += 100.0 * s->short_ticks / measured;
@@ -391,6 +369,54 @@ static void run(const policy_ops *ops, const sim_guest *tmpl, size_t n, unsigned
         r->ooms_per_100_burst = 100.0 * ooms / (double)n_burst;
         r->never_pct = 100.0 * (double)n_never / (double)n_burst;
     }
+}
+
+static void run(const policy_ops *ops, const sim_guest *tmpl, size_t n, unsigned ticks, uint64_t host_total,
+                sim_result *r)
+{
+    sim_guest *g = malloc(n * sizeof(*g));
+    guest_view *v = calloc(n, sizeof(*v));
+    guest_decision *d = calloc(n, sizeof(*d));
+    char (*names)[24] = calloc(n, 24);
+    unsigned *lat = calloc(n, sizeof(*lat));
+    if (!g || !v || !d || !names || !lat) {
+        fprintf(stderr, "sim: out of memory\n");
+        exit(1);
+    }
+    memcpy(g, tmpl, n * sizeof(*g));
+    for (size_t i = 0; i < n; i++) {
+        snprintf(names[i], 24, "g%zu", i);
+        v[i].name = names[i];
+        v[i].uuid = names[i];
+        vm_policy_default(&v[i].policy);
+    }
+    policy_input in = input_for(v, n, host_total);
+    policy_output out = { .decisions = d };
+    classify_params cp;
+    classify_params_default(&cp);
+    void *state = ops->state_new ? ops->state_new() : NULL;
+    double decide_ns = 0;
+    unsigned critical = 0;
+    memset(r, 0, sizeof(*r));
+
+    for (unsigned t = 0; t < ticks; t++) {
+        uint64_t used = 0;
+        for (size_t i = 0; i < n; i++) {
+            guest_step(&g[i], t, ticks, &v[i], &cp);
+            used += g[i].actual;
+        }
+        in.now_s = t * TICK_S;
+        in.host.available_bytes = host_total > used ? host_total - used : 0;
+        in.host.cached_bytes = min_u64(in.host.available_bytes, host_total * HOST_CACHE_PERCENT / 100);
+        in.host.free_bytes = in.host.available_bytes - in.host.cached_bytes;
+        critical += in.host.available_bytes < in.wm.min;
+        double t0 = now_ns();
+        ops->decide(&in, state, &out);
+        decide_ns += now_ns() - t0;
+        apply_decisions(g, v, d, n);
+    }
+    r->ns_per_guest_tick = decide_ns / ((double)n * ticks);
+    summarize(g, n, ticks, lat, r);
     r->host_critical_pct = 100.0 * critical / ticks;
     if (ops->state_free)
         ops->state_free(state);
