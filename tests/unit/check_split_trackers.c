@@ -37,14 +37,32 @@ static guest_view view(void)
     return g;
 }
 
+/* A read tracker set up for g at now. */
+static read_tracker reads_of(const guest_view *g, double now)
+{
+    read_tracker r = { 0 };
+    reads_init(&r, &P, g, now);
+    return r;
+}
+
+/* A guest with nothing free, 1 GiB touched, and its baseline taken at 0. */
+static frees_nothing_tracker fn_baseline(guest_view *g)
+{
+    g->free_bytes = 0;
+    g->host_rss_bytes = (int64_t)GIB;
+    frees_nothing_tracker f = { 0 };
+    frees_nothing_init(&f);
+    frees_nothing_observe(&f, &P, g, 0);
+    return f;
+}
+
 /* --- read pace and settling --- */
 
 START_TEST(new_guest_without_a_read_rate_settles_over_reports)
 {
     guest_view g = view();
     g.disk_read_bps = -1; /* its first sample: no rate yet */
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 100);
+    read_tracker r = reads_of(&g, 100);
     ck_assert(reads_settling(&r, &P, 100));
     g.disk_read_bps = 0;
     for (unsigned k = 1; k < P.settle_reports; k++) {
@@ -61,8 +79,7 @@ START_TEST(a_stale_report_settles_nothing)
 {
     guest_view g = view();
     g.disk_read_bps = -1;
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     g.stats_fresh = false;
     for (int k = 1; k <= 10; k++)
         reads_observe(&r, &P, &g, k);
@@ -73,8 +90,7 @@ END_TEST
 START_TEST(filling_its_cache_starts_settling_over_with_a_time_floor)
 {
     guest_view g = view();
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     ck_assert(!reads_settling(&r, &P, 0)); /* a known rate: settled at once */
     g.filling = true;
     reads_observe(&r, &P, &g, 1);
@@ -94,8 +110,7 @@ END_TEST
 START_TEST(pace_is_the_fastest_read_and_decays)
 {
     guest_view g = view();
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     g.disk_read_bps = 40 * MIB;
     reads_observe(&r, &P, &g, 1);
     ck_assert_double_eq_tol(r.pace_bps, 40 * MIB, 1);
@@ -108,8 +123,7 @@ END_TEST
 START_TEST(reads_while_host_swaps_are_not_its_pace)
 {
     guest_view g = view();
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     g.disk_read_bps = 40 * MIB;
     g.host_faults_ps = P.host_bound_fps; /* its QEMU waits for host swap */
     for (int k = 1; k <= 100; k++)
@@ -127,8 +141,7 @@ END_TEST
 START_TEST(usual_reads_average_over_the_experiment)
 {
     guest_view g = view();
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     g.disk_read_bps = 10 * MIB;
     reads_observe(&r, &P, &g, 1);
     ck_assert_double_eq_tol(r.avg_bps, 10 * MIB, 1); /* the first settled sample */
@@ -140,6 +153,13 @@ START_TEST(usual_reads_average_over_the_experiment)
 END_TEST
 
 /* --- headroom --- */
+
+/* A report of mib MiB used at now. */
+static void report_used(headroom_tracker *h, guest_view *g, uint64_t mib, double now)
+{
+    g->used_bytes = mib * MIB;
+    headroom_observe(h, &P, g, now);
+}
 
 START_TEST(headroom_is_the_largest_rise_within_the_window)
 {
@@ -176,13 +196,11 @@ START_TEST(a_gap_in_reports_is_not_one_window)
     guest_view g = view();
     headroom_tracker h = { 0 };
     headroom_init(&h, 0);
-    g.used_bytes = 100 * MIB;
-    headroom_observe(&h, &P, &g, 0);
+    report_used(&h, &g, 100, 0);
     g.stats_valid = g.stats_fresh = false;
     headroom_observe(&h, &P, &g, 1);
     g.stats_valid = g.stats_fresh = true;
-    g.used_bytes = 600 * MIB;
-    headroom_observe(&h, &P, &g, 2);
+    report_used(&h, &g, 600, 2);
     ck_assert_uint_eq(h.jump, 0);
 }
 END_TEST
@@ -192,12 +210,9 @@ START_TEST(a_jump_is_kept_one_to_two_hold_windows)
     guest_view g = view();
     headroom_tracker h = { 0 };
     headroom_init(&h, 0);
-    g.used_bytes = 100 * MIB;
-    headroom_observe(&h, &P, &g, 0);
-    g.used_bytes = 400 * MIB;
-    headroom_observe(&h, &P, &g, 1);
-    g.used_bytes = 100 * MIB;
-    headroom_observe(&h, &P, &g, P.jump_hold_s); /* a new window: the rise is its previous one */
+    report_used(&h, &g, 100, 0);
+    report_used(&h, &g, 400, 1);
+    report_used(&h, &g, 100, P.jump_hold_s); /* a new window: the rise is its previous one */
     ck_assert_uint_eq(headroom_of(&h, &g, 0), 300 * MIB);
     headroom_observe(&h, &P, &g, 2 * P.jump_hold_s);
     ck_assert_uint_eq(headroom_of(&h, &g, 0), 0);
@@ -231,11 +246,7 @@ static void take(frees_nothing_tracker *f, guest_view *g, double now, uint64_t f
 START_TEST(two_takes_that_free_nothing_mark_it)
 {
     guest_view g = view();
-    g.free_bytes = 0;
-    g.host_rss_bytes = (int64_t)GIB;
-    frees_nothing_tracker f = { 0 };
-    frees_nothing_init(&f);
-    frees_nothing_observe(&f, &P, &g, 0);
+    frees_nothing_tracker f = fn_baseline(&g);
     take(&f, &g, 10, 0);
     ck_assert(!f.frees_nothing);
     take(&f, &g, 20, 0);
@@ -248,11 +259,7 @@ END_TEST
 START_TEST(a_take_that_frees_host_memory_clears_the_strike)
 {
     guest_view g = view();
-    g.free_bytes = 0;
-    g.host_rss_bytes = (int64_t)GIB;
-    frees_nothing_tracker f = { 0 };
-    frees_nothing_init(&f);
-    frees_nothing_observe(&f, &P, &g, 0);
+    frees_nothing_tracker f = fn_baseline(&g);
     take(&f, &g, 10, 0);
     take(&f, &g, 20, 256 * MIB);
     take(&f, &g, 30, 0);
@@ -264,12 +271,8 @@ END_TEST
 START_TEST(free_page_reporting_and_old_baselines_judge_nothing)
 {
     guest_view g = view();
-    g.free_bytes = 0;
-    g.host_rss_bytes = (int64_t)GIB;
     g.free_page_reporting_used = 1;
-    frees_nothing_tracker f = { 0 };
-    frees_nothing_init(&f);
-    frees_nothing_observe(&f, &P, &g, 0);
+    frees_nothing_tracker f = fn_baseline(&g);
     take(&f, &g, 10, 0);
     take(&f, &g, 20, 0);
     ck_assert(!f.frees_nothing);
@@ -286,8 +289,7 @@ END_TEST
 START_TEST(a_cache_that_refaults_is_given_back_and_kept)
 {
     guest_view g = view();
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     reads_observe(&r, &P, &g, 1);
     experiment e = { 0 };
     experiment_note_take(&e, &P, &r, &g, false, false, 10);
@@ -309,8 +311,7 @@ END_TEST
 START_TEST(reads_after_the_experiment_are_not_its_cost)
 {
     guest_view g = view();
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     experiment e = { 0 };
     experiment_note_take(&e, &P, &r, &g, false, false, 10);
     g.disk_read_bps = 100 * MIB;
@@ -321,8 +322,7 @@ END_TEST
 START_TEST(the_experiment_lasts_what_the_parameter_says)
 {
     guest_view g = view();
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     experiment e = { 0 };
     P.experiment_s = 60; /* the table, varied as a test or the simulator may */
     experiment_note_take(&e, &P, &r, &g, false, false, 10);
@@ -334,8 +334,7 @@ END_TEST
 START_TEST(need_within_the_experiment_is_a_cost_on_its_word)
 {
     guest_view g = view();
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     experiment e = { 0 };
     experiment_note_take(&e, &P, &r, &g, false, false, 10);
     g.in_need = true;
@@ -349,8 +348,7 @@ START_TEST(a_reader_is_judged_against_its_own_pace_only)
 {
     guest_view g = view();
     g.streaming = true;
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     g.disk_read_bps = 50 * MIB;
     reads_observe(&r, &P, &g, 1); /* watched 1 s: its pace is not known as its own */
     experiment e = { 0 };
@@ -365,8 +363,7 @@ START_TEST(a_trim_that_slows_a_stream_is_a_cost)
 {
     guest_view g = view();
     g.streaming = true;
-    read_tracker r = { 0 };
-    reads_init(&r, &P, &g, 0);
+    read_tracker r = reads_of(&g, 0);
     g.disk_read_bps = 40 * MIB;
     reads_observe(&r, &P, &g, 1);
     experiment e = { 0 };
