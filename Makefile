@@ -52,10 +52,11 @@ BALANCERCTL  := $(BUILD)/balancerctl
 UNIT_TESTS   := $(BUILD)/tests/check_qmp_framer $(BUILD)/tests/check_qmp_client \
                 $(BUILD)/tests/check_policies $(BUILD)/tests/check_split_trackers $(BUILD)/tests/check_balancer \
                 $(BUILD)/tests/check_agent $(BUILD)/tests/check_cold_lru $(BUILD)/tests/check_need \
-                $(BUILD)/tests/check_backend_qmp $(BUILD)/tests/check_ledgers $(BUILD)/tests/check_fleet
+                $(BUILD)/tests/check_backend_qmp $(BUILD)/tests/check_ledgers $(BUILD)/tests/check_fleet \
+                $(BUILD)/tests/check_libvirt_xml
 REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_line \
                 $(BUILD)/tests/replay_metadata_xml $(BUILD)/tests/replay_config \
-                $(BUILD)/tests/replay_proc_text
+                $(BUILD)/tests/replay_proc_text $(BUILD)/tests/replay_libvirt_xml
 INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon \
                 $(BUILD)/tests/check_faults
 FAKE_QEMU    := $(BUILD)/tests/fake_qemu
@@ -118,6 +119,10 @@ $(BUILD)/tests/check_ledgers: $(BUILD)/tests/unit/check_ledgers.o $(LIBCORE) $(L
 $(BUILD)/tests/check_balancer: $(BUILD)/tests/unit/check_balancer.o $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG))
 
+$(BUILD)/tests/check_libvirt_xml: $(BUILD)/tests/unit/check_libvirt_xml.o $(BUILD)/balancer/hv/libvirt_xml.o \
+		$(BUILD)/balancer/config/size_parse.o $(BUILD)/balancer/util/error.o
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libxml-2.0 glib-2.0 $(CHECKPKG))
+
 $(BUILD)/tests/check_backend_qmp: $(BUILD)/tests/unit/check_backend_qmp.o $(BUILD)/tests/unit/fake_qmp.o \
 		$(LIBCORE) $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG)) -lpthread
@@ -145,6 +150,10 @@ $(BUILD)/tests/replay_metadata_xml: $(BUILD)/tests/fuzz/fuzz_metadata_xml.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/config/metadata_xml.o \
 		$(BUILD)/balancer/config/size_parse.o $(BUILD)/balancer/util/error.o $(BUILD)/policies/vm_policy.o
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libxml-2.0 glib-2.0) -lm
+$(BUILD)/tests/replay_libvirt_xml: $(BUILD)/tests/fuzz/fuzz_libvirt_xml.o \
+		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/hv/libvirt_xml.o \
+		$(BUILD)/balancer/config/size_parse.o $(BUILD)/balancer/util/error.o
+	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libxml-2.0 glib-2.0)
 $(BUILD)/tests/replay_config: $(BUILD)/tests/fuzz/fuzz_config.o \
 		$(BUILD)/tests/fuzz/replay_main.o $(BUILD)/balancer/config/config.o \
 		$(BUILD)/balancer/config/size_parse.o $(BUILD)/balancer/util/error.o $(LIBPOLICY)
@@ -191,7 +200,7 @@ RESULTS := $(BUILD)/test-results.txt
 RUN     := tests/run-suite.sh $(RESULTS)
 
 # Each suite runs even when one before it failed; the target fails at the end.
-REPLAY_TARGETS := qmp_reader agent_line metadata_xml config proc_text
+REPLAY_TARGETS := qmp_reader agent_line metadata_xml config proc_text libvirt_xml
 # The tests that need neither root nor QEMU nor a network: the policies
 # over hand-made snapshots and the need rules over simulated guests (what
 # a package build runs: debian/rules' dh_auto_test).
@@ -302,7 +311,7 @@ fuzz-smoke:
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(BUILD)/fuzz/fuzz_qmp_reader $(BUILD)/fuzz/fuzz_agent_line \
                 $(BUILD)/fuzz/fuzz_metadata_xml $(BUILD)/fuzz/fuzz_config \
-                $(BUILD)/fuzz/fuzz_proc_text
+                $(BUILD)/fuzz/fuzz_proc_text $(BUILD)/fuzz/fuzz_libvirt_xml
 # the fuzzers build straight from sources: rebuild them when a header changes
 FUZZ_HDRS    := $(wildcard qmp/*.h balancer/*/*.h policies/*.h)
 $(FUZZ_TARGETS): $(FUZZ_HDRS)
@@ -327,6 +336,12 @@ $(BUILD)/fuzz/fuzz_metadata_xml: tests/fuzz/fuzz_metadata_xml.c balancer/config/
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
 	  $(call pc_cflags,libxml-2.0 glib-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,libxml-2.0 glib-2.0) -lm
+
+$(BUILD)/fuzz/fuzz_libvirt_xml: tests/fuzz/fuzz_libvirt_xml.c balancer/hv/libvirt_xml.c \
+		balancer/config/size_parse.c balancer/util/error.c
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) \
+	  $(call pc_cflags,libxml-2.0 glib-2.0) -o $@ $(filter %.c,$^) $(call pc_libs,libxml-2.0 glib-2.0)
 
 $(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c balancer/config/config.c balancer/config/size_parse.c \
 		balancer/util/error.c $(POLICY_SRC)
