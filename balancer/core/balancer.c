@@ -490,23 +490,47 @@ static uint64_t balloon_heading(const balancer *b, const guest *g, int64_t now_m
     return t && away && now_ms - g->last_set_ms < reissue_ms(b) ? t : a;
 }
 
-/* Set a guest's size: through its balloon, or, with a virtio-mem device
- * balancerd resizes, split between the two (policies/vmem_plan.h).  Each
- * part is sent only when it changes. */
-static int resize(balancer *b, guest *g, uint64_t target, char *how, size_t how_len, GError **error)
+/* How a guest's size is set: through its balloon, or, with a virtio-mem
+ * device balancerd resizes, split between the two (policies/vmem_plan.h). */
+typedef struct {
+    uint64_t target;          /* the guest's size asked for */
+    bool split;               /* a virtio-mem device takes part: parts says how */
+    bool held;                /* ... and it is held: what is plugged stays */
+    vmem_split parts;
+} resize_plan;
+
+/* How target would be set on g now. */
+static resize_plan plan_resize(const guest *g, uint64_t target)
 {
-    how[0] = '\0';
     if (!g->vmem_resized)
-        return b->backend->set_target(&b->hv, &g->hv, target, error);
+        return (resize_plan){ .target = target };
     vmem_device dev = guest_vmem_device(g, (double)mono_ms() / 1000.0);
-    vmem_split p = vmem_split_target(target, &dev);
+    return (resize_plan){ .target = target, .split = true, .held = dev.held,
+                          .parts = vmem_split_target(target, &dev) };
+}
+
+/* The plan as the balloon's log lines say it: "" for the balloon alone. */
+static void describe_resize(const resize_plan *r, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (!r->split)
+        return;
     char plug[32], bal[32];
-    size_format(p.requested_bytes, plug, sizeof(plug));
-    size_format(p.balloon_bytes, bal, sizeof(bal));
-    snprintf(how, how_len, " [virtio-mem %s%s, balloon %s]", plug, dev.held ? " (held)" : "", bal);
+    size_format(r->parts.requested_bytes, plug, sizeof(plug));
+    size_format(r->parts.balloon_bytes, bal, sizeof(bal));
+    snprintf(buf, len, " [virtio-mem %s%s, balloon %s]", plug, r->held ? " (held)" : "", bal);
+}
+
+/* Set a guest's size as planned; each part is sent only when it changes.
+ * -1 with the backend's reason when one cannot be sent. */
+static int resize(balancer *b, guest *g, const resize_plan *r, GError **error)
+{
+    if (!r->split)
+        return b->backend->set_target(&b->hv, &g->hv, r->target, error);
+    vmem_split p = r->parts;
     bool vmem_moves = p.requested_bytes != g->vmem.requested_bytes ||
                       (g->vmem_asked != UINT64_MAX && g->vmem_asked != p.requested_bytes);
-    if (vmem_moves && !dev.held) {
+    if (vmem_moves && !r->held) {
         if (b->backend->set_vmem(&b->hv, &g->hv, p.requested_bytes, error) < 0)
             return -1;
         g->vmem_asked = p.requested_bytes;
@@ -590,8 +614,10 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
         return;
     }
     g_autoptr(GError) err = NULL;
+    resize_plan plan = plan_resize(g, target);
     char how[96];
-    if (resize(b, g, target, how, sizeof(how), &err) < 0) {
+    describe_resize(&plan, how, sizeof(how));
+    if (resize(b, g, &plan, &err) < 0) {
         g->balloon_errors++;
         b->backend_errors++;
         log_warn("guest %s: %s %s -> %s%s failed: %s", g->hv.name, g->vmem_resized ? "size" : "balloon", from, to,
