@@ -678,8 +678,9 @@ static void note_verdicts(const guest *g, bool was_need, bool was_thrashing)
                  v->thrashing ? "thrashing" : "no longer thrashing", v->swap_in_bps / 1024, v->major_faults_ps);
 }
 
-/* One round; false if it stopped early (the reason is logged). */
-static bool tick_round(balancer *b)
+/* Collect, the host: its memory (or its memory cgroup's) and the
+ * watermarks over it; false when either cannot be read (logged). */
+static bool collect_host(balancer *b)
 {
     if (host_meminfo_read(b->proc_meminfo, b->sys_node_dir, &b->host) < 0) {
         log_err("cannot read %s: skipping this tick", b->proc_meminfo);
@@ -699,72 +700,116 @@ static bool tick_round(balancer *b)
         log_err("%s: skipping this tick", err->message);
         return false;
     }
-    b->backend_up = b->backend->sync(&b->hv) >= 0;
-    if (!b->backend_up)
-        return false; /* the backend logged why; guests are kept for when it returns */
+    return true;
+}
 
-    int64_t now = time(NULL);
-    int64_t tick_ms = mono_ms(); /* where each balloon is going, for the views and the moves alike */
-    size_t n = b->guests->len;
-    g_autofree guest_view *views = g_new0(guest_view, n ? n : 1);
-    g_autofree guest_decision *dec = g_new0(guest_decision, n ? n : 1);
-    for (size_t i = 0; i < n; i++) {
-        guest *g = g_ptr_array_index(b->guests, i);
-        guest_sample s;
-        g_autoptr(GError) serr = NULL;
-        /* a reset is a new boot: it gets its size back (the policy) and is
-         * judged afresh */
-        if (g->hv.resets > 0) {
-            log_info("guest %s: its machine was reset (a reboot)", g->hv.name);
-            guest_rebooted(g);
-            g->hv.resets = 0;
-        }
-        bool was_need = g->view.in_need, was_thrashing = g->view.thrashing;
-        if (b->backend->agent_drain)
-            b->backend->agent_drain(&b->hv, &g->hv, &g->agent, g->view.actual_bytes);
-        if (b->backend->sample(&b->hv, &g->hv, &s, &serr) < 0) {
-            log_debug("guest %s: no stats this tick: %s", g->hv.name, serr->message);
-            g->view.stats_valid = g->view.stats_fresh = false;
-        } else {
-            /* host truth the backend does not have: what its QEMU touched */
-            int pid = b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : 0;
-            s.rss_bytes = pid > 0 ? qemu_touched_bytes(pid, s.max_bytes) : -1;
-            /* and how often its QEMU waits for host swap, and the CPU it
-             * uses, once the pid is known to be the QEMU (its RSS was
-             * readable) */
-            proc_stat_counts pc;
-            bool pc_ok = s.rss_bytes >= 0 && proc_stat_counts_read(pid, &pc) == 0;
-            s.qemu_major_faults = pc_ok && pc.major_faults <= INT64_MAX ? (int64_t)pc.major_faults : -1;
-            s.qemu_cpu_ms = pc_ok && pc.cpu_ms <= INT64_MAX ? (int64_t)pc.cpu_ms : -1;
-            /* and what host reclaim measured of its working set, while that
-             * is recent: a guest no longer scanned (in need, paused, no
-             * pressure without proactive) has none */
-            host_swap_guest_stats hs;
-            bool ws_fresh = host_swap_guest_stats_get(g->hswap, &hs) && hs.ws_known &&
-                            mono_ms() - hs.at_ms <= 3000 * (int64_t)b->cfg.hr_scan_interval;
-            s.host_ws_bytes = ws_fresh ? (int64_t)hs.ws_bytes : -1;
-            /* a virtio-mem device: the guest's size is its balloon's and the device's */
-            note_vmem(b, g, guest_fold_vmem(g, &s, b->backend->set_vmem != NULL, (double)mono_ms() / 1000.0));
-            guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
-            note_verdicts(g, was_need, was_thrashing);
-            note_job(g, s.job_ms);
-            /* balloon changes are sent without waiting: refusals come back here */
-            g->balloon_errors += s.balloon_failures;
-            b->backend_errors += s.balloon_failures;
-        }
-        /* a balloon still on its way counts as done (no overshoot while it
-         * moves); one that grew on its own, the guest deflated on OOM
-         * (deflate-on-oom / libvirt autodeflate): not fought (under
-         * mode=off it is the operator's doing) */
-        if (guest_balloon_view(g, balloon_heading(b, g, tick_ms), tick_ms - g->last_grow_ms < reissue_ms(b))) {
-            char sz_[32];
-            size_format(g->view.self_deflated_bytes, sz_, sizeof(sz_));
-            log_info("guest %s: deflated its balloon by %s on its own (deflate-on-oom): not fought", g->hv.name, sz_);
-        }
-        views[i] = g->view;
-        if (g->job_ms >= 0)
-            views[i].stats_valid = views[i].stats_fresh = false; /* neither gives nor takes while the job runs */
+/* Collect: the host, then the guests the hypervisor runs; false when
+ * either cannot be reached (logged). */
+static bool collect(balancer *b)
+{
+    if (!collect_host(b))
+        return false;
+    b->backend_up = b->backend->sync(&b->hv) >= 0;
+    return b->backend_up; /* the backend logged why; guests are kept for when it returns */
+}
+
+/* A reset is a new boot: it gets its size back (the policy) and is judged afresh. */
+static void note_reset(guest *g)
+{
+    if (g->hv.resets > 0) {
+        log_info("guest %s: its machine was reset (a reboot)", g->hv.name);
+        guest_rebooted(g);
+        g->hv.resets = 0;
     }
+}
+
+/* Collect, host truth the backend does not have: what a guest's QEMU
+ * touched, its host swap-ins and CPU, its working set by host reclaim. */
+static void add_host_truth(balancer *b, guest *g, guest_sample *s)
+{
+    int pid = b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : 0;
+    s->rss_bytes = pid > 0 ? qemu_touched_bytes(pid, s->max_bytes) : -1;
+    /* and how often its QEMU waits for host swap, and the CPU it
+     * uses, once the pid is known to be the QEMU (its RSS was
+     * readable) */
+    proc_stat_counts pc;
+    bool pc_ok = s->rss_bytes >= 0 && proc_stat_counts_read(pid, &pc) == 0;
+    s->qemu_major_faults = pc_ok && pc.major_faults <= INT64_MAX ? (int64_t)pc.major_faults : -1;
+    s->qemu_cpu_ms = pc_ok && pc.cpu_ms <= INT64_MAX ? (int64_t)pc.cpu_ms : -1;
+    /* and what host reclaim measured of its working set, while that
+     * is recent: a guest no longer scanned (in need, paused, no
+     * pressure without proactive) has none */
+    host_swap_guest_stats hs;
+    bool ws_fresh = host_swap_guest_stats_get(g->hswap, &hs) && hs.ws_known &&
+                    mono_ms() - hs.at_ms <= 3000 * (int64_t)b->cfg.hr_scan_interval;
+    s->host_ws_bytes = ws_fresh ? (int64_t)hs.ws_bytes : -1;
+}
+
+/* Collect, a guest: what its agent sent, its stats and the host's truth
+ * about it; false when it has no stats this tick (logged). */
+static bool collect_guest(balancer *b, guest *g, guest_sample *s)
+{
+    g_autoptr(GError) serr = NULL;
+    if (b->backend->agent_drain)
+        b->backend->agent_drain(&b->hv, &g->hv, &g->agent, g->view.actual_bytes);
+    if (b->backend->sample(&b->hv, &g->hv, s, &serr) < 0) {
+        log_debug("guest %s: no stats this tick: %s", g->hv.name, serr->message);
+        return false;
+    }
+    add_host_truth(b, g, s);
+    return true;
+}
+
+/* State: a guest's sample into its view (core/guest.c), saying what
+ * changed: its virtio-mem device, its verdicts, a libvirt job. */
+static void ingest_sample(balancer *b, guest *g, guest_sample *s, int64_t now, bool was_need, bool was_thrashing)
+{
+    /* a virtio-mem device: the guest's size is its balloon's and the device's */
+    note_vmem(b, g, guest_fold_vmem(g, s, b->backend->set_vmem != NULL, (double)mono_ms() / 1000.0));
+    guest_ingest(g, s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
+    note_verdicts(g, was_need, was_thrashing);
+    note_job(g, s->job_ms);
+    /* balloon changes are sent without waiting: refusals come back here */
+    g->balloon_errors += s->balloon_failures;
+    b->backend_errors += s->balloon_failures;
+}
+
+/* State: a guest's balloon as the policy sees it, going where it was
+ * last sent at tick_ms. */
+static void see_balloon(balancer *b, guest *g, int64_t tick_ms)
+{
+    /* a balloon still on its way counts as done (no overshoot while it
+     * moves); one that grew on its own, the guest deflated on OOM
+     * (deflate-on-oom / libvirt autodeflate): not fought (under
+     * mode=off it is the operator's doing) */
+    if (guest_balloon_view(g, balloon_heading(b, g, tick_ms), tick_ms - g->last_grow_ms < reissue_ms(b))) {
+        char sz_[32];
+        size_format(g->view.self_deflated_bytes, sz_, sizeof(sz_));
+        log_info("guest %s: deflated its balloon by %s on its own (deflate-on-oom): not fought", g->hv.name, sz_);
+    }
+}
+
+/* Collect and state, one guest: the view the policy decides on. */
+static guest_view guest_round(balancer *b, guest *g, int64_t now, int64_t tick_ms)
+{
+    note_reset(g);
+    bool was_need = g->view.in_need, was_thrashing = g->view.thrashing;
+    guest_sample s;
+    if (collect_guest(b, g, &s))
+        ingest_sample(b, g, &s, now, was_need, was_thrashing);
+    else
+        g->view.stats_valid = g->view.stats_fresh = false;
+    see_balloon(b, g, tick_ms);
+    guest_view v = g->view;
+    if (g->job_ms >= 0)
+        v.stats_valid = v.stats_fresh = false; /* neither gives nor takes while the job runs */
+    return v;
+}
+
+/* Decide: the policy over every guest's view; the host's reclaiming
+ * state said when it changes. */
+static void decide(balancer *b, const guest_view *views, size_t n, guest_decision *dec)
+{
     policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host, .wm = b->wm,
                         .tun = b->cfg.tun, .n_guests = n, .guests = views };
     policy_output out = { .decisions = dec };
@@ -774,6 +819,13 @@ static bool tick_round(balancer *b)
                  out.summary);
     b->reclaiming = out.reclaiming;
     snprintf(b->summary, sizeof(b->summary), "%s", out.summary);
+}
+
+/* Act, the balloons: each guest's decision carried out; returns what the
+ * decisions take from the guests' balloons (for host reclaim). */
+static uint64_t act_balloons(balancer *b, const guest_view *views, const guest_decision *dec, size_t n,
+                             int64_t tick_ms)
+{
     uint64_t balloon_reclaim = 0;
     for (size_t i = 0; i < n; i++) {
         guest *g = g_ptr_array_index(b->guests, i);
@@ -785,6 +837,24 @@ static bool tick_round(balancer *b)
         if (dec[i].change && views[i].policy.mode != VM_MODE_OFF && dec[i].target_bytes < views[i].actual_bytes)
             balloon_reclaim += views[i].actual_bytes - dec[i].target_bytes;
     }
+    return balloon_reclaim;
+}
+
+/* One round: collect, state, decide, act (ARCHITECTURE.md; the report is
+ * balancer_tick's); false if it stopped early (the reason is logged). */
+static bool tick_round(balancer *b)
+{
+    if (!collect(b))
+        return false;
+    int64_t now = time(NULL);
+    int64_t tick_ms = mono_ms(); /* where each balloon is going, for the views and the moves alike */
+    size_t n = b->guests->len;
+    g_autofree guest_view *views = g_new0(guest_view, n ? n : 1);
+    g_autofree guest_decision *dec = g_new0(guest_decision, n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        views[i] = guest_round(b, g_ptr_array_index(b->guests, i), now, tick_ms);
+    decide(b, views, n, dec);
+    uint64_t balloon_reclaim = act_balloons(b, views, dec, n, tick_ms);
     /* last resort after ballooning: host swap of cold guest memory */
     host_reclaim_round(b, balloon_reclaim);
     return true;
@@ -804,5 +874,5 @@ void balancer_tick(balancer *b)
         tick_histogram_observe(&b->tick_hist, seconds);
         log_debug("tick %llu: %s (%.3f s)", (unsigned long long)b->ticks, b->summary, seconds);
     }
-    publish_snapshot(b);
+    publish_snapshot(b); /* report: what /metrics and the control socket render */
 }
