@@ -447,8 +447,6 @@ static void apply_policy_xml(balancer *b, guest *g, const char *xml)
     }
 }
 
-/* Apply one decision within the safety bounds every policy gets:
- * never below the floor, never above the ceiling or domain maximum. */
 /* A migration, save or dump holds libvirt's job lock: a balloon change
  * would wait for it (up to 30 s) and change memory under the copy, so the
  * guest is left alone until the job ends. */
@@ -576,6 +574,30 @@ static void note_vmem(balancer *b, guest *g, vmem_state st)
         g->vmem_asked = g->vmem.plugged_bytes;
 }
 
+/* A decision's target within the safety bounds every policy gets:
+ * never below the floor, never above the ceiling or domain maximum. */
+static uint64_t within_bounds(const guest_view *v, uint64_t target)
+{
+    if (target < v->floor_bytes)
+        target = v->floor_bytes;
+    if (target > v->ceiling_bytes)
+        target = v->ceiling_bytes;
+    return target;
+}
+
+/* A move sent at now, from where the balloon was heading to target: counted. */
+static void count_move(guest *g, uint64_t target, uint64_t heading, int64_t now)
+{
+    g->balloon_ops++;
+    /* counted from where the last move was going: a move called off is given back */
+    if (target < heading)
+        g->reclaimed_bytes += heading - target;
+    else
+        g->returned_bytes += target - heading;
+    if (target > heading)
+        g->last_grow_ms = now;
+}
+
 /* Carry out d for g, as seen at now_ms (the tick's moment).  give_back:
  * balancerctl give-back's move, made while paused too (it pauses first),
  * and never shrinking a guest. */
@@ -591,11 +613,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
     }
     if (!d->change || v->policy.mode == VM_MODE_OFF)
         return; /* mode=off: left alone */
-    uint64_t target = d->target_bytes;
-    if (target < v->floor_bytes)
-        target = v->floor_bytes;
-    if (target > v->ceiling_bytes)
-        target = v->ceiling_bytes;
+    uint64_t target = within_bounds(v, d->target_bytes);
     uint64_t heading = balloon_heading(b, g, now_ms);
     if (target == heading)
         return; /* there, or already asked and on its way; a move on its way elsewhere is
@@ -624,14 +642,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
                  how, err->message);
         return;
     }
-    g->balloon_ops++;
-    /* counted from where the last move was going: a move called off is given back */
-    if (target < heading)
-        g->reclaimed_bytes += heading - target;
-    else
-        g->returned_bytes += target - heading;
-    if (target > heading)
-        g->last_grow_ms = now;
+    count_move(g, target, heading, now);
     g->last_target = target;
     g->last_set_ms = now;
     log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, g->vmem_resized ? "resize" : "balloon", d->reason,
