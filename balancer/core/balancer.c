@@ -1,6 +1,7 @@
 /* The balancer core; see balancer.h. */
 #include "core/balancer_priv.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -503,8 +504,9 @@ static resize_plan plan_resize(const guest *g, uint64_t target)
     if (!g->vmem_resized)
         return (resize_plan){ .target = target };
     vmem_device dev = guest_vmem_device(g, (double)mono_ms() / 1000.0);
-    return (resize_plan){ .target = target, .split = true, .held = dev.held,
-                          .parts = vmem_split_target(target, &dev) };
+    vmem_split parts = vmem_split_target(target, &dev);
+    assert(parts.balloon_bytes <= dev.base_bytes); /* the balloon works within the boot memory */
+    return (resize_plan){ .target = target, .split = true, .held = dev.held, .parts = parts };
 }
 
 /* The plan as the balloon's log lines say it: "" for the balloon alone. */
@@ -578,10 +580,13 @@ static void note_vmem(balancer *b, guest *g, vmem_state st)
  * never below the floor, never above the ceiling or domain maximum. */
 static uint64_t within_bounds(const guest_view *v, uint64_t target)
 {
+    /* guest_bounds' floor and ceiling (all 0 before the guest's first sample) */
+    assert(v->floor_bytes <= v->ceiling_bytes && v->ceiling_bytes <= v->max_bytes);
     if (target < v->floor_bytes)
         target = v->floor_bytes;
     if (target > v->ceiling_bytes)
         target = v->ceiling_bytes;
+    assert(target >= v->floor_bytes && target <= v->ceiling_bytes);
     return target;
 }
 
@@ -838,8 +843,10 @@ static uint64_t act_balloons(balancer *b, const guest_view *views, const guest_d
                              int64_t tick_ms)
 {
     uint64_t balloon_reclaim = 0;
+    assert(b->guests->len == n); /* guests come and go in the backend's sync only */
     for (size_t i = 0; i < n; i++) {
         guest *g = g_ptr_array_index(b->guests, i);
+        assert(views[i].name == g->hv.name); /* views[i] and dec[i] are guest i's */
         actuate(b, g, &dec[i], tick_ms, false);
         /* a reset is answered once the answer could be acted on: not while
          * paused, in a dry run or during a libvirt job */

@@ -1,5 +1,6 @@
 #include "core/guest.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -292,6 +293,8 @@ static void host_sizes(guest *g, guest_view *v, const guest_sample *s, const gue
         v->max_bytes = v->actual_bytes;
     v->policy = g->policy;
     guest_bounds(&g->policy, v->max_bytes, lim, &v->floor_bytes, &v->ceiling_bytes);
+    /* what the actuator clamps a target to (within_bounds) */
+    assert(v->actual_bytes <= v->max_bytes && v->floor_bytes <= v->ceiling_bytes && v->ceiling_bytes <= v->max_bytes);
 }
 
 /* Clamp to host truth: the sizes the guest claims, bounded by what the host knows the guest has. */
@@ -331,6 +334,9 @@ static uint64_t clamp_to_touched(guest *g, guest_view *v, const guest_sample *s)
         g->clamped_values++;
         v->used_bytes = v->actual_bytes - untouched;
     }
+    /* guest values never exceed what the host measured (backed: actual less used) */
+    assert(v->used_bytes <= v->actual_bytes && v->available_bytes <= v->actual_bytes &&
+           v->free_bytes <= v->actual_bytes && v->cache_bytes <= v->actual_bytes);
     return untouched;
 }
 
