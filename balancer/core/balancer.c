@@ -1,6 +1,7 @@
 /* The balancer core; see balancer.h. */
 #include "core/balancer_priv.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -446,8 +447,6 @@ static void apply_policy_xml(balancer *b, guest *g, const char *xml)
     }
 }
 
-/* Apply one decision within the safety bounds every policy gets:
- * never below the floor, never above the ceiling or domain maximum. */
 /* A migration, save or dump holds libvirt's job lock: a balloon change
  * would wait for it (up to 30 s) and change memory under the copy, so the
  * guest is left alone until the job ends. */
@@ -489,23 +488,48 @@ static uint64_t balloon_heading(const balancer *b, const guest *g, int64_t now_m
     return t && away && now_ms - g->last_set_ms < reissue_ms(b) ? t : a;
 }
 
-/* Set a guest's size: through its balloon, or, with a virtio-mem device
- * balancerd resizes, split between the two (policies/vmem_plan.h).  Each
- * part is sent only when it changes. */
-static int resize(balancer *b, guest *g, uint64_t target, char *how, size_t how_len, GError **error)
+/* How a guest's size is set: through its balloon, or, with a virtio-mem
+ * device balancerd resizes, split between the two (policies/vmem_plan.h). */
+typedef struct {
+    uint64_t target;          /* the guest's size asked for */
+    bool split;               /* a virtio-mem device takes part: parts says how */
+    bool held;                /* ... and it is held: what is plugged stays */
+    vmem_split parts;
+} resize_plan;
+
+/* How target would be set on g now. */
+static resize_plan plan_resize(const guest *g, uint64_t target)
 {
-    how[0] = '\0';
     if (!g->vmem_resized)
-        return b->backend->set_target(&b->hv, &g->hv, target, error);
+        return (resize_plan){ .target = target };
     vmem_device dev = guest_vmem_device(g, (double)mono_ms() / 1000.0);
-    vmem_split p = vmem_split_target(target, &dev);
+    vmem_split parts = vmem_split_target(target, &dev);
+    assert(parts.balloon_bytes <= dev.base_bytes); /* the balloon works within the boot memory */
+    return (resize_plan){ .target = target, .split = true, .held = dev.held, .parts = parts };
+}
+
+/* The plan as the balloon's log lines say it: "" for the balloon alone. */
+static void describe_resize(const resize_plan *r, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (!r->split)
+        return;
     char plug[32], bal[32];
-    size_format(p.requested_bytes, plug, sizeof(plug));
-    size_format(p.balloon_bytes, bal, sizeof(bal));
-    snprintf(how, how_len, " [virtio-mem %s%s, balloon %s]", plug, dev.held ? " (held)" : "", bal);
+    size_format(r->parts.requested_bytes, plug, sizeof(plug));
+    size_format(r->parts.balloon_bytes, bal, sizeof(bal));
+    snprintf(buf, len, " [virtio-mem %s%s, balloon %s]", plug, r->held ? " (held)" : "", bal);
+}
+
+/* Set a guest's size as planned; each part is sent only when it changes.
+ * -1 with the backend's reason when one cannot be sent. */
+static int resize(balancer *b, guest *g, const resize_plan *r, GError **error)
+{
+    if (!r->split)
+        return b->backend->set_target(&b->hv, &g->hv, r->target, error);
+    vmem_split p = r->parts;
     bool vmem_moves = p.requested_bytes != g->vmem.requested_bytes ||
                       (g->vmem_asked != UINT64_MAX && g->vmem_asked != p.requested_bytes);
-    if (vmem_moves && !dev.held) {
+    if (vmem_moves && !r->held) {
         if (b->backend->set_vmem(&b->hv, &g->hv, p.requested_bytes, error) < 0)
             return -1;
         g->vmem_asked = p.requested_bytes;
@@ -551,6 +575,33 @@ static void note_vmem(balancer *b, guest *g, vmem_state st)
         g->vmem_asked = g->vmem.plugged_bytes;
 }
 
+/* A decision's target within the safety bounds every policy gets:
+ * never below the floor, never above the ceiling or domain maximum. */
+static uint64_t within_bounds(const guest_view *v, uint64_t target)
+{
+    /* guest_bounds' floor and ceiling (all 0 before the guest's first sample) */
+    assert(v->floor_bytes <= v->ceiling_bytes && v->ceiling_bytes <= v->max_bytes);
+    if (target < v->floor_bytes)
+        target = v->floor_bytes;
+    if (target > v->ceiling_bytes)
+        target = v->ceiling_bytes;
+    assert(target >= v->floor_bytes && target <= v->ceiling_bytes);
+    return target;
+}
+
+/* A move sent at now, from where the balloon was heading to target: counted. */
+static void count_move(guest *g, uint64_t target, uint64_t heading, int64_t now)
+{
+    g->balloon_ops++;
+    /* counted from where the last move was going: a move called off is given back */
+    if (target < heading)
+        g->reclaimed_bytes += heading - target;
+    else
+        g->returned_bytes += target - heading;
+    if (target > heading)
+        g->last_grow_ms = now;
+}
+
 /* Carry out d for g, as seen at now_ms (the tick's moment).  give_back:
  * balancerctl give-back's move, made while paused too (it pauses first),
  * and never shrinking a guest. */
@@ -567,11 +618,7 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
     }
     if (!d->change || v->policy.mode == VM_MODE_OFF)
         return; /* mode=off: left alone */
-    uint64_t target = d->target_bytes;
-    if (target < v->floor_bytes)
-        target = v->floor_bytes;
-    if (target > v->ceiling_bytes)
-        target = v->ceiling_bytes;
+    uint64_t target = within_bounds(v, d->target_bytes);
     uint64_t heading = balloon_heading(b, g, now_ms);
     if (target == heading)
         return; /* there, or already asked and on its way; a move on its way elsewhere is
@@ -590,22 +637,17 @@ static void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_
         return;
     }
     g_autoptr(GError) err = NULL;
+    resize_plan plan = plan_resize(g, target);
     char how[96];
-    if (resize(b, g, target, how, sizeof(how), &err) < 0) {
+    describe_resize(&plan, how, sizeof(how));
+    if (resize(b, g, &plan, &err) < 0) {
         g->balloon_errors++;
         b->backend_errors++;
         log_warn("guest %s: %s %s -> %s%s failed: %s", g->hv.name, g->vmem_resized ? "size" : "balloon", from, to,
                  how, err->message);
         return;
     }
-    g->balloon_ops++;
-    /* counted from where the last move was going: a move called off is given back */
-    if (target < heading)
-        g->reclaimed_bytes += heading - target;
-    else
-        g->returned_bytes += target - heading;
-    if (target > heading)
-        g->last_grow_ms = now;
+    count_move(g, target, heading, now);
     g->last_target = target;
     g->last_set_ms = now;
     log_guest_action(LOG_INFO, g->hv.name, g->hv.uuid, g->vmem_resized ? "resize" : "balloon", why,
@@ -652,8 +694,9 @@ static void note_verdicts(const guest *g, bool was_need, bool was_thrashing)
                  v->thrashing ? "thrashing" : "no longer thrashing", v->swap_in_bps / 1024, v->major_faults_ps);
 }
 
-/* One round; false if it stopped early (the reason is logged). */
-static bool tick_round(balancer *b)
+/* Collect, the host: its memory (or its memory cgroup's) and the
+ * watermarks over it; false when either cannot be read (logged). */
+static bool collect_host(balancer *b)
 {
     if (host_meminfo_read(b->proc_meminfo, b->sys_node_dir, &b->host) < 0) {
         log_err("cannot read %s: skipping this tick", b->proc_meminfo);
@@ -673,72 +716,116 @@ static bool tick_round(balancer *b)
         log_err("%s: skipping this tick", err->message);
         return false;
     }
-    b->backend_up = b->backend->sync(&b->hv) >= 0;
-    if (!b->backend_up)
-        return false; /* the backend logged why; guests are kept for when it returns */
+    return true;
+}
 
-    int64_t now = time(NULL);
-    int64_t tick_ms = mono_ms(); /* where each balloon is going, for the views and the moves alike */
-    size_t n = b->guests->len;
-    g_autofree guest_view *views = g_new0(guest_view, n ? n : 1);
-    g_autofree guest_decision *dec = g_new0(guest_decision, n ? n : 1);
-    for (size_t i = 0; i < n; i++) {
-        guest *g = g_ptr_array_index(b->guests, i);
-        guest_sample s;
-        g_autoptr(GError) serr = NULL;
-        /* a reset is a new boot: it gets its size back (the policy) and is
-         * judged afresh */
-        if (g->hv.resets > 0) {
-            log_info("guest %s: its machine was reset (a reboot)", g->hv.name);
-            guest_rebooted(g);
-            g->hv.resets = 0;
-        }
-        bool was_need = g->view.in_need, was_thrashing = g->view.thrashing;
-        if (b->backend->agent_drain)
-            b->backend->agent_drain(&b->hv, &g->hv, &g->agent, g->view.actual_bytes);
-        if (b->backend->sample(&b->hv, &g->hv, &s, &serr) < 0) {
-            log_debug("guest %s: no stats this tick: %s", g->hv.name, serr->message);
-            g->view.stats_valid = g->view.stats_fresh = false;
-        } else {
-            /* host truth the backend does not have: what its QEMU touched */
-            int pid = b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : 0;
-            s.rss_bytes = pid > 0 ? qemu_touched_bytes(pid, s.max_bytes) : -1;
-            /* and how often its QEMU waits for host swap, and the CPU it
-             * uses, once the pid is known to be the QEMU (its RSS was
-             * readable) */
-            proc_stat_counts pc;
-            bool pc_ok = s.rss_bytes >= 0 && proc_stat_counts_read(pid, &pc) == 0;
-            s.qemu_major_faults = pc_ok && pc.major_faults <= INT64_MAX ? (int64_t)pc.major_faults : -1;
-            s.qemu_cpu_ms = pc_ok && pc.cpu_ms <= INT64_MAX ? (int64_t)pc.cpu_ms : -1;
-            /* and what host reclaim measured of its working set, while that
-             * is recent: a guest no longer scanned (in need, paused, no
-             * pressure without proactive) has none */
-            host_swap_guest_stats hs;
-            bool ws_fresh = host_swap_guest_stats_get(g->hswap, &hs) && hs.ws_known &&
-                            mono_ms() - hs.at_ms <= 3000 * (int64_t)b->cfg.hr_scan_interval;
-            s.host_ws_bytes = ws_fresh ? (int64_t)hs.ws_bytes : -1;
-            /* a virtio-mem device: the guest's size is its balloon's and the device's */
-            note_vmem(b, g, guest_fold_vmem(g, &s, b->backend->set_vmem != NULL, (double)mono_ms() / 1000.0));
-            guest_ingest(g, &s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
-            note_verdicts(g, was_need, was_thrashing);
-            note_job(g, s.job_ms);
-            /* balloon changes are sent without waiting: refusals come back here */
-            g->balloon_errors += s.balloon_failures;
-            b->backend_errors += s.balloon_failures;
-        }
-        /* a balloon still on its way counts as done (no overshoot while it
-         * moves); one that grew on its own, the guest deflated on OOM
-         * (deflate-on-oom / libvirt autodeflate): not fought (under
-         * mode=off it is the operator's doing) */
-        if (guest_balloon_view(g, balloon_heading(b, g, tick_ms), tick_ms - g->last_grow_ms < reissue_ms(b))) {
-            char sz_[32];
-            size_format(g->view.self_deflated_bytes, sz_, sizeof(sz_));
-            log_info("guest %s: deflated its balloon by %s on its own (deflate-on-oom): not fought", g->hv.name, sz_);
-        }
-        views[i] = g->view;
-        if (g->job_ms >= 0)
-            views[i].stats_valid = views[i].stats_fresh = false; /* neither gives nor takes while the job runs */
+/* Collect: the host, then the guests the hypervisor runs; false when
+ * either cannot be reached (logged). */
+static bool collect(balancer *b)
+{
+    if (!collect_host(b))
+        return false;
+    b->backend_up = b->backend->sync(&b->hv) >= 0;
+    return b->backend_up; /* the backend logged why; guests are kept for when it returns */
+}
+
+/* A reset is a new boot: it gets its size back (the policy) and is judged afresh. */
+static void note_reset(guest *g)
+{
+    if (g->hv.resets > 0) {
+        log_info("guest %s: its machine was reset (a reboot)", g->hv.name);
+        guest_rebooted(g);
+        g->hv.resets = 0;
     }
+}
+
+/* Collect, host truth the backend does not have: what a guest's QEMU
+ * touched, its host swap-ins and CPU, its working set by host reclaim. */
+static void add_host_truth(balancer *b, guest *g, guest_sample *s)
+{
+    int pid = b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : 0;
+    s->rss_bytes = pid > 0 ? qemu_touched_bytes(pid, s->max_bytes) : -1;
+    /* and how often its QEMU waits for host swap, and the CPU it
+     * uses, once the pid is known to be the QEMU (its RSS was
+     * readable) */
+    proc_stat_counts pc;
+    bool pc_ok = s->rss_bytes >= 0 && proc_stat_counts_read(pid, &pc) == 0;
+    s->qemu_major_faults = pc_ok && pc.major_faults <= INT64_MAX ? (int64_t)pc.major_faults : -1;
+    s->qemu_cpu_ms = pc_ok && pc.cpu_ms <= INT64_MAX ? (int64_t)pc.cpu_ms : -1;
+    /* and what host reclaim measured of its working set, while that
+     * is recent: a guest no longer scanned (in need, paused, no
+     * pressure without proactive) has none */
+    host_swap_guest_stats hs;
+    bool ws_fresh = host_swap_guest_stats_get(g->hswap, &hs) && hs.ws_known &&
+                    mono_ms() - hs.at_ms <= 3000 * (int64_t)b->cfg.hr_scan_interval;
+    s->host_ws_bytes = ws_fresh ? (int64_t)hs.ws_bytes : -1;
+}
+
+/* Collect, a guest: what its agent sent, its stats and the host's truth
+ * about it; false when it has no stats this tick (logged). */
+static bool collect_guest(balancer *b, guest *g, guest_sample *s)
+{
+    g_autoptr(GError) serr = NULL;
+    if (b->backend->agent_drain)
+        b->backend->agent_drain(&b->hv, &g->hv, &g->agent, g->view.actual_bytes);
+    if (b->backend->sample(&b->hv, &g->hv, s, &serr) < 0) {
+        log_debug("guest %s: no stats this tick: %s", g->hv.name, serr->message);
+        return false;
+    }
+    add_host_truth(b, g, s);
+    return true;
+}
+
+/* State: a guest's sample into its view (core/guest.c), saying what
+ * changed: its virtio-mem device, its verdicts, a libvirt job. */
+static void ingest_sample(balancer *b, guest *g, guest_sample *s, int64_t now, bool was_need, bool was_thrashing)
+{
+    /* a virtio-mem device: the guest's size is its balloon's and the device's */
+    note_vmem(b, g, guest_fold_vmem(g, s, b->backend->set_vmem != NULL, (double)mono_ms() / 1000.0));
+    guest_ingest(g, s, now, (double)mono_ms() / 1000.0, &b->lim, &b->cp);
+    note_verdicts(g, was_need, was_thrashing);
+    note_job(g, s->job_ms);
+    /* balloon changes are sent without waiting: refusals come back here */
+    g->balloon_errors += s->balloon_failures;
+    b->backend_errors += s->balloon_failures;
+}
+
+/* State: a guest's balloon as the policy sees it, going where it was
+ * last sent at tick_ms. */
+static void see_balloon(balancer *b, guest *g, int64_t tick_ms)
+{
+    /* a balloon still on its way counts as done (no overshoot while it
+     * moves); one that grew on its own, the guest deflated on OOM
+     * (deflate-on-oom / libvirt autodeflate): not fought (under
+     * mode=off it is the operator's doing) */
+    if (guest_balloon_view(g, balloon_heading(b, g, tick_ms), tick_ms - g->last_grow_ms < reissue_ms(b))) {
+        char sz_[32];
+        size_format(g->view.self_deflated_bytes, sz_, sizeof(sz_));
+        log_info("guest %s: deflated its balloon by %s on its own (deflate-on-oom): not fought", g->hv.name, sz_);
+    }
+}
+
+/* Collect and state, one guest: the view the policy decides on. */
+static guest_view guest_round(balancer *b, guest *g, int64_t now, int64_t tick_ms)
+{
+    note_reset(g);
+    bool was_need = g->view.in_need, was_thrashing = g->view.thrashing;
+    guest_sample s;
+    if (collect_guest(b, g, &s))
+        ingest_sample(b, g, &s, now, was_need, was_thrashing);
+    else
+        g->view.stats_valid = g->view.stats_fresh = false;
+    see_balloon(b, g, tick_ms);
+    guest_view v = g->view;
+    if (g->job_ms >= 0)
+        v.stats_valid = v.stats_fresh = false; /* neither gives nor takes while the job runs */
+    return v;
+}
+
+/* Decide: the policy over every guest's view; the host's reclaiming
+ * state said when it changes. */
+static void decide(balancer *b, const guest_view *views, size_t n, guest_decision *dec)
+{
     policy_input in = { .now_s = (double)mono_ms() / 1000.0, .host = b->host.host, .wm = b->wm,
                         .tun = b->cfg.tun, .n_guests = n, .guests = views };
     policy_output out = { .decisions = dec };
@@ -748,9 +835,18 @@ static bool tick_round(balancer *b)
                  out.summary);
     b->reclaiming = out.reclaiming;
     snprintf(b->summary, sizeof(b->summary), "%s", out.summary);
+}
+
+/* Act, the balloons: each guest's decision carried out; returns what the
+ * decisions take from the guests' balloons (for host reclaim). */
+static uint64_t act_balloons(balancer *b, const guest_view *views, const guest_decision *dec, size_t n,
+                             int64_t tick_ms)
+{
     uint64_t balloon_reclaim = 0;
+    assert(b->guests->len == n); /* guests come and go in the backend's sync only */
     for (size_t i = 0; i < n; i++) {
         guest *g = g_ptr_array_index(b->guests, i);
+        assert(views[i].name == g->hv.name); /* views[i] and dec[i] are guest i's */
         actuate(b, g, &dec[i], tick_ms, false);
         /* a reset is answered once the answer could be acted on: not while
          * paused, in a dry run or during a libvirt job */
@@ -759,6 +855,24 @@ static bool tick_round(balancer *b)
         if (dec[i].change && views[i].policy.mode != VM_MODE_OFF && dec[i].target_bytes < views[i].actual_bytes)
             balloon_reclaim += views[i].actual_bytes - dec[i].target_bytes;
     }
+    return balloon_reclaim;
+}
+
+/* One round: collect, state, decide, act (ARCHITECTURE.md; the report is
+ * balancer_tick's); false if it stopped early (the reason is logged). */
+static bool tick_round(balancer *b)
+{
+    if (!collect(b))
+        return false;
+    int64_t now = time(NULL);
+    int64_t tick_ms = mono_ms(); /* where each balloon is going, for the views and the moves alike */
+    size_t n = b->guests->len;
+    g_autofree guest_view *views = g_new0(guest_view, n ? n : 1);
+    g_autofree guest_decision *dec = g_new0(guest_decision, n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        views[i] = guest_round(b, g_ptr_array_index(b->guests, i), now, tick_ms);
+    decide(b, views, n, dec);
+    uint64_t balloon_reclaim = act_balloons(b, views, dec, n, tick_ms);
     /* last resort after ballooning: host swap of cold guest memory */
     host_reclaim_round(b, balloon_reclaim);
     return true;
@@ -778,5 +892,5 @@ void balancer_tick(balancer *b)
         tick_histogram_observe(&b->tick_hist, seconds);
         log_debug("tick %llu: %s (%.3f s)", (unsigned long long)b->ticks, b->summary, seconds);
     }
-    publish_snapshot(b);
+    publish_snapshot(b); /* report: what /metrics and the control socket render */
 }

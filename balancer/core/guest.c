@@ -1,5 +1,6 @@
 #include "core/guest.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -241,8 +242,8 @@ uint64_t reclaimable_cache(uint64_t cache, uint64_t available, uint64_t free_byt
     return cache < beyond_free ? cache : beyond_free;
 }
 
-void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
-                  const classify_params *cp)
+/* Host-measured rates: its disk reads (tick to tick), its QEMU's major faults and CPU (over a window). */
+static void host_rates(guest *g, const guest_sample *s, double mono)
 {
     g->disk_read_bps = host_counter_rate(&g->disk, s->disk_read_bytes, mono, g->disk_read_bps, 0);
     g->qemu_faults_ps = host_counter_rate(&g->qflt, s->qemu_major_faults, mono, g->qemu_faults_ps, HOST_RATE_WINDOW_S);
@@ -251,41 +252,55 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     double cpu_ms_ps = host_counter_rate(&g->qcpu, s->qemu_cpu_ms, mono, g->qemu_cpu < 0 ? -1 : g->qemu_cpu * 1000.0,
                                          HOST_RATE_WINDOW_S);
     g->qemu_cpu = cpu_ms_ps < 0 || cpu_reset ? -1 : cpu_ms_ps / 1000.0;
-    guest_view *v = &g->view;
-    bool fresh_report = !g->have_cur || s->last_update != g->cur.last_update;
+}
+
+/* Reset detection: the last report becomes the previous; the rate window starts over where reports broke. */
+static void keep_previous(guest *g, const guest_sample *s)
+{
     /* (a report from before a reset is no "previous" of the booted guest's) */
-    if (g->have_cur && fresh_report && s->last_update > 0 &&
-        !(g->reset_report && g->cur.last_update <= g->reset_report)) {
-        g->prev = g->cur;
-        g->have_prev = g->prev.last_update > 0;
-        /* the reports rates are taken over run unbroken: they start over
-         * at a sample without stats, a clock that went back (a migration
-         * to a host behind), or a counter that did (a reboot without a
-         * reset event) */
-        if (!g->have_prev || s->last_update < g->prev.last_update || went_back(s->swap_in_bytes, g->prev.swap_in_bytes) ||
-            went_back(s->swap_out_bytes, g->prev.swap_out_bytes) || went_back(s->major_faults, g->prev.major_faults))
-            g->past_n = 0;
-        if (g->have_prev) {
-            g->past_head = (g->past_head + 1) % GUEST_PAST_SLOTS;
-            g->past[g->past_head] = g->prev;
-            g->past_n += g->past_n < GUEST_PAST_SLOTS;
-        }
+    if (!g->have_cur || s->last_update <= 0 || (g->reset_report && g->cur.last_update <= g->reset_report))
+        return;
+    g->prev = g->cur;
+    g->have_prev = g->prev.last_update > 0;
+    /* the reports rates are taken over run unbroken: they start over
+     * at a sample without stats, a clock that went back (a migration
+     * to a host behind), or a counter that did (a reboot without a
+     * reset event) */
+    if (!g->have_prev || s->last_update < g->prev.last_update || went_back(s->swap_in_bytes, g->prev.swap_in_bytes) ||
+        went_back(s->swap_out_bytes, g->prev.swap_out_bytes) || went_back(s->major_faults, g->prev.major_faults))
+        g->past_n = 0;
+    if (g->have_prev) {
+        g->past_head = (g->past_head + 1) % GUEST_PAST_SLOTS;
+        g->past[g->past_head] = g->prev;
+        g->past_n += g->past_n < GUEST_PAST_SLOTS;
     }
+}
+
+/* Whether its MemTotal stayed above the balloon for DOO_REPORTS reports (deflate-on-oom: used_of). */
+static bool deflate_on_oom_seen(guest *g, const guest_sample *s, bool fresh_report)
+{
     if (fresh_report && s->total_bytes > 0 && s->actual_bytes > 0)
         g->total_above = (double)s->total_bytes > (double)s->actual_bytes + DOO_SLACK ? g->total_above + 1 : 0;
-    bool doo = g->total_above >= DOO_REPORTS;
-    g->cur = *s;
-    g->have_cur = true;
+    return g->total_above >= DOO_REPORTS;
+}
 
-    /* host truth */
+/* Host truth: the balloon's size, the domain maximum, and the floor and ceiling from them. */
+static void host_sizes(guest *g, guest_view *v, const guest_sample *s, const guest_limits *lim)
+{
     v->actual_bytes = s->actual_bytes > 0 ? (uint64_t)s->actual_bytes : 0;
     v->max_bytes = s->max_bytes > 0 ? (uint64_t)s->max_bytes : v->actual_bytes;
     if (v->actual_bytes > v->max_bytes)
         v->max_bytes = v->actual_bytes;
     v->policy = g->policy;
     guest_bounds(&g->policy, v->max_bytes, lim, &v->floor_bytes, &v->ceiling_bytes);
+    /* what the actuator clamps a target to (within_bounds) */
+    assert(v->actual_bytes <= v->max_bytes && v->floor_bytes <= v->ceiling_bytes && v->ceiling_bytes <= v->max_bytes);
+}
 
-    /* guest claims, bounded by what the host knows the guest has */
+/* Clamp to host truth: the sizes the guest claims, bounded by what the host knows the guest has. */
+static void clamp_claims(guest *g, guest_view *v, const guest_sample *s, int64_t now, const guest_limits *lim,
+                         bool doo)
+{
     bool age_ok = s->last_update > 0 && now - s->last_update <= (int64_t)lim->stale_seconds;
     v->stats_valid = age_ok && s->available_bytes >= 0 && v->actual_bytes > 0;
     /* (MemFree may legitimately exceed MemAvailable: only the balloon
@@ -295,6 +310,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->cache_bytes = clamp_size(g, s->cache_bytes, v->actual_bytes);
     v->reclaimable_cache_bytes = reclaimable_cache(v->cache_bytes, v->available_bytes, v->free_bytes);
     v->used_bytes = (uint64_t)used_of(s, v->actual_bytes, doo);
+}
+
+/* Clamp to host truth: used memory, to what its QEMU touched; returns what it never touched. */
+static uint64_t clamp_to_touched(guest *g, guest_view *v, const guest_sample *s)
+{
     /* the host's check: memory its QEMU never touched (neither resident
      * nor swapped out) is not in use, whatever the guest says.  QEMU's
      * own memory makes the bound loose; memory outside the guest's
@@ -314,7 +334,15 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
         g->clamped_values++;
         v->used_bytes = v->actual_bytes - untouched;
     }
+    /* guest values never exceed what the host measured (backed: actual less used) */
+    assert(v->used_bytes <= v->actual_bytes && v->available_bytes <= v->actual_bytes &&
+           v->free_bytes <= v->actual_bytes && v->cache_bytes <= v->actual_bytes);
+    return untouched;
+}
 
+/* What its agent and the host measured, into the view. */
+static void measured(guest *g, guest_view *v, const guest_sample *s, double mono, const guest_limits *lim)
+{
     v->agent_fresh = agent_fresh(&g->agent, mono, (double)lim->stale_seconds);
     v->agent_refault_ps = v->agent_fresh ? g->agent.refault_anon_ps + g->agent.refault_file_ps : 0;
     v->agent_psi_some = v->agent_fresh ? g->agent.cur.psi_some_avg10 : -1;
@@ -326,60 +354,79 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->deflate_on_oom = s->deflate_on_oom;
     v->host_rss_bytes = s->rss_bytes;
     v->host_ws_bytes = s->host_ws_bytes;
+}
+
+/* The guest's memory host reclaim found idle for the cold age, or put in host swap. */
+static uint64_t idle_bytes(const guest_view *v, const guest_sample *s)
+{
     /* host reclaim's view: memory resident but idle for the cold age, or
      * in host swap, is not what a guest short of memory would leave
      * alone.  Half of it idle bounds swap-in claims as untouched memory
      * does (half, not a quarter: the probe source sees a chunk through a
      * few pages and can take a sparsely used one for idle) */
-    uint64_t idle = s->host_ws_bytes >= 0 && (uint64_t)s->host_ws_bytes < v->actual_bytes
-                        ? v->actual_bytes - (uint64_t)s->host_ws_bytes : 0;
+    return s->host_ws_bytes >= 0 && (uint64_t)s->host_ws_bytes < v->actual_bytes
+               ? v->actual_bytes - (uint64_t)s->host_ws_bytes : 0;
+}
 
-    if (fresh_report && g->have_prev) {
-        /* rates over GUEST_RATE_WINDOW_S (less for the first reports held),
-         * backed by the disk reads the host measured over that span;
-         * events since its last report */
-        const guest_sample *base = rate_base(g);
-        double dt = (double)(g->cur.last_update - g->prev.last_update);
-        double wdt = (double)(g->cur.last_update - base->last_update);
-        /* (the disk reads from the base report on, to now: they cover the
-         * guest's span, which ends at its last report; with one disk sample
-         * held, its rate as the tick took it, -1 unmeasured) */
-        double disk_bps = host_counter_since(&g->disk, (double)(now - base->last_update), g->disk_read_bps);
-        uint64_t reserve = guest_reserve(v, cp->need_reserve_percent, cp->need_reserve_min);
-        v->swap_in_bps = backed(g, v, reserve, counter_rate(g, g->cur.swap_in_bytes, base->swap_in_bytes, wdt, MAX_SWAP_BPS),
-                                disk_bps, 1);
-        v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, base->swap_out_bytes, wdt, MAX_SWAP_BPS);
-        v->major_faults_ps = backed(g, v, reserve,
-                                    counter_rate(g, g->cur.major_faults, base->major_faults, wdt, MAX_FAULTS_PS),
-                                    disk_bps, 4096);
-        /* the guest's own word, and only that: an OOM kill or a stall makes
-         * it in need (policies/classify.c), and what need gets is bounded by
-         * use like any claim (split-lru's need_allowance) */
-        v->oom_killed = counter_rate(g, g->cur.oom_kills, g->prev.oom_kills, dt, MAX_FAULTS_PS) > 0;
-        v->alloc_stalls_ps = counter_rate(g, g->cur.alloc_stalls, g->prev.alloc_stalls, dt, MAX_FAULTS_PS);
-        if (v->agent_fresh) { /* the agent says the same from /proc/vmstat (any QEMU) */
-            v->oom_killed = v->oom_killed || g->agent.oom_kill_ps > 0;
-            v->alloc_stalls_ps = v->alloc_stalls_ps > g->agent.alloc_stall_ps ? v->alloc_stalls_ps
-                                                                               : g->agent.alloc_stall_ps;
-        }
-        /* a guest with a quarter of its memory untouched is under no
-         * memory pressure: its swap-ins (if any) are not the host's to
-         * answer (a cgroup limit inside it, or a lie).  A quarter: a
-         * thrashing guest just given a step (10%) is well below it.  Not
-         * counted as unbacked: an honest guest's cgroup swaps this way */
-        if ((untouched > v->actual_bytes / 4 || idle > v->actual_bytes / 2) &&
-            (v->swap_in_bps > 0 || v->major_faults_ps > 0)) {
-            v->swap_in_bps = v->major_faults_ps = 0;
-        }
-        v->used_growth_bps = wdt > 0 ? (used_of(&g->cur, v->max_bytes, doo) - used_of(base, v->max_bytes, doo)) / wdt : 0;
-        classify_update(&g->cls, v, cp);
-    } else if (!v->stats_valid) {
-        v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = v->alloc_stalls_ps = 0;
-        v->oom_killed = false;
-    } else {
-        v->oom_killed = false; /* a kill is an event: told once, on the report that counted it */
+/* Swap-in cross-check: swap-in and fault rates from base, backed by the host's disk reads since. */
+static void backed_rates(guest *g, guest_view *v, const guest_sample *base, double wdt, int64_t now,
+                         const classify_params *cp)
+{
+    /* (the disk reads from the base report on, to now: they cover the
+     * guest's span, which ends at its last report; with one disk sample
+     * held, its rate as the tick took it, -1 unmeasured) */
+    double disk_bps = host_counter_since(&g->disk, (double)(now - base->last_update), g->disk_read_bps);
+    uint64_t reserve = guest_reserve(v, cp->need_reserve_percent, cp->need_reserve_min);
+    v->swap_in_bps = backed(g, v, reserve, counter_rate(g, g->cur.swap_in_bytes, base->swap_in_bytes, wdt, MAX_SWAP_BPS),
+                            disk_bps, 1);
+    v->swap_out_bps = counter_rate(g, g->cur.swap_out_bytes, base->swap_out_bytes, wdt, MAX_SWAP_BPS);
+    v->major_faults_ps = backed(g, v, reserve,
+                                counter_rate(g, g->cur.major_faults, base->major_faults, wdt, MAX_FAULTS_PS),
+                                disk_bps, 4096);
+}
+
+/* Events since its last report: an OOM kill, allocation stalls (its word and its agent's). */
+static void event_rates(guest *g, guest_view *v, double dt)
+{
+    /* the guest's own word, and only that: an OOM kill or a stall makes
+     * it in need (policies/classify.c), and what need gets is bounded by
+     * use like any claim (split-lru's need_allowance) */
+    v->oom_killed = counter_rate(g, g->cur.oom_kills, g->prev.oom_kills, dt, MAX_FAULTS_PS) > 0;
+    v->alloc_stalls_ps = counter_rate(g, g->cur.alloc_stalls, g->prev.alloc_stalls, dt, MAX_FAULTS_PS);
+    if (v->agent_fresh) { /* the agent says the same from /proc/vmstat (any QEMU) */
+        v->oom_killed = v->oom_killed || g->agent.oom_kill_ps > 0;
+        v->alloc_stalls_ps = v->alloc_stalls_ps > g->agent.alloc_stall_ps ? v->alloc_stalls_ps
+                                                                           : g->agent.alloc_stall_ps;
     }
+}
 
+/* Rates over the window of its reports: swap-ins, faults, used memory's growth; events. */
+static void window_rates(guest *g, guest_view *v, int64_t now, const classify_params *cp, bool doo,
+                         uint64_t untouched, uint64_t idle)
+{
+    /* rates over GUEST_RATE_WINDOW_S (less for the first reports held),
+     * backed by the disk reads the host measured over that span;
+     * events since its last report */
+    const guest_sample *base = rate_base(g);
+    double dt = (double)(g->cur.last_update - g->prev.last_update);
+    double wdt = (double)(g->cur.last_update - base->last_update);
+    backed_rates(g, v, base, wdt, now, cp);
+    event_rates(g, v, dt);
+    /* a guest with a quarter of its memory untouched is under no
+     * memory pressure: its swap-ins (if any) are not the host's to
+     * answer (a cgroup limit inside it, or a lie).  A quarter: a
+     * thrashing guest just given a step (10%) is well below it.  Not
+     * counted as unbacked: an honest guest's cgroup swaps this way */
+    if ((untouched > v->actual_bytes / 4 || idle > v->actual_bytes / 2) &&
+        (v->swap_in_bps > 0 || v->major_faults_ps > 0)) {
+        v->swap_in_bps = v->major_faults_ps = 0;
+    }
+    v->used_growth_bps = wdt > 0 ? (used_of(&g->cur, v->max_bytes, doo) - used_of(base, v->max_bytes, doo)) / wdt : 0;
+}
+
+/* Classification: its verdicts (classify_update's) into the view. */
+static void verdicts(guest *g, guest_view *v, bool fresh_report)
+{
     v->thrashing = g->cls.thrashing;
     v->streaming = g->cls.streaming;
     v->filling = g->cls.filling;
@@ -389,6 +436,11 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     v->peak_used_bytes = (uint64_t)g->cls.peak_used;
     v->name = g->hv.name;
     v->uuid = g->hv.uuid;
+}
+
+/* After a reset: no stats until the booted guest reports; fresh or not. */
+static void judge_after_reset(guest *g, guest_view *v, const guest_sample *s, bool fresh_report)
+{
     /* a report from before a reset describes the guest that was: the
      * booting one has none until its balloon driver reports */
     if (g->reset_report && s->last_update <= g->reset_report)
@@ -396,6 +448,37 @@ void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, con
     else
         g->reset_report = 0;
     v->stats_fresh = v->stats_valid && fresh_report;
+}
+
+void guest_ingest(guest *g, const guest_sample *s, int64_t now, double mono, const guest_limits *lim,
+                  const classify_params *cp)
+{
+    host_rates(g, s, mono);
+    guest_view *v = &g->view;
+    bool fresh_report = !g->have_cur || s->last_update != g->cur.last_update;
+    if (fresh_report)
+        keep_previous(g, s);
+    bool doo = deflate_on_oom_seen(g, s, fresh_report);
+    g->cur = *s;
+    g->have_cur = true;
+
+    host_sizes(g, v, s, lim);
+    clamp_claims(g, v, s, now, lim, doo);
+    uint64_t untouched = clamp_to_touched(g, v, s);
+    measured(g, v, s, mono, lim);
+    uint64_t idle = idle_bytes(v, s);
+
+    if (fresh_report && g->have_prev) {
+        window_rates(g, v, now, cp, doo, untouched, idle);
+        classify_update(&g->cls, v, cp);
+    } else if (!v->stats_valid) {
+        v->swap_in_bps = v->swap_out_bps = v->major_faults_ps = v->used_growth_bps = v->alloc_stalls_ps = 0;
+        v->oom_killed = false;
+    } else {
+        v->oom_killed = false; /* a kill is an event: told once, on the report that counted it */
+    }
+    verdicts(g, v, fresh_report);
+    judge_after_reset(g, v, s, fresh_report);
 }
 
 uint64_t guest_balloon_view(guest *g, uint64_t heading, bool grow_asked_lately)

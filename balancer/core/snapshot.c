@@ -6,6 +6,37 @@
 
 #include "util/mono_clock.h"
 
+/* A guest's virtio-mem device and its balloon, in its row. */
+static void vmem_row(const guest *g, snapshot_guest *r)
+{
+    double now = (double)mono_ms() / 1000.0;
+    r->vmem_devices = g->vmem.devices;
+    r->vmem_resized = g->vmem_resized;
+    r->vmem_held = g->vmem_resized && vmem_track_held(&g->vtrack, now);
+    r->vmem_plug_refused = r->vmem_held && g->vtrack.plug_refused;
+    r->vmem_held_s = r->vmem_held ? g->vtrack.held_until - now : 0;
+    r->vmem_block_bytes = g->vmem.block_bytes;
+    r->vmem_max_bytes = g->vmem.max_bytes;
+    r->vmem_requested_bytes = g->vmem.requested_bytes;
+    r->vmem_plugged_bytes = g->vmem.plugged_bytes;
+    r->base_bytes = g->vmem_resized ? g->base_bytes : 0;
+    r->balloon_bytes = g->vmem_resized ? g->balloon_bytes : g->view.actual_bytes;
+}
+
+/* What a guest's agent reported, in its row. */
+static void agent_row(const guest *g, snapshot_guest *r)
+{
+    const agent_state *a = &g->agent;
+    r->agent_refaults_anon = a->have ? a->cur.vmstat[AV_REFAULT_ANON] : -1;
+    r->agent_refaults_file = a->have ? a->cur.vmstat[AV_REFAULT_FILE] : -1;
+    r->agent_psi_some = g->view.agent_fresh ? a->cur.psi_some_avg10 : -1;
+    r->agent_messages = a->messages;
+    r->agent_resets = a->resets;
+    r->agent_clamped = a->clamped;
+    memcpy(r->agent_rejected, a->rejected, sizeof(r->agent_rejected));
+}
+
+/* A guest's row: its identity, policy, last decision and counters, device, measures and agent. */
 static void guest_row(const guest *g, snapshot_guest *r)
 {
     snprintf(r->name, sizeof(r->name), "%s", g->hv.name);
@@ -31,18 +62,7 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->unbacked_claims = g->unbacked_claims;
     r->unbacked_short = g->unbacked_short;
     r->self_deflations = g->self_deflations;
-    double now = (double)mono_ms() / 1000.0;
-    r->vmem_devices = g->vmem.devices;
-    r->vmem_resized = g->vmem_resized;
-    r->vmem_held = g->vmem_resized && vmem_track_held(&g->vtrack, now);
-    r->vmem_plug_refused = r->vmem_held && g->vtrack.plug_refused;
-    r->vmem_held_s = r->vmem_held ? g->vtrack.held_until - now : 0;
-    r->vmem_block_bytes = g->vmem.block_bytes;
-    r->vmem_max_bytes = g->vmem.max_bytes;
-    r->vmem_requested_bytes = g->vmem.requested_bytes;
-    r->vmem_plugged_bytes = g->vmem.plugged_bytes;
-    r->base_bytes = g->vmem_resized ? g->base_bytes : 0;
-    r->balloon_bytes = g->vmem_resized ? g->balloon_bytes : g->view.actual_bytes;
+    vmem_row(g, r);
     r->disk_read_bps = g->disk_read_bps;
     r->qemu_faults_ps = g->qemu_faults_ps;
     r->qemu_cpu = g->qemu_cpu;
@@ -53,14 +73,7 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->major_faults = g->cur.major_faults;
     r->oom_kills = g->cur.oom_kills;
     r->alloc_stalls = g->cur.alloc_stalls;
-    const agent_state *a = &g->agent;
-    r->agent_refaults_anon = a->have ? a->cur.vmstat[AV_REFAULT_ANON] : -1;
-    r->agent_refaults_file = a->have ? a->cur.vmstat[AV_REFAULT_FILE] : -1;
-    r->agent_psi_some = g->view.agent_fresh ? a->cur.psi_some_avg10 : -1;
-    r->agent_messages = a->messages;
-    r->agent_resets = a->resets;
-    r->agent_clamped = a->clamped;
-    memcpy(r->agent_rejected, a->rejected, sizeof(r->agent_rejected));
+    agent_row(g, r);
     host_swap_guest_stats_get(g->hswap, &r->reclaim);
 }
 
