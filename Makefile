@@ -29,7 +29,7 @@ ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) $(SAN) $(CPPFLAGS)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
 pc_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
 
-QMP_SRC      := qmp/qmp_framer.c qmp/qmp_client.c qmp/qmp_commands.c
+QMP_SRC      := qmp/qmp_framer.c qmp/qmp_client.c qmp/qmp_send.c qmp/qmp_commands.c
 QMP_GLIB_SRC := qmp/qmp_glib.c
 QMP_OBJ      := $(QMP_SRC:%.c=$(BUILD)/%.o)
 QMP_GLIB_OBJ := $(QMP_GLIB_SRC:%.c=$(BUILD)/%.o)
