@@ -29,7 +29,7 @@ ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) $(SAN) $(CPPFLAGS)
 pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
 pc_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
 
-QMP_SRC      := qmp/qmp_framer.c qmp/qmp_client.c qmp/qmp_commands.c
+QMP_SRC      := qmp/qmp_framer.c qmp/qmp_client.c qmp/qmp_send.c qmp/qmp_commands.c
 QMP_GLIB_SRC := qmp/qmp_glib.c
 QMP_OBJ      := $(QMP_SRC:%.c=$(BUILD)/%.o)
 QMP_GLIB_OBJ := $(QMP_GLIB_SRC:%.c=$(BUILD)/%.o)
@@ -60,11 +60,12 @@ REPLAYS      := $(BUILD)/tests/replay_qmp_reader $(BUILD)/tests/replay_agent_lin
 INTEG_TESTS  := $(BUILD)/tests/check_host_reclaim $(BUILD)/tests/check_qemu_qmp $(BUILD)/tests/check_daemon \
                 $(BUILD)/tests/check_faults
 FAKE_QEMU    := $(BUILD)/tests/fake_qemu
+BALLOON_SHIM := $(BUILD)/bench/membal-balloon-shim.so
 SIM          := $(BUILD)/bench/membal-sim
 
 .PHONY: all daemon unit-policy deb deb-check bench-scale bench-scan bench-fault bench-vmem deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
 
-all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS) $(FAKE_QEMU)
+all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS) $(FAKE_QEMU) $(BALLOON_SHIM)
 
 # what a package needs: the two programs, nothing of the tests
 daemon: $(BALANCERD) $(BALANCERCTL)
@@ -267,11 +268,18 @@ $(SIM): $(BUILD)/bench/sim/sim.o $(LIBPOLICY)
 	$(CC) $(SAN) -o $@ $^ -lm
 sim: $(SIM)
 	$(SIM)
-# balancerd's own cost with many guests (200 fake QMP guests, 1 s tick)
-bench-scale: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU)
-	bench/scale.sh --guests $(SCALE_GUESTS) --seconds $(SCALE_SECONDS) --runs $(RUNS)
+# balancerd's own cost with many guests (fake QMP guests, or libvirt's test
+# driver behind a libvirtd of its own; 1 s tick): SCALE_GUESTS may be a list
+bench-scale: $(BALANCERD) $(BALANCERCTL) $(FAKE_QEMU) $(BALLOON_SHIM)
+	@rc=0; for n in $(SCALE_GUESTS); do \
+	  bench/scale.sh --backend $(SCALE_BACKEND) --guests $$n --seconds $(SCALE_SECONDS) --runs $(RUNS) || rc=1; \
+	done; exit $$rc
 SCALE_GUESTS  ?= 200
+SCALE_BACKEND ?= qmp
 SCALE_SECONDS ?= 60
+$(BALLOON_SHIM): bench/scale/balloon_shim.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fPIC -shared $(call pc_cflags,libvirt glib-2.0) -o $@ $< $(call pc_libs,libvirt glib-2.0) -ldl -lm
 # host reclaim's scan cost on a synthetic guest, this checkout against SCAN_REVS
 bench-scan: $(LIBCORE) $(LIBPOLICY) $(LIBQMP)
 	bench/scan_cost/run.sh --revs "$(SCAN_REVS)" --runs $(RUNS) --gib $(SCAN_GIB)

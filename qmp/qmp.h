@@ -136,6 +136,16 @@ int qmp_execute_async(qmp_conn *conn, const char *command, json_object *args,
                       int timeout_ms, qmp_reply_cb cb, void *opaque,
                       qmp_error *err);
 
+/* Hold the commands sent from now on (qmp_execute_async: each is pending
+ * at once, its deadline running) and send them together, in one write, at
+ * qmp_uncork(): a round of questions to one QEMU costs one system call
+ * instead of one a command.  No blocking call in between: its command
+ * would wait for the uncork.  What the uncork cannot send breaks the
+ * connection, and every held command's callback runs with the reason.
+ * qmp_uncork returns 0, or -1 (err filled). */
+void qmp_cork(qmp_conn *conn);
+int qmp_uncork(qmp_conn *conn, qmp_error *err);
+
 /* Wait up to timeout_ms (0: do not wait) for input, read what is
  * available (64 KiB at most: a peer that never stops sending does not
  * hold the caller), dispatch replies and queue events, then deliver queued

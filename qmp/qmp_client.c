@@ -5,6 +5,7 @@
 #include "qmp/qmp.h"
 #include "qmp/qmp_framer.h"
 #include "qmp/qmp_internal.h"
+#include "qmp/qmp_conn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,42 +22,6 @@
 #define READ_CHUNK 4096
 #define READS_PER_PUMP 16 /* 64 KiB, as the guest agent's */
 #define MAX_JSON_DEPTH 64
-
-typedef struct pending {
-    struct pending *next;
-    uint64_t id;
-    int64_t deadline_ms;
-    qmp_reply_cb cb;
-    void *opaque;
-} pending;
-
-typedef struct event_node {
-    struct event_node *next;
-    qmp_event *ev;
-} event_node;
-
-typedef enum { ST_GREETING, ST_READY, ST_BROKEN } conn_state;
-
-struct qmp_conn {
-    int fd;
-    conn_state state;
-    qmp_error broken;
-    qmp_framer framer;
-    json_tokener *tok;
-    uint64_t next_id;
-    pending *pending;
-    event_node *ev_head, *ev_tail;
-    size_t ev_count;
-    qmp_event_cb ev_cb;
-    void *ev_opaque;
-    int ver_major, ver_minor, ver_micro;
-    qmp_counters counters;
-    /* the handshake of an async open, until ready has run */
-    qmp_reply_cb ready;
-    void *ready_opaque;
-    int64_t greet_deadline_ms;
-    int greet_timeout_ms;
-};
 
 static qmp_conn *conn_new(int fd);
 
@@ -75,9 +40,7 @@ const char *qmp_err_code_name(qmp_err_code code)
     return "unknown";
 }
 
-static void set_err(qmp_error *err, qmp_err_code code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(qmp_error *err, qmp_err_code code, const char *fmt, ...)
+void qmp_conn_err(qmp_error *err, qmp_err_code code, const char *fmt, ...)
 {
     if (!err)
         return;
@@ -86,13 +49,6 @@ static void set_err(qmp_error *err, qmp_err_code code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
     va_end(ap);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 void qmp_event_free(qmp_event *ev)
@@ -108,7 +64,7 @@ void qmp_event_free(qmp_event *ev)
 
 /* Mark the connection unusable and fail every pending command with the
  * reason.  Callbacks may run here, so the list is detached first. */
-static void conn_break(qmp_conn *c, const qmp_error *why)
+void qmp_conn_break(qmp_conn *c, const qmp_error *why)
 {
     if (c->state == ST_BROKEN)
         return;
@@ -126,13 +82,6 @@ static void conn_break(qmp_conn *c, const qmp_error *why)
         free(p);
         p = next;
     }
-}
-
-static int broken_err(const qmp_conn *c, qmp_error *err)
-{
-    if (err)
-        *err = c->broken;
-    return -1;
 }
 
 /* ---- incoming messages ---- */
@@ -240,7 +189,7 @@ static void handle_reply(qmp_conn *c, json_object *msg, json_object *ret,
         json_object_object_get_ex(error, "class", &cls);
         json_object_object_get_ex(error, "desc", &desc);
         qmp_error e;
-        set_err(&e, QMP_ERR_COMMAND, "%s: %s",
+        qmp_conn_err(&e, QMP_ERR_COMMAND, "%s: %s",
                 cls ? json_object_get_string(cls) : "Error",
                 desc ? json_object_get_string(desc) : "(no description)");
         p->cb(c, NULL, &e, p->opaque);
@@ -256,9 +205,9 @@ static void handle_message(qmp_conn *c, json_object *msg)
     c->counters.messages_in++;
     if (!json_object_is_type(msg, json_type_object)) {
         qmp_error e;
-        set_err(&e, QMP_ERR_PROTOCOL, "QMP peer sent a %s, not an object",
+        qmp_conn_err(&e, QMP_ERR_PROTOCOL, "QMP peer sent a %s, not an object",
                 json_type_to_name(json_object_get_type(msg)));
-        conn_break(c, &e);
+        qmp_conn_break(c, &e);
         return;
     }
     if (json_object_object_get_ex(msg, "QMP", &greeting)) {
@@ -292,12 +241,12 @@ static void handle_line(qmp_conn *c, const char *line, size_t len)
     if (!msg || jerr != json_tokener_success ||
         json_tokener_get_parse_end(c->tok) != len) {
         qmp_error e;
-        set_err(&e, QMP_ERR_PROTOCOL, "QMP peer sent invalid JSON (%s) near: %.40s",
+        qmp_conn_err(&e, QMP_ERR_PROTOCOL, "QMP peer sent invalid JSON (%s) near: %.40s",
                 msg && jerr == json_tokener_success ? "trailing data"
                                                     : json_tokener_error_desc(jerr),
                 line);
         json_object_put(msg);
-        conn_break(c, &e);
+        qmp_conn_break(c, &e);
         return;
     }
     handle_message(c, msg);
@@ -311,8 +260,8 @@ void qmp_conn_feed(qmp_conn *c, const char *data, size_t n)
         return;
     if (qmp_framer_feed(&c->framer, data, n) < 0) {
         qmp_error e;
-        set_err(&e, QMP_ERR_IO, "out of memory buffering QMP input");
-        conn_break(c, &e);
+        qmp_conn_err(&e, QMP_ERR_IO, "out of memory buffering QMP input");
+        qmp_conn_break(c, &e);
         return;
     }
     const char *line;
@@ -323,9 +272,9 @@ void qmp_conn_feed(qmp_conn *c, const char *data, size_t n)
         handle_line(c, line, len);
     if (c->state != ST_BROKEN && fr == QMP_FRAME_TOO_LONG) {
         qmp_error e;
-        set_err(&e, QMP_ERR_TOO_LONG, "QMP message exceeds the %zu byte limit",
+        qmp_conn_err(&e, QMP_ERR_TOO_LONG, "QMP message exceeds the %zu byte limit",
                 c->framer.max_line);
-        conn_break(c, &e);
+        qmp_conn_break(c, &e);
     }
 }
 
@@ -344,69 +293,39 @@ static void read_input(qmp_conn *c)
                 return;
             qmp_error e;
             if (errno == ECONNRESET) /* it went away with our commands unread */
-                set_err(&e, QMP_ERR_CLOSED, "QMP peer closed the connection (reset)");
+                qmp_conn_err(&e, QMP_ERR_CLOSED, "QMP peer closed the connection (reset)");
             else
-                set_err(&e, QMP_ERR_IO, "reading QMP socket: %s", strerror(errno));
-            conn_break(c, &e);
+                qmp_conn_err(&e, QMP_ERR_IO, "reading QMP socket: %s", strerror(errno));
+            qmp_conn_break(c, &e);
             return;
         }
         if (n == 0) {
             qmp_error e;
             size_t part = qmp_framer_pending(&c->framer);
             if (part)
-                set_err(&e, QMP_ERR_CLOSED,
+                qmp_conn_err(&e, QMP_ERR_CLOSED,
                         "QMP peer closed the connection in the middle of a message (%zu bytes)",
                         part);
             else
-                set_err(&e, QMP_ERR_CLOSED, "QMP peer closed the connection");
-            conn_break(c, &e);
+                qmp_conn_err(&e, QMP_ERR_CLOSED, "QMP peer closed the connection");
+            qmp_conn_break(c, &e);
             return;
         }
         qmp_conn_feed(c, chunk, (size_t)n);
+        if ((size_t)n < sizeof(chunk))
+            return; /* short: the socket is empty now, no read to hear EAGAIN */
     }
-}
-
-/* ---- output ---- */
-
-/* A command goes out whole at once or not at all: a QEMU whose socket
- * holds a few hundred KiB it has not read is not reading, and waiting for
- * room would block the caller (the daemon's main loop) for as long as it
- * waits; a part sent would leave half a message in the stream.  Either way
- * the connection breaks, with the reason. */
-static int write_all(qmp_conn *c, const char *buf, size_t len, qmp_error *err)
-{
-    size_t sent = 0;
-    while (sent < len) {
-        ssize_t n = send(c->fd, buf + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            sent += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        qmp_error e;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            set_err(&e, QMP_ERR_IO, "QEMU is not reading its QMP socket (its buffer is full; %zu of %zu bytes sent)",
-                    sent, len);
-        else if (n < 0 && errno == EPIPE)
-            set_err(&e, QMP_ERR_CLOSED, "QMP peer closed the connection");
-        else
-            set_err(&e, QMP_ERR_IO, "writing QMP socket: %s", strerror(errno));
-        conn_break(c, &e);
-        return broken_err(c, err);
-    }
-    return 0;
 }
 
 /* ---- public: pumping ---- */
 
 void qmp_expire(qmp_conn *c)
 {
-    int64_t now = now_ms();
+    int64_t now = qmp_conn_now_ms();
     if (c->state == ST_GREETING && c->ready && now >= c->greet_deadline_ms) {
         qmp_error e;
-        set_err(&e, QMP_ERR_TIMEOUT, "no QMP greeting within %d ms", c->greet_timeout_ms);
-        conn_break(c, &e);
+        qmp_conn_err(&e, QMP_ERR_TIMEOUT, "no QMP greeting within %d ms", c->greet_timeout_ms);
+        qmp_conn_break(c, &e);
         return;
     }
     /* the expired are taken off the list first: a callback that sends (or
@@ -427,7 +346,7 @@ void qmp_expire(qmp_conn *c)
         pending *p = expired;
         expired = p->next;
         qmp_error e;
-        set_err(&e, QMP_ERR_TIMEOUT, "no reply from QEMU within the deadline");
+        qmp_conn_err(&e, QMP_ERR_TIMEOUT, "no reply from QEMU within the deadline");
         p->cb(c, NULL, &e, p->opaque);
         free(p);
     }
@@ -447,18 +366,20 @@ static void deliver_events(qmp_conn *c)
 static int pump_input(qmp_conn *c, int timeout_ms, qmp_error *err)
 {
     if (c->state == ST_BROKEN)
-        return broken_err(c, err);
+        return qmp_conn_broken(c, err);
+    /* not waiting: the read itself says whether anything came (a poll
+     * first would be a second system call when it did) */
     struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
-    int r = poll(&pfd, 1, timeout_ms < 0 ? 0 : timeout_ms);
+    int r = timeout_ms <= 0 ? c->fd >= 0 : poll(&pfd, 1, timeout_ms);
     if (r < 0 && errno != EINTR) {
         qmp_error e;
-        set_err(&e, QMP_ERR_IO, "poll on QMP socket: %s", strerror(errno));
-        conn_break(c, &e);
+        qmp_conn_err(&e, QMP_ERR_IO, "poll on QMP socket: %s", strerror(errno));
+        qmp_conn_break(c, &e);
     } else if (r > 0) {
         read_input(c);
     }
     qmp_expire(c);
-    return c->state == ST_BROKEN ? broken_err(c, err) : 0;
+    return c->state == ST_BROKEN ? qmp_conn_broken(c, err) : 0;
 }
 
 int qmp_pump(qmp_conn *c, int timeout_ms, qmp_error *err)
@@ -466,77 +387,6 @@ int qmp_pump(qmp_conn *c, int timeout_ms, qmp_error *err)
     int r = pump_input(c, timeout_ms, err);
     deliver_events(c);
     return r;
-}
-
-/* ---- public: commands ---- */
-
-int qmp_execute_async(qmp_conn *c, const char *command, json_object *args,
-                      int timeout_ms, qmp_reply_cb cb, void *opaque,
-                      qmp_error *err)
-{
-    if (!c || !command || !*command || !cb) {
-        json_object_put(args);
-        set_err(err, QMP_ERR_ARG, "qmp_execute_async: missing connection, command or callback");
-        return -1;
-    }
-    if (c->state == ST_BROKEN) {
-        json_object_put(args);
-        return broken_err(c, err);
-    }
-    if (args && !json_object_is_type(args, json_type_object)) {
-        json_object_put(args);
-        set_err(err, QMP_ERR_ARG, "arguments of %s must be a JSON object", command);
-        return -1;
-    }
-    json_object *msg = json_object_new_object();
-    if (!msg) {
-        json_object_put(args);
-        set_err(err, QMP_ERR_IO, "out of memory");
-        return -1;
-    }
-    uint64_t id = ++c->next_id;
-    json_object_object_add(msg, "execute", json_object_new_string(command));
-    if (args)
-        json_object_object_add(msg, "arguments", args);
-    json_object_object_add(msg, "id", json_object_new_int64((int64_t)id));
-
-    size_t len;
-    const char *text = json_object_to_json_string_length(msg, JSON_C_TO_STRING_PLAIN, &len);
-    char *line = malloc(len + 2);
-    int rc = -1;
-    if (!line) {
-        set_err(err, QMP_ERR_IO, "out of memory");
-    } else {
-        memcpy(line, text, len);
-        line[len] = '\r';
-        line[len + 1] = '\n';
-        rc = write_all(c, line, len + 2, err);
-    }
-    free(line);
-    json_object_put(msg);
-    if (rc < 0)
-        return -1;
-    c->counters.commands_sent++;
-    if (qmp_conn_add_pending(c, id, timeout_ms < 0 ? 0 : timeout_ms, cb, opaque) < 0) {
-        set_err(err, QMP_ERR_IO, "out of memory");
-        return -1;
-    }
-    return 0;
-}
-
-int qmp_conn_add_pending(qmp_conn *c, uint64_t id, int timeout_ms, qmp_reply_cb cb,
-                         void *opaque)
-{
-    pending *p = calloc(1, sizeof(*p));
-    if (!p)
-        return -1;
-    p->id = id;
-    p->cb = cb;
-    p->opaque = opaque;
-    p->deadline_ms = now_ms() + timeout_ms;
-    p->next = c->pending;
-    c->pending = p;
-    return 0;
 }
 
 qmp_conn *qmp_conn_new_detached(void)
@@ -634,14 +484,14 @@ static qmp_event *take_named_event(qmp_conn *c, const char *name)
 
 qmp_event *qmp_wait_event(qmp_conn *c, const char *name, int timeout_ms, qmp_error *err)
 {
-    int64_t deadline = now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
+    int64_t deadline = qmp_conn_now_ms() + (timeout_ms < 0 ? 0 : timeout_ms);
     for (;;) {
         qmp_event *ev = take_named_event(c, name);
         if (ev)
             return ev;
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - qmp_conn_now_ms();
         if (left <= 0) {
-            set_err(err, QMP_ERR_TIMEOUT, "no %s event within %d ms", name, timeout_ms);
+            qmp_conn_err(err, QMP_ERR_TIMEOUT, "no %s event within %d ms", name, timeout_ms);
             return NULL;
         }
         if (pump_input(c, (int)(left < 100 ? left : 100), err) < 0)
@@ -672,25 +522,25 @@ static qmp_conn *conn_open(int fd, int timeout_ms, qmp_reply_cb ready, void *opa
 {
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-        set_err(err, QMP_ERR_ARG, "QMP fd %d: %s", fd, strerror(errno));
+        qmp_conn_err(err, QMP_ERR_ARG, "QMP fd %d: %s", fd, strerror(errno));
         close(fd);
         return NULL;
     }
     if (!ready) {
-        set_err(err, QMP_ERR_ARG, "qmp_open_fd_async: no ready callback");
+        qmp_conn_err(err, QMP_ERR_ARG, "qmp_open_fd_async: no ready callback");
         close(fd);
         return NULL;
     }
     qmp_conn *c = conn_new(fd);
     if (!c) {
-        set_err(err, QMP_ERR_IO, "out of memory");
+        qmp_conn_err(err, QMP_ERR_IO, "out of memory");
         close(fd);
         return NULL;
     }
     c->ready = ready;
     c->ready_opaque = opaque;
     c->greet_timeout_ms = timeout_ms < 0 ? 0 : timeout_ms;
-    c->greet_deadline_ms = now_ms() + c->greet_timeout_ms;
+    c->greet_deadline_ms = qmp_conn_now_ms() + c->greet_timeout_ms;
     return c;
 }
 
@@ -699,7 +549,7 @@ static int socket_connect(const char *path, qmp_error *err)
 {
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
     if (!path || strlen(path) >= sizeof(addr.sun_path)) {
-        set_err(err, QMP_ERR_ARG, "QMP socket path %s", path ? "is too long" : "is missing");
+        qmp_conn_err(err, QMP_ERR_ARG, "QMP socket path %s", path ? "is too long" : "is missing");
         return -1;
     }
     strcpy(addr.sun_path, path);
@@ -707,15 +557,15 @@ static int socket_connect(const char *path, qmp_error *err)
      * QEMU that never accepts) fails at once instead of blocking */
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-        set_err(err, QMP_ERR_IO, "socket: %s", strerror(errno));
+        qmp_conn_err(err, QMP_ERR_IO, "socket: %s", strerror(errno));
         return -1;
     }
     if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
         if (errno == EAGAIN)
-            set_err(err, QMP_ERR_IO, "connecting to QMP socket %s: its listen backlog is full (QEMU is not "
+            qmp_conn_err(err, QMP_ERR_IO, "connecting to QMP socket %s: its listen backlog is full (QEMU is not "
                     "accepting)", path);
         else
-            set_err(err, errno == ENOENT || errno == ECONNREFUSED ? QMP_ERR_CLOSED : QMP_ERR_IO,
+            qmp_conn_err(err, errno == ENOENT || errno == ECONNREFUSED ? QMP_ERR_CLOSED : QMP_ERR_IO,
                     "connecting to QMP socket %s: %s", path, strerror(errno));
         close(fd);
         return -1;
@@ -767,8 +617,8 @@ void qmp_close(qmp_conn *c)
     if (!c)
         return;
     qmp_error e;
-    set_err(&e, QMP_ERR_CLOSED, "QMP connection closed by the client");
-    conn_break(c, &e);
+    qmp_conn_err(&e, QMP_ERR_CLOSED, "QMP connection closed by the client");
+    qmp_conn_break(c, &e);
     qmp_event *ev;
     while ((ev = qmp_next_event(c)))
         qmp_event_free(ev);
@@ -776,6 +626,7 @@ void qmp_close(qmp_conn *c)
         close(c->fd);
     json_tokener_free(c->tok);
     qmp_framer_free(&c->framer);
+    free(c->out);
     free(c);
 }
 

@@ -17,7 +17,6 @@
 #include "host/host_cgroup.h"
 #include "host/own_reporting.h"
 #include "host/pressure.h"
-#include "host/qemu_touched.h"
 #include "policies/reclaim_plan.h"
 #include "reclaim/kdamond_ledger.h"
 #include "reclaim/protect_ledger.h"
@@ -205,6 +204,7 @@ static void inv_remove(void *ctx, hv_guest *h)
     if (!b->shutting_down)
         log_info("guest %s (%s): gone", g->hv.name, g->hv.uuid);
     host_swap_guest_free(g->hswap);
+    qemu_proc_close(&g->qproc);
     if (b->backend->guest_release)
         b->backend->guest_release(&b->hv, &g->hv);
     g_ptr_array_remove(b->guests, g);
@@ -544,12 +544,12 @@ static void note_reset(guest *g)
 static void add_host_truth(balancer *b, guest *g, guest_sample *s)
 {
     int pid = b->backend->qemu_pid ? b->backend->qemu_pid(&b->hv, &g->hv) : 0;
-    s->rss_bytes = pid > 0 ? qemu_touched_bytes(pid, s->max_bytes) : -1;
+    s->rss_bytes = qemu_proc_touched_bytes(&g->qproc, pid, s->max_bytes);
     /* and how often its QEMU waits for host swap, and the CPU it
      * uses, once the pid is known to be the QEMU (its RSS was
      * readable) */
     proc_stat_counts pc;
-    bool pc_ok = s->rss_bytes >= 0 && proc_stat_counts_read(pid, &pc) == 0;
+    bool pc_ok = s->rss_bytes >= 0 && qemu_proc_stat(&g->qproc, &pc) == 0;
     s->qemu_major_faults = pc_ok && pc.major_faults <= INT64_MAX ? (int64_t)pc.major_faults : -1;
     s->qemu_cpu_ms = pc_ok && pc.cpu_ms <= INT64_MAX ? (int64_t)pc.cpu_ms : -1;
     /* and what host reclaim measured of its working set, while that

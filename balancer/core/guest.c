@@ -13,6 +13,7 @@
 void guest_init(guest *g, const char *name, const char *uuid)
 {
     memset(g, 0, sizeof(*g));
+    qemu_proc_init(&g->qproc);
     snprintf(g->hv.name, sizeof(g->hv.name), "%s", name);
     snprintf(g->hv.uuid, sizeof(g->hv.uuid), "%s", uuid);
     vm_policy_default(&g->policy);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "agent/agent_proto.h"
+#include "host/qemu_proc.h"
 #include "hv/backend.h"
 #include "policies/classify.h"
 #include "policies/policy.h"
@@ -89,6 +90,7 @@ typedef struct guest {
     char last_reason[96];
     int64_t job_ms;           /* a libvirt job (migration, save, dump) has run this long, -1 none */
     hswap_guest *hswap;       /* host-side reclaim state (reclaim/host_swap.c), NULL if none */
+    qemu_proc qproc;          /* its QEMU's /proc files, kept open (core/balancer.c's tick) */
     /* Its virtio-mem device (policies/vmem_plan.h), resized when the
      * backend can address it; then view.actual_bytes and the ceiling are
      * the balloon's and the device's together, and the balloon works

@@ -18,14 +18,11 @@ int psi_some_avg10(const char *path, double *out)
     return p && sscanf(p + 11, "%lf", out) == 1 ? 0 : -1;
 }
 
-int proc_stat_counts_read(int pid, proc_stat_counts *out)
+int proc_stat_counts_parse(const char *text, proc_stat_counts *out)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    g_autofree char *text = small_file_read(path, 4096);
     /* the command name may hold spaces and parentheses: fields count from
      * the last ')' (majflt is field 12, utime 14, stime 15) */
-    const char *p = text ? strrchr(text, ')') : NULL;
+    const char *p = strrchr(text, ')');
     unsigned long long majflt, utime, stime;
     long hz = sysconf(_SC_CLK_TCK);
     if (!p || hz <= 0 ||
@@ -34,4 +31,12 @@ int proc_stat_counts_read(int pid, proc_stat_counts *out)
     out->major_faults = majflt;
     out->cpu_ms = (utime + stime) * 1000ULL / (unsigned long long)hz;
     return 0;
+}
+
+int proc_stat_counts_read(int pid, proc_stat_counts *out)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    g_autofree char *text = small_file_read(path, 4096);
+    return text ? proc_stat_counts_parse(text, out) : -1;
 }

@@ -26,5 +26,7 @@ typedef struct {
 
 /* 0, or -1 (the process is gone). */
 int proc_stat_counts_read(int pid, proc_stat_counts *out);
+/* The same from the text of /proc/PID/stat: 0, or -1 when it is not one. */
+int proc_stat_counts_parse(const char *text, proc_stat_counts *out);
 
 #endif

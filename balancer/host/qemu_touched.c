@@ -1,10 +1,7 @@
 #include "host/qemu_touched.h"
 
-#include <glib.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "util/small_file.h"
 
 static int status_kb(const char *text, const char *key, unsigned long long *kb)
 {
@@ -12,15 +9,10 @@ static int status_kb(const char *text, const char *key, unsigned long long *kb)
     return line && sscanf(line + strlen(key), "%llu", kb) == 1 ? 0 : -1;
 }
 
-int64_t qemu_touched_bytes(int pid, int64_t guest_ram_bytes)
+int64_t qemu_touched_from_status(const char *text, int64_t guest_ram_bytes)
 {
-    if (pid <= 0)
-        return -1;
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/status", pid);
-    g_autofree char *text = small_file_read(path, 8192);
     unsigned long long size = 0, rss = 0, swap = 0, huge = 0, shmem = 0;
-    if (!text || status_kb(text, "\nVmSize:", &size) < 0 || status_kb(text, "\nVmRSS:", &rss) < 0)
+    if (status_kb(text, "\nVmSize:", &size) < 0 || status_kb(text, "\nVmRSS:", &rss) < 0)
         return -1;
     /* a process that does not even map the guest's RAM is not the one
      * holding it: a wrapper that created the QMP socket, or a reused pid */

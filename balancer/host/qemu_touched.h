@@ -13,8 +13,9 @@
 
 #include <stdint.h>
 
-/* Bytes, or -1 when pid is unknown, its status cannot be read or it maps
- * less than guest_ram_bytes (0: not checked). */
-int64_t qemu_touched_bytes(int pid, int64_t guest_ram_bytes);
+/* Bytes from the text of its /proc/PID/status (host/qemu_proc.h reads
+ * it), or -1 when the text lacks VmSize or VmRSS or the process maps less
+ * than guest_ram_bytes (0: not checked). */
+int64_t qemu_touched_from_status(const char *text, int64_t guest_ram_bytes);
 
 #endif

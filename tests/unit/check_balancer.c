@@ -7,6 +7,8 @@
 
 #include "check_run.h"
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,7 +26,7 @@
 #include "host/host_cgroup.h"
 #include "host/host_meminfo.h"
 #include "host/own_reporting.h"
-#include "host/qemu_touched.h"
+#include "host/qemu_proc.h"
 #include "config/metadata_xml.h"
 #include "reclaim/qemu_memcg.h"
 #include "config/size_parse.h"
@@ -862,11 +865,102 @@ END_TEST
  * not measured (its tiny RSS would make a full guest look untouched). */
 START_TEST(a_process_not_mapping_the_guest_ram_is_not_its_qemu)
 {
-    int64_t self = qemu_touched_bytes(getpid(), 1 * MIB);
+    qemu_proc p;
+    qemu_proc_init(&p);
+    int64_t self = qemu_proc_touched_bytes(&p, getpid(), 1 * MIB);
     ck_assert_int_gt(self, 0);
-    ck_assert_int_gt(qemu_touched_bytes(getpid(), 0), 0); /* not checked */
-    ck_assert_int_eq(qemu_touched_bytes(getpid(), (int64_t)1 << 50), -1);
-    ck_assert_int_eq(qemu_touched_bytes(-1, 0), -1);
+    ck_assert_int_gt(qemu_proc_touched_bytes(&p, getpid(), 0), 0); /* not checked */
+    ck_assert_int_eq(qemu_proc_touched_bytes(&p, getpid(), (int64_t)1 << 50), -1);
+    ck_assert_int_eq(qemu_proc_touched_bytes(&p, -1, 0), -1);
+    ck_assert_int_eq(p.status_fd, -1); /* no pid, no files */
+    qemu_proc_close(&p);
+}
+END_TEST
+
+static pid_t spawn_sleeper(void)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pause();
+        _exit(0);
+    }
+    return pid;
+}
+
+static void end_sleeper(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* A child as the next process under pid (the kernel's last pid set just
+ * below it, root only); -1 when another process took it first. */
+static pid_t spawn_sleeper_as(pid_t pid)
+{
+    for (int attempt = 0; attempt < 50; attempt++) {
+        int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY);
+        if (fd < 0)
+            return -1;
+        char buf[16];
+        int n = snprintf(buf, sizeof(buf), "%d", (int)pid - 1);
+        bool set = write(fd, buf, (size_t)n) == n;
+        close(fd);
+        if (!set)
+            return -1;
+        pid_t child = spawn_sleeper();
+        if (child == pid)
+            return child;
+        end_sleeper(child);
+    }
+    return -1;
+}
+
+/* The QEMU's /proc files stay open from tick to tick, read with one pread
+ * each; they name the process, not the pid: one that exited is not
+ * measured any more (through its old files nor a new one's), another pid
+ * is followed, and a new process under the same pid is read through its
+ * own files at once. */
+START_TEST(a_qemu_that_goes_away_and_comes_back_is_read_through_its_own_files)
+{
+    qemu_proc p;
+    qemu_proc_init(&p);
+    proc_stat_counts pc;
+    pid_t a = spawn_sleeper();
+    ck_assert_int_gt(qemu_proc_touched_bytes(&p, a, 0), 0);
+    ck_assert_int_eq(qemu_proc_stat(&p, &pc), 0);
+    int status_fd = p.status_fd, stat_fd = p.stat_fd;
+    ck_assert_int_ge(status_fd, 0);
+    ck_assert_int_ge(stat_fd, 0);
+    /* the next tick reads the same files, opened once */
+    ck_assert_int_gt(qemu_proc_touched_bytes(&p, a, 0), 0);
+    ck_assert_int_eq(qemu_proc_stat(&p, &pc), 0);
+    ck_assert_int_eq(p.status_fd, status_fd);
+    ck_assert_int_eq(p.stat_fd, stat_fd);
+    /* gone */
+    end_sleeper(a);
+    ck_assert_int_eq(qemu_proc_touched_bytes(&p, a, 0), -1);
+    ck_assert_int_eq(qemu_proc_stat(&p, &pc), -1);
+    ck_assert_int_eq(p.status_fd, -1);
+    /* another QEMU, another pid */
+    pid_t b = spawn_sleeper();
+    ck_assert_int_gt(qemu_proc_touched_bytes(&p, b, 0), 0);
+    ck_assert_int_eq(p.pid, b);
+    /* b goes, and a new process comes under b's pid: the old files fail,
+     * the pid's are opened again in the same call */
+    qemu_proc_stat(&p, &pc);
+    end_sleeper(b);
+    pid_t again = geteuid() == 0 ? spawn_sleeper_as(b) : -1;
+    if (again > 0) {
+        ck_assert_int_gt(qemu_proc_touched_bytes(&p, b, 0), 0);
+        ck_assert_int_eq(qemu_proc_stat(&p, &pc), 0);
+        end_sleeper(again);
+    }
+    qemu_proc_close(&p);
+    ck_assert_int_eq(p.status_fd, -1);
+    ck_assert_int_eq(p.stat_fd, -1);
+    if (again <= 0)
+        CHECK_SKIP("the same pid again needs root and ns_last_pid (or another process took the pid)");
 }
 END_TEST
 
@@ -1308,6 +1402,7 @@ int main(void)
     tcase_add_test(tc, deflate_on_oom_guest_inflating_is_not_need);
     tcase_add_test(tc, lying_guest_is_clamped);
     tcase_add_test(tc, a_process_not_mapping_the_guest_ram_is_not_its_qemu);
+    tcase_add_test(tc, a_qemu_that_goes_away_and_comes_back_is_read_through_its_own_files);
     tcase_add_test(tc, untouched_memory_is_free_whatever_the_guest_says);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
     tcase_add_test(tc, oom_kills_and_stalls_are_need);

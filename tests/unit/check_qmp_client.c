@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -554,6 +555,97 @@ START_TEST(peer_not_reading_breaks_without_blocking)
 }
 END_TEST
 
+/* A connection over a socketpair whose other end the test holds: the
+ * greeting and the capabilities' answer (id 1) are there before the
+ * handshake starts, and the capabilities line is read off again. */
+static qmp_conn *open_raw(int *peer)
+{
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    static const char hello[] = FQ_GREETING "{\"return\": {}, \"id\": 1}\r\n";
+    ck_assert_int_eq(write(sv[1], hello, strlen(hello)), (ssize_t)strlen(hello));
+    qmp_error err = { 0 };
+    qmp_conn *c = qmp_open_fd(sv[0], T_MS, &err);
+    ck_assert_msg(c != NULL, "handshake failed: %s", err.msg);
+    char buf[256];
+    ck_assert_int_gt(read(sv[1], buf, sizeof(buf)), 0); /* qmp_capabilities */
+    *peer = sv[1];
+    return c;
+}
+
+/* A corked round goes out at the uncork, in one write: nothing before,
+ * and every line at once after; the answers reach each command's
+ * callback as ever. */
+START_TEST(corked_commands_go_out_in_one_write)
+{
+    int peer;
+    qmp_conn *c = open_raw(&peer);
+    async_slot a[3] = { 0 };
+    qmp_cork(c);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(qmp_execute_async(c, "query-balloon", NULL, T_MS, on_reply, &a[i], NULL), 0);
+    char buf[4096];
+    ck_assert_int_eq(recv(peer, buf, sizeof(buf), MSG_DONTWAIT), -1); /* held */
+    ck_assert_uint_eq(qmp_get_counters(c)->commands_sent, 4);
+    qmp_error err = { 0 };
+    ck_assert_int_eq(qmp_uncork(c, &err), 0);
+    ssize_t n = recv(peer, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+    ck_assert_int_gt(n, 0);
+    buf[n] = '\0';
+    int lines = 0;
+    for (const char *p = buf; (p = strstr(p, "\r\n")); p += 2)
+        lines++;
+    ck_assert_int_eq(lines, 3); /* all of them in one read: one write */
+    ck_assert_ptr_nonnull(strstr(buf, "\"id\":2"));
+    ck_assert_ptr_nonnull(strstr(buf, "\"id\":4"));
+    static const char answers[] = "{\"return\": {\"actual\": 2}, \"id\": 2}\r\n"
+                                  "{\"return\": {\"actual\": 3}, \"id\": 3}\r\n"
+                                  "{\"return\": {\"actual\": 4}, \"id\": 4}\r\n";
+    ck_assert_int_eq(write(peer, answers, strlen(answers)), (ssize_t)strlen(answers));
+    for (int i = 0; i < 50 && a[2].calls == 0; i++)
+        qmp_pump(c, 100, NULL);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(a[i].calls, 1);
+        ck_assert_uint_eq(a[i].actual, (uint64_t)i + 2);
+    }
+    /* uncorked again: the next command goes out at once */
+    async_slot d = { 0 };
+    ck_assert_int_eq(qmp_execute_async(c, "query-balloon", NULL, T_MS, on_reply, &d, NULL), 0);
+    ck_assert_int_gt(recv(peer, buf, sizeof(buf), MSG_DONTWAIT), 0);
+    qmp_close(c);
+    ck_assert_int_eq(d.calls, 1); /* failed with the close */
+    close(peer);
+}
+END_TEST
+
+/* An uncork that cannot send (QEMU went away meanwhile) breaks the
+ * connection, and every held command's callback runs with the reason. */
+START_TEST(uncork_that_cannot_send_fails_every_held_command)
+{
+    int peer;
+    qmp_conn *c = open_raw(&peer);
+    async_slot a[3] = { 0 };
+    qmp_cork(c);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(qmp_execute_async(c, "query-balloon", NULL, T_MS, on_reply, &a[i], NULL), 0);
+    close(peer);
+    qmp_error err = { 0 };
+    ck_assert_int_eq(qmp_uncork(c, &err), -1);
+    ck_assert_int_eq(err.code, QMP_ERR_CLOSED);
+    ck_assert(qmp_is_broken(c));
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(a[i].calls, 1);
+        ck_assert_int_eq(a[i].code, QMP_ERR_CLOSED);
+    }
+    /* broken while corked: the uncork says so, nothing runs twice */
+    qmp_cork(c);
+    ck_assert_int_eq(qmp_execute_async(c, "query-balloon", NULL, T_MS, on_reply, &a[0], NULL), -1);
+    ck_assert_int_eq(qmp_uncork(c, &err), -1);
+    ck_assert_int_eq(a[0].calls, 1);
+    qmp_close(c);
+}
+END_TEST
+
 /* A timeout's callback that breaks the connection (here: it sends, and
  * the send fails) while qmp_expire walks the pending commands: every
  * callback still runs once, and nothing freed is touched (valgrind in
@@ -912,6 +1004,8 @@ int main(void)
     tcase_add_test(tc, async_pending_fail_when_broken);
     tcase_add_test(tc, timeout_callback_that_breaks_the_connection);
     tcase_add_test(tc, peer_not_reading_breaks_without_blocking);
+    tcase_add_test(tc, corked_commands_go_out_in_one_write);
+    tcase_add_test(tc, uncork_that_cannot_send_fails_every_held_command);
     tcase_add_test(tc, guest_stats_parse);
     tcase_add_test(tc, memory_size_summary_parse);
     tcase_add_test(tc, memory_devices_parse);
