@@ -142,6 +142,7 @@ typedef struct {
     virDomainPtr dom;
     unsigned gen;             /* the connection dom belongs to */
     unsigned id;              /* libvirt's domain id when attached */
+    int pid;                  /* its QEMU's, from its pid file once read (main loop only), 0 not yet */
     agent_conn agent;       /* main loop only */
     virStreamPtr agent_stream; /* its agent's channel through libvirtd, NULL: the socket (main loop only) */
     GByteArray *agent_in;   /* what the stream brought since the last drain, at most AGENT_DRAIN_MAX */
@@ -1195,16 +1196,19 @@ static int list_stats(virDomainPtr *doms, guint n, guest_sample *samples, bool *
     int nrec = virDomainListGetStats(doms, STATS_WANTED, &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
     if (nrec < 0)
         snprintf(failed, len, "%s", last_error());
+    guint from = 0; /* the records come in the order of doms: each looked for after the last one found */
     for (int r = 0; r < nrec; r++) {
         unsigned char uuid[VIR_UUID_BUFLEN], want[VIR_UUID_BUFLEN];
         if (virDomainGetUUID(recs[r]->dom, uuid) < 0)
             continue;
-        for (guint i = 0; i < n; i++) {
+        for (guint k = 0; k < n; k++) {
+            guint i = (from + k) % n;
             if (got[i] || virDomainGetUUID(doms[i], want) < 0 || memcmp(uuid, want, sizeof(uuid)) != 0)
                 continue;
             got[i] = sample_from_record(recs[r], &samples[i]);
             if (got[i])
                 samples[i].job_ms = job_ms(doms[i]);
+            from = i + 1;
             break;
         }
     }
@@ -1480,10 +1484,17 @@ static int lv_set_vmem(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
     return queue_set(hv, g, CALL_VMEM, bytes, error);
 }
 
+/* Read once a domain's run (a restarted domain is attached anew): a pid
+ * file read a guest a tick was four system calls. */
 static int lv_qemu_pid(hv_ctx *hv, hv_guest *g)
 {
     (void)hv;
-    return pid_of(g->name);
+    lv_guest *lg = g->backend_data;
+    if (!lg)
+        return pid_of(g->name);
+    if (lg->pid <= 0)
+        lg->pid = pid_of(g->name);
+    return lg->pid;
 }
 
 static void lv_guest_release(hv_ctx *hv, hv_guest *g)
