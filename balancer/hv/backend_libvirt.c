@@ -61,6 +61,7 @@
 #define WORKERS 4
 #define EXIT_WAIT_MS 1000     /* at shutdown, calls still running are waited for this long */
 #define RETRY_MAX_S 60        /* reconnect backoff: 1, 2, 4 ... s up to this */
+#define JOB_RECHECK_MS 5000   /* a guest's job asked at least this often (every tick while one runs) */
 
 /* One running domain as the link found it. */
 typedef struct {
@@ -143,6 +144,8 @@ typedef struct {
     unsigned gen;             /* the connection dom belongs to */
     unsigned id;              /* libvirt's domain id when attached */
     int pid;                  /* its QEMU's, from its pid file once read (main loop only), 0 not yet */
+    int64_t job_next_ms;      /* when the bulk call asks its job again, 0 at once (the bulk call's alone) */
+    int64_t job_last;         /* what it said (guest_sample.job_ms) */
     agent_conn agent;       /* main loop only */
     virStreamPtr agent_stream; /* its agent's channel through libvirtd, NULL: the socket (main loop only) */
     GByteArray *agent_in;   /* what the stream brought since the last drain, at most AGENT_DRAIN_MAX */
@@ -494,11 +497,15 @@ static void vmem_sample_read(virDomainPtr dom, guest_sample *s)
     xmlFreeDoc(doc);
 }
 
+static int job_guard(virDomainPtr dom, GError **error);
+
 /* Set the first virtio-mem device's requested size (a worker), as virsh
  * update-memory-device --requested-size does: the device as the live XML
  * has it, with the new <requested>.  0, or -1 with the reason. */
 static int set_vmem(lv_guest *lg, uint64_t bytes, GError **error)
 {
+    if (job_guard(lg->dom, error) < 0)
+        return -1;
     xmlXPathObjectPtr devs;
     xmlDocPtr doc = vmem_devices(lg->dom, &devs);
     if (!doc || devs->nodesetval->nodeNr < 1) {
@@ -720,6 +727,7 @@ static void attach(hv_ctx *hv, hv_guest *g, lv_found *f, unsigned gen)
     lg->deflate_on_oom = f->deflate_on_oom;
     lg->has_vmem = f->has_vmem;
     lg->want_vmem = UINT64_MAX;
+    lg->job_last = -1; /* asked in the first bulk call (job_next_ms 0) */
     if (f->agent_stream) {
         agent_conn_init(&lg->agent, NULL);
         lg->agent_in = g_byte_array_new();
@@ -1190,7 +1198,8 @@ static bool sample_from_record(const virDomainStatsRecord *rec, guest_sample *ou
  * waits for no domain's job (a worker thread): got[i] when libvirt asked
  * doms[i]'s QEMU, and then samples[i] is its sample, with its job.  The
  * number of records libvirt returned, or -1 with its error in failed. */
-static int list_stats(virDomainPtr *doms, guint n, guest_sample *samples, bool *got, char *failed, size_t len)
+static int list_stats(virDomainPtr *doms, guint n, guest_sample *samples, bool *got, const bool *ask_job, char *failed,
+                      size_t len)
 {
     virDomainStatsRecordPtr *recs = NULL;
     int nrec = virDomainListGetStats(doms, STATS_WANTED, &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
@@ -1206,7 +1215,7 @@ static int list_stats(virDomainPtr *doms, guint n, guest_sample *samples, bool *
             if (got[i] || virDomainGetUUID(doms[i], want) < 0 || memcmp(uuid, want, sizeof(uuid)) != 0)
                 continue;
             got[i] = sample_from_record(recs[r], &samples[i]);
-            if (got[i])
+            if (got[i] && (!ask_job || ask_job[i]))
                 samples[i].job_ms = job_ms(doms[i]);
             from = i + 1;
             break;
@@ -1227,7 +1236,7 @@ static int sample_now(virDomainPtr dom, guest_sample *out, GError **error)
     virDomainPtr doms[2] = { dom, NULL };
     bool got = false;
     char failed[256] = "";
-    int n = list_stats(doms, 1, out, &got, failed, sizeof(failed));
+    int n = list_stats(doms, 1, out, &got, NULL, failed, sizeof(failed));
     if (n != 1) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s",
                     n < 0 ? failed : "libvirt returned no statistics for the domain");
@@ -1259,9 +1268,24 @@ static void note_answer(lv_guest *lg, int64_t since_ms, bool no_job)
     lg->jobless_ms = 0;
 }
 
+/* A change waits for the domain's job, up to 30 s in libvirt and a worker
+ * with it: asked first, as the bulk call asks a guest's job every few
+ * seconds only.  0, or -1 when a job runs. */
+static int job_guard(virDomainPtr dom, GError **error)
+{
+    int64_t job = job_ms(dom);
+    if (job < 0)
+        return 0;
+    g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED,
+                "a libvirt job (migration, save or dump) has run for %.0f s: left alone", (double)job / 1000.0);
+    return -1;
+}
+
 /* Set the balloon (a worker).  0, or -1 with the reason. */
 static int set_balloon(lv_guest *lg, uint64_t bytes, GError **error)
 {
+    if (job_guard(lg->dom, error) < 0)
+        return -1;
     if (virDomainSetMemoryFlags(lg->dom, (unsigned long)(bytes / 1024), VIR_DOMAIN_AFFECT_LIVE) == 0)
         return 0;
     g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "balloon change failed: %s", last_error());
@@ -1278,10 +1302,27 @@ static void bulk_work(lv_state *st, lv_call *c)
     g_autofree virDomainPtr *doms = g_new0(virDomainPtr, gs->len + 1);
     g_autofree guest_sample *samples = g_new(guest_sample, gs->len);
     g_autofree bool *got = g_new0(bool, gs->len);
-    for (guint i = 0; i < gs->len; i++)
-        doms[i] = ((lv_guest *)g_ptr_array_index(gs, i))->dom;
+    g_autofree bool *ask_job = g_new0(bool, gs->len);
+    int64_t now = mono_ms();
+    for (guint i = 0; i < gs->len; i++) {
+        lv_guest *lg = g_ptr_array_index(gs, i);
+        doms[i] = lg->dom;
+        /* a call to libvirtd a guest a tick otherwise (some 30 system calls
+         * here, libvirt-glib's wakeups most of them): every few seconds,
+         * spread, and every tick while one runs */
+        ask_job[i] = lg->job_last >= 0 || now >= lg->job_next_ms;
+    }
     char failed[256] = "";
-    list_stats(doms, gs->len, samples, got, failed, sizeof(failed));
+    list_stats(doms, gs->len, samples, got, ask_job, failed, sizeof(failed));
+    for (guint i = 0; i < gs->len; i++) {
+        lv_guest *lg = g_ptr_array_index(gs, i);
+        if (got[i] && ask_job[i]) {
+            lg->job_last = samples[i].job_ms;
+            lg->job_next_ms = now + JOB_RECHECK_MS / 2 + g_random_int_range(0, JOB_RECHECK_MS / 2);
+        } else if (got[i]) {
+            samples[i].job_ms = lg->job_last;
+        }
+    }
     for (guint i = 0; i < gs->len; i++)
         if (got[i] && ((lv_guest *)g_ptr_array_index(gs, i))->has_vmem)
             vmem_sample_read(doms[i], &samples[i]);
