@@ -124,9 +124,10 @@ $(BUILD)/tests/check_libvirt_xml: $(BUILD)/tests/unit/check_libvirt_xml.o $(BUIL
 		$(BUILD)/balancer/config/size_parse.o $(BUILD)/balancer/util/error.o
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,libxml-2.0 glib-2.0 $(CHECKPKG))
 
+# (it runs tests/faults/fake_qemu, built beside it, for many QEMUs at once)
 $(BUILD)/tests/check_backend_qmp: $(BUILD)/tests/unit/check_backend_qmp.o $(BUILD)/tests/unit/fake_qmp.o \
-		$(LIBCORE) $(LIBQMP)
-	$(CC) $(SAN) -o $@ $^ $(CORE_LIBS) $(call pc_libs,$(CHECKPKG)) -lpthread
+		$(LIBCORE) $(LIBQMP) | $(FAKE_QEMU)
+	$(CC) $(SAN) -o $@ $(filter-out $(FAKE_QEMU),$^) $(CORE_LIBS) $(call pc_libs,$(CHECKPKG)) -lpthread
 
 $(BUILD)/tests/check_qmp_framer: $(BUILD)/tests/unit/check_qmp_framer.o $(LIBQMP)
 	$(CC) $(SAN) -o $@ $^ $(call pc_libs,json-c glib-2.0 $(CHECKPKG))
@@ -220,7 +221,7 @@ unit: $(UNIT_TESTS) $(REPLAYS)
 
 valgrind: $(UNIT_TESTS) $(REPLAYS)
 	@rc=0; for t in $(UNIT_TESTS); do echo "== valgrind $$t"; \
-	  CK_FORK=no MEMBAL_ADVERSARY_SEEDS=10 FLEET_SEEDS=100 $(RUN) $(VALGRIND) $$t || rc=1; done; \
+	  CK_FORK=no MEMBAL_ADVERSARY_SEEDS=10 FLEET_SEEDS=100 MEMBAL_MANY_QMP=100 $(RUN) $(VALGRIND) $$t || rc=1; done; \
 	  for r in $(REPLAY_TARGETS); do \
 	    $(RUN) $(VALGRIND) $(BUILD)/tests/replay_$$r \
 	      $$(ls tests/fuzz/corpus/$$r/* tests/fuzz/regressions/$$r/* 2>/dev/null) || rc=1; \

@@ -11,21 +11,21 @@
 # Each run measures, over SECONDS after a warm-up: balancerd's CPU (% of
 # one core, from /proc/PID/stat), its tick latency (p50, p99, max of the
 # ticks it logs with --verbose), its peak RSS (VmHWM) and the guests it
-# manages; then, over SYSCALL_SECONDS more, its system calls (all threads;
-# perf trace -s, or strace -c -f where perf cannot trace) per guest per
-# tick, kept apart from the CPU window as tracing costs CPU.  balancerd
+# manages; then, over SYSCALL_SECONDS more, its system calls (all threads,
+# perf record of raw_syscalls, or strace -c -f where perf cannot trace)
+# per guest per tick, kept apart from the CPU window as tracing costs CPU.  balancerd
 # starts with a soft RLIMIT_NOFILE of NOFILE (1024, systemd's default).
 # RUNS runs; prints each run, then medians and spread (min..max), the
 # system calls of the last run by name, and whether the targets hold
 # (< 1% of a core at 1000 guests or fewer, RSS < 48 MiB, tick p99 < 100 ms).
 #
 # Usage: bench/scale.sh [--guests N (200)] [--backend qmp|libvirt (qmp)]
-#                       [--seconds S (60)] [--syscall-seconds S (10)]
+#                       [--seconds S (60)] [--syscall-seconds S (20)]
 #                       [--runs R (3)] [--nofile N (1024)] [--build DIR (build)]
 # Exit status: 0 when the targets hold in the median, 1 otherwise.
 set -eu
 
-guests=200 backend=qmp seconds=60 sys_seconds=10 runs=3 nofile=1024 build=build
+guests=200 backend=qmp seconds=60 sys_seconds=20 runs=3 nofile=1024 build=build
 while [ $# -gt 0 ]; do
     case $1 in
         --guests) guests=$2; shift 2 ;;
@@ -108,14 +108,21 @@ start_guests() {
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-ticks_logged() { sed -n 's/.*debug: tick [0-9]*:.*(\([0-9.]*\) s)$/\1/p' "$work/daemon.log" | wc -l; }
 
-# System calls of every thread of $1 over $2 s, "NAME CALLS" a line, into $3.
+# System calls of every thread of $1 over $2 s, "NAME CALLS" a line, into
+# $3.  perf record follows the threads started meanwhile (libvirt's calls
+# run in GLib pool threads, started and ended by the tick), which perf
+# trace -p and its summary do not; strace -f where perf cannot trace.
+# Over S s of 1 s ticks, S or S + 1 ticks are counted (the first and last
+# bursts of a tick may both fall inside): the error is 1 / S at most.
 count_syscalls() {
-    if perf trace -s true > /dev/null 2>&1; then
-        timeout -s INT "$2" perf trace -s -p "$1" 2> "$3.raw" > /dev/null || true
-        awk '$2 ~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ && $1 ~ /^[a-z_0-9]+$/ {c[$1] += $2} END {for (k in c) print k, c[k]}' \
-            "$3.raw" | sort -k2,2nr > "$3"
+    unistd=/usr/include/x86_64-linux-gnu/asm/unistd_64.h
+    if perf record -q -e raw_syscalls:sys_enter -o "$3.data" -- true > /dev/null 2>&1 && [ -r "$unistd" ]; then
+        perf record -q -e raw_syscalls:sys_enter -p "$1" -o "$3.data" -- sleep "$2" > /dev/null 2>&1 || true
+        perf script -i "$3.data" -F trace 2> /dev/null | awk -v u="$unistd" '
+            BEGIN { while ((getline l < u) > 0) if (split(l, f, " ") == 3 && f[2] ~ /^__NR_/) name[f[3]] = substr(f[2], 6) }
+            $1 == "NR" { c[$2 in name ? name[$2] : "nr" $2]++ }
+            END { for (k in c) print k, c[k] }' | sort -k2,2nr > "$3"
     else
         timeout -s INT "$2" strace -f -c -q -p "$1" -o "$3.raw" > /dev/null 2>&1 || true
         awk '$4 ~ /^[0-9]+$/ && $NF ~ /^[a-z_0-9]+$/ && $NF != "total" {print $NF, $4}' "$3.raw" | sort -k2,2nr > "$3"
@@ -138,9 +145,8 @@ while [ "$r" -le "$runs" ]; do
     sleep "$seconds"
     c1=$(cpu_ticks "$daemon_pid") t1=$(date +%s.%N) l1=$(wc -l < "$work/daemon.log")
     managed=$("$top/$build/balancerctl" --socket "$work/ctl.sock" --json status | grep -o '"domain"' | wc -l)
-    k0=$(ticks_logged)
     count_syscalls "$daemon_pid" "$sys_seconds" "$work/sys"
-    k1=$(ticks_logged)
+    span=$sys_seconds
     hwm=$(awk '/^VmHWM/{print $2}' "/proc/$daemon_pid/status")
     kill -TERM "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=
     stop_guests
@@ -153,10 +159,11 @@ while [ "$r" -le "$runs" ]; do
     cpu=$(awk -v a="$c0" -v b="$c1" -v s="$t0" -v e="$t1" -v hz="$hz" 'BEGIN {printf "%.2f", 100 * (b - a) / hz / (e - s)}')
     rss=$(awk -v k="$hwm" 'BEGIN {printf "%.1f", k / 1024}')
     calls=$(awk '{s += $2} END {print s + 0}' "$work/sys")
-    spgt=$(awk -v c="$calls" -v g="$managed" -v t="$((k1 - k0))" 'BEGIN {printf "%.1f", g && t ? c / g / t : -1}')
+    # per guest per second, which at a 1 s tick is per tick
+    spgt=$(awk -v c="$calls" -v g="$managed" -v t="$span" 'BEGIN {printf "%.1f", (g && t > 0) ? c / g / t : -1}')
     printf '%-4s %7s %10s %10s %10s %9s %7s %10s\n' "$r" "$managed" "$cpu" "$p50" "$p99" "$max" "$rss" "$spgt"
     echo "$managed $cpu $p50 $p99 $max $rss $spgt" >> "$work/rows"
-    awk -v g="$managed" -v t="$((k1 - k0))" 'g && t {printf "%s %.2f\n", $1, $2 / g / t}' "$work/sys" > "$work/sys.last"
+    awk -v g="$managed" -v t="$span" '(g && t > 0) {printf "%s %.2f\n", $1, $2 / g / t}' "$work/sys" > "$work/sys.last"
     r=$((r + 1))
 done
 med() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)] " (" v[1] ".." v[NR] ")"}'; }

@@ -136,6 +136,13 @@ int qmp_execute_async(qmp_conn *conn, const char *command, json_object *args,
                       int timeout_ms, qmp_reply_cb cb, void *opaque,
                       qmp_error *err);
 
+/* The same with the arguments as JSON text (NULL: none), sent as they
+ * are: for a caller's own constant arguments, a round of questions asked
+ * every tick without building them as objects each time.  The caller
+ * vouches that args is one JSON object. */
+int qmp_execute_async_text(qmp_conn *conn, const char *command, const char *args, int timeout_ms, qmp_reply_cb cb,
+                           void *opaque, qmp_error *err);
+
 /* Hold the commands sent from now on (qmp_execute_async: each is pending
  * at once, its deadline running) and send them together, in one write, at
  * qmp_uncork(): a round of questions to one QEMU costs one system call

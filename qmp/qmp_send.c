@@ -8,6 +8,8 @@
 #include "qmp/qmp_internal.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -44,24 +46,29 @@ static int write_all(qmp_conn *c, const char *buf, size_t len, qmp_error *err)
     return 0;
 }
 
-/* The line and its CR LF at the end of c->out: 0, or -1 (out of memory). */
-static int out_append(qmp_conn *c, const char *text, size_t len)
+/* Room for len more bytes in c->out: 0, or -1 (out of memory). */
+static int out_reserve(qmp_conn *c, size_t len)
 {
-    size_t need = c->out_len + len + 2;
-    if (need > c->out_cap) {
-        size_t cap = c->out_cap ? c->out_cap : 512;
-        while (cap < need)
-            cap *= 2;
-        char *b = realloc(c->out, cap);
-        if (!b)
-            return -1;
-        c->out = b;
-        c->out_cap = cap;
-    }
-    memcpy(c->out + c->out_len, text, len);
-    memcpy(c->out + c->out_len + len, "\r\n", 2);
-    c->out_len = need;
+    size_t need = c->out_len + len;
+    if (need <= c->out_cap)
+        return 0;
+    size_t cap = c->out_cap ? c->out_cap : 512;
+    while (cap < need)
+        cap *= 2;
+    char *b = realloc(c->out, cap);
+    if (!b)
+        return -1;
+    c->out = b;
+    c->out_cap = cap;
     return 0;
+}
+
+/* len bytes at the end of c->out (reserved). */
+static void out_put(qmp_conn *c, const char *text, size_t len)
+{
+    if (len)
+        memcpy(c->out + c->out_len, text, len);
+    c->out_len += len;
 }
 
 /* What c->out holds, in one write. */
@@ -78,45 +85,43 @@ static int flush(qmp_conn *c, qmp_error *err)
     return rc;
 }
 
-int qmp_execute_async(qmp_conn *c, const char *command, json_object *args,
-                      int timeout_ms, qmp_reply_cb cb, void *opaque,
-                      qmp_error *err)
+/* A command name goes out as it is: QMP's are letters, digits, '-' and
+ * '_' (anything else would need escaping, and is no QMP command). */
+static bool command_name_ok(const char *command)
 {
-    if (!c || !command || !*command || !cb) {
-        json_object_put(args);
-        qmp_conn_err(err, QMP_ERR_ARG, "qmp_execute_async: missing connection, command or callback");
-        return -1;
-    }
-    if (c->state == ST_BROKEN) {
-        json_object_put(args);
-        return qmp_conn_broken(c, err);
-    }
-    if (args && !json_object_is_type(args, json_type_object)) {
-        json_object_put(args);
-        qmp_conn_err(err, QMP_ERR_ARG, "arguments of %s must be a JSON object", command);
-        return -1;
-    }
-    json_object *msg = json_object_new_object();
-    if (!msg) {
-        json_object_put(args);
-        qmp_conn_err(err, QMP_ERR_IO, "out of memory");
-        return -1;
-    }
-    uint64_t id = ++c->next_id;
-    json_object_object_add(msg, "execute", json_object_new_string(command));
-    if (args)
-        json_object_object_add(msg, "arguments", args);
-    json_object_object_add(msg, "id", json_object_new_int64((int64_t)id));
+    if (!*command)
+        return false;
+    for (const char *p = command; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_'))
+            return false;
+    return true;
+}
 
-    size_t len;
-    const char *text = json_object_to_json_string_length(msg, JSON_C_TO_STRING_PLAIN, &len);
-    int rc = out_append(c, text, len);
-    if (rc < 0)
+/* The command's line, formatted into the output buffer (no JSON object
+ * is built: a round of questions a guest a tick is most of what balancerd
+ * sends), sent unless corked, pending. */
+static int send_command(qmp_conn *c, const char *command, const char *args, int timeout_ms, qmp_reply_cb cb,
+                        void *opaque, qmp_error *err)
+{
+    uint64_t id = ++c->next_id;
+    char head[160], tail[40];
+    int hn = snprintf(head, sizeof(head), "{\"execute\":\"%s\"%s", command, args ? ",\"arguments\":" : "");
+    int tn = snprintf(tail, sizeof(tail), ",\"id\":%llu}", (unsigned long long)id);
+    size_t an = args ? strlen(args) : 0;
+    if (hn < 0 || (size_t)hn >= sizeof(head)) {
+        qmp_conn_err(err, QMP_ERR_ARG, "command name %.40s... is too long", command);
+        return -1;
+    }
+    if (out_reserve(c, (size_t)hn + an + (size_t)tn + 2) < 0) {
         qmp_conn_err(err, QMP_ERR_IO, "out of memory");
-    else if (!c->corked)
-        rc = flush(c, err);
-    json_object_put(msg);
-    if (rc < 0)
+        return -1;
+    }
+    out_put(c, head, (size_t)hn);
+    out_put(c, args, an);
+    out_put(c, tail, (size_t)tn);
+    out_put(c, "\r\n", 2);
+    if (!c->corked && flush(c, err) < 0)
         return -1;
     c->counters.commands_sent++;
     if (qmp_conn_add_pending(c, id, timeout_ms < 0 ? 0 : timeout_ms, cb, opaque) < 0) {
@@ -124,6 +129,43 @@ int qmp_execute_async(qmp_conn *c, const char *command, json_object *args,
         return -1;
     }
     return 0;
+}
+
+static int check_command(qmp_conn *c, const char *command, qmp_reply_cb cb, qmp_error *err)
+{
+    if (!c || !command || !command_name_ok(command) || !cb) {
+        qmp_conn_err(err, QMP_ERR_ARG, "qmp_execute_async: missing connection, command (or not a QMP name) or "
+                     "callback");
+        return -1;
+    }
+    return c->state == ST_BROKEN ? qmp_conn_broken(c, err) : 0;
+}
+
+int qmp_execute_async(qmp_conn *c, const char *command, json_object *args,
+                      int timeout_ms, qmp_reply_cb cb, void *opaque,
+                      qmp_error *err)
+{
+    if (check_command(c, command, cb, err) < 0) {
+        json_object_put(args);
+        return -1;
+    }
+    if (args && !json_object_is_type(args, json_type_object)) {
+        json_object_put(args);
+        qmp_conn_err(err, QMP_ERR_ARG, "arguments of %s must be a JSON object", command);
+        return -1;
+    }
+    const char *text = args ? json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN) : NULL;
+    int rc = send_command(c, command, text, timeout_ms, cb, opaque, err);
+    json_object_put(args);
+    return rc;
+}
+
+int qmp_execute_async_text(qmp_conn *c, const char *command, const char *args, int timeout_ms, qmp_reply_cb cb,
+                           void *opaque, qmp_error *err)
+{
+    if (check_command(c, command, cb, err) < 0)
+        return -1;
+    return send_command(c, command, args, timeout_ms, cb, opaque, err);
 }
 
 int qmp_conn_add_pending(qmp_conn *c, uint64_t id, int timeout_ms, qmp_reply_cb cb,

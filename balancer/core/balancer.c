@@ -481,6 +481,8 @@ static void host_reclaim_round(balancer *b, uint64_t balloon_reclaim)
 static void note_verdicts(const guest *g, bool was_need, bool was_thrashing)
 {
     const guest_view *v = &g->view;
+    if (v->in_need == was_need && v->thrashing == was_thrashing)
+        return; /* nothing to say: no sizes formatted, a guest a tick */
     char used[32], avail[32], growth[32];
     size_format(v->used_bytes, used, sizeof(used));
     size_format(v->available_bytes, avail, sizeof(avail));

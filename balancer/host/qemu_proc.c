@@ -2,7 +2,9 @@
 #include "host/qemu_proc.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "host/qemu_touched.h"
@@ -10,6 +12,19 @@
 /* as small_file_read allowed them: the fields read are in the first 2 KiB */
 #define STATUS_MAX 8192
 #define STAT_MAX 4096
+
+/* A file is kept open only below half the soft RLIMIT_NOFILE (read once:
+ * balancerd raises it before its first guest): above, it is read and
+ * closed again, so that the guests' sockets and the host's files never
+ * run short for want of a saved system call. */
+static int keep_below(void)
+{
+    static int below = -1;
+    struct rlimit rl;
+    if (below < 0)
+        below = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)INT_MAX ? (int)(rl.rlim_cur / 2) : INT_MAX;
+    return below;
+}
 
 void qemu_proc_init(qemu_proc *p)
 {
@@ -46,6 +61,8 @@ static int read_file(const qemu_proc *p, int *fd, const char *file, char *buf, s
         ssize_t n = pread(*fd, buf, len - 1, 0);
         if (n > 0) {
             buf[n] = '\0';
+            if (*fd >= keep_below())
+                close_fd(fd);
             return 0;
         }
         close_fd(fd); /* its process is gone: the pid's files again, once */

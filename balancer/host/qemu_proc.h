@@ -11,6 +11,8 @@
  * process's files by mistake.  A read that fails closes the file and opens
  * the pid's again, once: a QEMU that came back under the same pid is read
  * at once, one that is gone fails.  A new pid closes the files of the old.
+ * Files are kept below half the open-file limit only (util/fd_limit.h):
+ * past that they are opened and closed each time, as before.
  */
 #ifndef MEMBAL_HOST_QEMU_PROC_H
 #define MEMBAL_HOST_QEMU_PROC_H

@@ -233,6 +233,7 @@ static void attach(hv_ctx *hv, hv_guest *g, lv_found *f, unsigned gen)
     lg->deflate_on_oom = f->deflate_on_oom;
     lg->has_vmem = f->has_vmem;
     lg->want_vmem = UINT64_MAX;
+    lg->job_last = -1; /* asked in the first bulk call (job_next_ms 0) */
     if (f->agent_stream) {
         agent_conn_init(&lg->agent, NULL);
         lg->agent_in = g_byte_array_new();
@@ -695,10 +696,17 @@ static int lv_set_vmem(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
     return queue_set(hv, g, CALL_VMEM, bytes, error);
 }
 
+/* Read once a domain's run (a restarted domain is attached anew): a pid
+ * file read a guest a tick was four system calls. */
 static int lv_qemu_pid(hv_ctx *hv, hv_guest *g)
 {
     (void)hv;
-    return pid_of(g->name);
+    lv_guest *lg = g->backend_data;
+    if (!lg)
+        return pid_of(g->name);
+    if (lg->pid <= 0)
+        lg->pid = pid_of(g->name);
+    return lg->pid;
 }
 
 static void lv_guest_release(hv_ctx *hv, hv_guest *g)

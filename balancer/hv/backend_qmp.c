@@ -7,12 +7,15 @@
  * socket chardev (guest-agent/PROTOCOL.md).
  *
  * No QEMU can stall the tick.  Each tick sends every guest its questions
- * (query-balloon, the balloon's guest-stats, query-blockstats,
- * query-memory-devices for virtio-mem) at once,
- * without waiting, and then waits at most HV_GATHER_MS for all the answers
- * together; a QEMU that does not answer in time (stopped, hung, its
- * monitor busy) is sampled from whatever it answers later, is not waited
- * for again until it answers, and gets no new questions or balloon
+ * (query-balloon, the balloon's guest-stats, query-blockstats, and
+ * query-memory-devices: every tick for a guest with virtio-mem, else
+ * every MEMDEV_AGAIN_MS and after a memory-device event) at once, in one
+ * write a guest, without waiting, and then waits at most HV_GATHER_MS for
+ * all the answers together, every socket in one epoll set (a socket is
+ * read when it has something, never polled on its own); a QEMU that does
+ * not answer in time (stopped, hung, its monitor busy) is sampled from
+ * whatever it answers later, is not waited for again until it answers,
+ * and gets no new questions or balloon
  * changes meanwhile.  Connecting does not wait either (a full listen
  * backlog is an error, not a wait): the greeting, capabilities and the
  * identity questions are answered from the ticks' pumps and gathers,
@@ -27,82 +30,27 @@
  */
 #include <errno.h>
 #include <glib.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 
+#include <unistd.h>
+
 #include "agent/agent_conn.h"
 #include "hv/backend.h"
+#include "hv/qmp_target.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
 #include "qmp/qmp.h"
 
-#define CONNECT_MS 500           /* greeting, capabilities and identity of a new connection */
-#define REQUEST_MS 10000         /* a question unanswered this long fails (the answer is stray) */
 #define SHUTDOWN_MS 1000         /* at stop, balloon changes just sent are waited for this long at most */
-#define FPR_READY_MS 5000        /* whether the guest's driver took free page reporting: asked this
-                                  * often until its driver is ready ... */
-#define FPR_AGAIN_MS 60000       /* ... then this often (the guest may reboot into another kernel) */
-#define RETRY_MIN_S 5            /* reconnect backoff, doubling ... */
-#define RETRY_MAX_S 60           /* ... up to this */
-#define BALLOON_QOM_PATH "/machine/peripheral/balloon0"
+#define EVENTS_MAX 256           /* epoll events taken at once */
 
-enum { PART_BALLOON, PART_STATS, PART_DISK, PART_MEMDEV, PARTS };
-
-typedef struct {
-    char *path;
-    agent_conn agent;      /* path NULL: no agent */
-    qmp_conn *conn;
-    hv_guest *g;
-    uint64_t max_bytes;    /* the balloon's range when query-memory-devices cannot say */
-    int64_t next_attempt;
-    unsigned backoff;      /* seconds before the next connect attempt after a failure */
-    bool warned;
-    bool ever_connected;   /* a later connect is a reconnect */
-    /* joining: a new connection's handshake and identity, not a guest yet */
-    bool joining;
-    unsigned join_waiting; /* answers still to come (the handshake counts as one) */
-    bool join_failed;
-    bool join_absent;      /* the failure: nobody listens on the socket (no backoff) ... */
-    bool join_silent;      /* ... or no greeting at all ... */
-    bool was_absent;       /* ... right after it was absent (a QEMU still starting: no backoff once) */
-    bool warned_absent;    /* "no QEMU listens" said (other failures are said once on their own) */
-    char join_error[400];
-    char join_name[256], join_uuid[300];
-    uint64_t join_base, join_plugged;
-    /* this round of questions */
-    unsigned waiting;      /* answers still to come */
-    int64_t asked_ms;      /* when they were sent */
-    bool round_failed;
-    char round_error[300];
-    guest_sample partial;  /* being assembled */
-    /* the last complete answer */
-    guest_sample last;
-    int64_t last_ms;       /* when it completed (mono ms), 0 never */
-    int64_t taken_ms;      /* last_ms of the sample the core took last, 0 none */
-    bool stuck;            /* missed a gather: not waited for until it answers */
-    bool silence_logged;   /* its silence was logged */
-    bool closing;          /* shutting down: pending commands fail, nothing is wrong */
-    bool expired;          /* its questions timed out: asked again only once it shows life */
-    uint64_t messages_seen; /* what it had sent when they did */
-    unsigned set_failures; /* balloon changes QEMU refused since the last sample */
-    unsigned sets_unanswered; /* balloon changes sent and not answered yet */
-    unsigned stats_period; /* for the balloon's stats polling, set at each connect */
-    int free_page_reporting; /* the balloon's free-page-reporting property: 1, 0, -1 unknown */
-    int free_page_reporting_used; /* ... and whether the guest's driver took it: 1, 0, -1 unknown */
-    int64_t fpr_asked_ms;    /* when that was last asked, 0 not on this connection */
-    bool fpr_asking;         /* ... and the answer is still to come */
-    bool fpr_refused;        /* QEMU cannot say (before 7.2, or no such device): not asked again */
-    int deflate_on_oom;      /* the balloon's deflate-on-oom property: 1, 0, -1 unknown */
-} qmp_target;
-
-typedef struct {
-    GPtrArray *targets; /* qmp_target* */
-} qmp_state;
+enum { PART_BALLOON, PART_STATS, PART_DISK, PART_MEMDEV, PARTS }; /* the memory devices last: a round may leave them out */
 
 static qmp_state *state_of(hv_ctx *hv)
 {
@@ -110,9 +58,11 @@ static qmp_state *state_of(hv_ctx *hv)
     if (!st) {
         st = g_new0(qmp_state, 1);
         st->targets = g_ptr_array_new();
+        st->ep = -1;
         for (char **p = hv->qmp_sockets; p && *p; p++) {
             qmp_target *t = g_new0(qmp_target, 1);
             t->free_page_reporting = t->free_page_reporting_used = t->deflate_on_oom = -1;
+            t->pid = -1;
             const char *comma = strstr(*p, ",agent=");
             t->path = comma ? g_strndup(*p, (gsize)(comma - *p)) : g_strdup(*p);
             agent_conn_init(&t->agent, comma ? comma + 7 : NULL);
@@ -129,258 +79,36 @@ static int left_ms(int64_t deadline)
     return l > 0 ? (int)l : 1;
 }
 
-/* ---- joining: connect, handshake, identity ---- */
+/* ---- the sockets' event loop: one epoll set ---- */
 
-static void join_fail(qmp_target *t, const char *what, const qmp_error *err)
+/* Read t's socket, which has something.  A connection that broke leaves
+ * the set at once: its end of file would wake every wait until the next
+ * tick closes it. */
+static void pump_one(qmp_state *st, qmp_target *t)
 {
-    if (!t->join_failed)
-        snprintf(t->join_error, sizeof(t->join_error), "%s%s%s", what, *what ? ": " : "", err->msg);
-    t->join_failed = true;
-}
-
-static void join_answer(qmp_target *t)
-{
-    if (t->join_waiting)
-        t->join_waiting--;
-}
-
-static void on_size(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
-{
-    (void)c;
-    qmp_target *t = opaque;
-    qmp_error perr;
-    if (!err && qmp_parse_memory_size_summary(ret, &t->join_base, &t->join_plugged, &perr) < 0)
-        err = &perr;
-    if (err)
-        join_fail(t, "query-memory-size-summary", err);
-    join_answer(t);
-}
-
-/* Identity from QEMU: -name and -uuid (all-zero uuid when not given:
- * then the socket path stands in for it).  A QEMU that does not answer
- * these is not taken under another identity: the connect fails and is
- * retried. */
-static void on_name(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
-{
-    (void)c;
-    qmp_target *t = opaque;
-    json_object *v;
-    if (err)
-        join_fail(t, "query-name", err);
-    else if (json_object_object_get_ex(ret, "name", &v) && json_object_get_string_len(v) > 0)
-        snprintf(t->join_name, sizeof(t->join_name), "%s", json_object_get_string(v));
-    join_answer(t);
-}
-
-static void on_uuid(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
-{
-    (void)c;
-    qmp_target *t = opaque;
-    json_object *v;
-    if (err)
-        join_fail(t, "query-uuid", err);
-    else if (json_object_object_get_ex(ret, "UUID", &v) && json_object_is_type(v, json_type_string) &&
-             strcmp(json_object_get_string(v), "00000000-0000-0000-0000-000000000000") != 0)
-        snprintf(t->join_uuid, sizeof(t->join_uuid), "%s", json_object_get_string(v));
-    join_answer(t);
-}
-
-static void on_polling(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
-{
-    (void)c;
-    (void)ret;
-    qmp_target *t = opaque;
-    if (err && !t->closing)
-        log_warn("%s: cannot enable balloon stats: %s", t->path, err->msg);
-}
-
-/* The balloon device's free-page-reporting property.  Not part of the
- * join: a QEMU too old to have it (before 5.1), or a balloon under another
- * id, leaves it unknown. */
-static void on_free_page_reporting(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
-{
-    (void)c;
-    qmp_target *t = opaque;
-    if (!err && json_object_is_type(ret, json_type_boolean))
-        t->free_page_reporting = json_object_get_boolean(ret) ? 1 : 0;
-}
-
-/* The balloon device's deflate-on-oom property, asked as free page
- * reporting is. */
-static void on_deflate_on_oom(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
-{
-    (void)c;
-    qmp_target *t = opaque;
-    if (!err && json_object_is_type(ret, json_type_boolean))
-        t->deflate_on_oom = json_object_get_boolean(ret) ? 1 : 0;
-}
-
-/* Whether the guest's balloon driver took free page reporting
- * (x-query-virtio-status, QEMU 7.2+: unstable, so QEMU's refusal is not an
- * error, only unknown). */
-static void on_free_page_reporting_used(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
-{
-    (void)c;
-    qmp_target *t = opaque;
-    t->fpr_asking = false;
-    int taken;
-    if (!err && qmp_parse_virtio_guest_feature(ret, "VIRTIO_BALLOON_F_REPORTING", &taken, NULL) == 0)
-        t->free_page_reporting_used = taken;
-    else if (err && err->code == QMP_ERR_COMMAND)
-        t->fpr_refused = true;
-}
-
-/* Asked while the device offers free page reporting, outside the round
- * (its answer is not waited for): often until the guest's driver is
- * ready, then now and then. */
-static void ask_free_page_reporting_used(qmp_target *t)
-{
-    int64_t now = mono_ms();
-    if (t->free_page_reporting != 1 || t->fpr_asking || t->fpr_refused ||
-        (t->fpr_asked_ms && now - t->fpr_asked_ms < (t->free_page_reporting_used < 0 ? FPR_READY_MS : FPR_AGAIN_MS)))
+    if (!t->conn)
         return;
-    t->fpr_asked_ms = now;
-    t->fpr_asking = true;
-    json_object *args = json_object_new_object();
-    json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH "/virtio-backend"));
-    qmp_error e;
-    if (qmp_execute_async(t->conn, "x-query-virtio-status", args, REQUEST_MS, on_free_page_reporting_used, t, &e) < 0)
-        t->fpr_asking = false;
+    qmp_pump(t->conn, 0, NULL);
+    if (qmp_is_broken(t->conn))
+        qmp_target_unwatch(st, t);
 }
 
-/* The handshake ended: ask who it is (and turn its balloon stats on). */
-static void on_ready(qmp_conn *c, json_object *ret, const qmp_error *err, void *opaque)
+/* Read what came since the last tick: every socket with something, and
+ * the deadlines of the rest. */
+static void pump_all(qmp_state *st)
 {
-    (void)ret;
-    qmp_target *t = opaque;
-    join_answer(t);
-    if (err) {
-        /* QEMU serves one QMP client at a time: a second one connects and
-         * waits for a greeting that comes when the first leaves */
-        t->join_silent = err->code == QMP_ERR_TIMEOUT && c && qmp_get_counters(c)->messages_in == 0;
-        join_fail(t, t->join_silent ? "another client may hold the monitor, or QEMU is stopped" : "", err);
-        return;
+    struct epoll_event ev[EVENTS_MAX];
+    int n = EVENTS_MAX;
+    for (guint round = 0; n == EVENTS_MAX && round <= st->targets->len / EVENTS_MAX; round++) {
+        n = st->ep < 0 ? 0 : epoll_wait(st->ep, ev, EVENTS_MAX, 0);
+        for (int k = 0; k < n; k++)
+            pump_one(st, ev[k].data.ptr);
     }
-    /* CONNECT_MS of their own, from now: the handshake's answer may have
-     * waited in the socket for the next tick */
-    static const struct { const char *cmd; qmp_reply_cb cb; } q[] = {
-        { "query-memory-size-summary", on_size },
-        { "query-name", on_name },
-        { "query-uuid", on_uuid },
-    };
-    for (size_t i = 0; i < G_N_ELEMENTS(q); i++) {
-        qmp_error e;
-        t->join_waiting++;
-        if (qmp_execute_async(c, q[i].cmd, NULL, CONNECT_MS, q[i].cb, t, &e) < 0) {
-            join_answer(t);
-            join_fail(t, q[i].cmd, &e);
-        }
-    }
-    qmp_error e;
-    if (qmp_set_stats_polling_async(c, BALLOON_QOM_PATH, (int)t->stats_period, CONNECT_MS, on_polling, t, &e) < 0)
-        on_polling(c, NULL, &e, t);
-    t->free_page_reporting = t->free_page_reporting_used = -1;
-    t->fpr_asked_ms = 0;
-    t->fpr_asking = t->fpr_refused = false;
-    json_object *args = json_object_new_object();
-    json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH));
-    json_object_object_add(args, "property", json_object_new_string("free-page-reporting"));
-    qmp_execute_async(c, "qom-get", args, REQUEST_MS, on_free_page_reporting, t, &e); /* failed: unknown */
-    t->deflate_on_oom = -1;
-    args = json_object_new_object();
-    json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH));
-    json_object_object_add(args, "property", json_object_new_string("deflate-on-oom"));
-    qmp_execute_async(c, "qom-get", args, REQUEST_MS, on_deflate_on_oom, t, &e); /* failed: unknown */
-}
-
-static void target_connect(hv_ctx *hv, qmp_target *t)
-{
-    if (mono_s() < t->next_attempt)
-        return;
-    qmp_error err;
-    t->asked_ms = mono_ms();
-    t->stats_period = hv->stats_period;
-    t->joining = true;
-    t->join_failed = t->join_absent = t->join_silent = false;
-    t->join_waiting = 1; /* the handshake */
-    t->waiting = 0;      /* nothing of the old connection is awaited any more */
-    t->stuck = t->expired = t->silence_logged = false;
-    snprintf(t->join_name, sizeof(t->join_name), "%s", strrchr(t->path, '/') ? strrchr(t->path, '/') + 1 : t->path);
-    snprintf(t->join_uuid, sizeof(t->join_uuid), "qmp:%s", t->path);
-    t->conn = qmp_connect_unix_async(t->path, CONNECT_MS, on_ready, t, &err);
-    if (!t->conn) {
-        join_fail(t, "", &err);
-        t->join_absent = err.code == QMP_ERR_CLOSED; /* ENOENT or ECONNREFUSED */
-    }
-}
-
-/* Another VM is behind t's socket now.  The guest t served (kept while
- * the join ran) is not sampled nor ballooned through the new QEMU: another
- * socket that serves it too (two QEMUs given one -uuid) takes it over, or
- * it is gone. */
-static void hand_over(hv_ctx *hv, qmp_target *t, hv_guest *g)
-{
-    qmp_state *st = state_of(hv);
-    g->backend_data = NULL;
     for (guint i = 0; i < st->targets->len; i++) {
-        qmp_target *u = g_ptr_array_index(st->targets, i);
-        if (u != t && u->g == g && u->conn && !u->joining) {
-            g->backend_data = u;
-            return;
-        }
+        qmp_target *t = g_ptr_array_index(st->targets, i);
+        if (t->conn)
+            qmp_expire(t->conn);
     }
-    g->seen = false;
-}
-
-/* After the gather: a join that ended becomes a guest, or a retry. */
-static void join_settle(hv_ctx *hv, qmp_target *t)
-{
-    if (!t->joining)
-        return;
-    if (t->conn && !t->join_failed)
-        qmp_expire(t->conn); /* what missed CONNECT_MS fails the join */
-    if (!t->join_failed && t->join_waiting)
-        return;
-    t->joining = false;
-    if (!t->join_failed) {
-        t->max_bytes = t->join_base + t->join_plugged;
-        hv_guest *before = t->g;
-        t->g = hv->inv->find(hv->inv_ctx, t->join_uuid);
-        if (!t->g)
-            t->g = hv->inv->add(hv->inv_ctx, t->join_name, t->join_uuid);
-        if (before && before != t->g && before->backend_data == t)
-            hand_over(hv, t, before);
-        t->g->backend_data = t;
-        t->g->seen = true;
-        t->warned = t->warned_absent = t->was_absent = false;
-        t->backoff = 0;
-        t->waiting = 0;
-        t->stuck = t->silence_logged = t->expired = false;
-        t->last_ms = t->taken_ms = 0;
-        if (t->ever_connected)
-            hv->reconnects++;
-        t->ever_connected = true;
-        return;
-    }
-    if (t->join_absent || (t->was_absent && t->join_silent)) {
-        /* not there yet, or just started (its socket exists before its
-         * main loop greets): the next tick */
-        t->backoff = 0;
-        if (t->join_absent && !t->warned_absent)
-            log_warn("%s: %s (no QEMU listens: trying again every tick)", t->path, t->join_error);
-        t->warned_absent |= t->join_absent;
-    } else {
-        t->backoff = t->backoff ? (t->backoff * 2 > RETRY_MAX_S ? RETRY_MAX_S : t->backoff * 2) : RETRY_MIN_S;
-        if (!t->warned)
-            log_warn("%s: %s (retrying, backing off up to %d s)", t->path, t->join_error, RETRY_MAX_S);
-        t->warned = true;
-    }
-    t->was_absent = t->join_absent;
-    t->closing = true; /* what is still pending fails quietly */
-    qmp_close(t->conn);
-    t->closing = false;
-    t->conn = NULL;
-    t->next_attempt = mono_s() + t->backoff;
 }
 
 /* One answer of a round: fill its part of the sample; the round completes
@@ -468,19 +196,31 @@ static void on_memdev(qmp_conn *c, json_object *ret, const qmp_error *err, void 
     (void)c;
     qmp_target *t = opaque;
     qmp_memory_devices md;
-    if (!err && qmp_parse_memory_devices(ret, &md, NULL) == 0) {
+    t->md_known = !err && qmp_parse_memory_devices(ret, &md, NULL) == 0;
+    if (t->md_known) {
         guest_sample *o = &t->partial;
         o->max_bytes = (int64_t)(t->join_base + md.dimm_bytes);
         o->vmem = (vmem_sample){ .devices = md.vmem_devices, .block_bytes = md.vmem_block_bytes,
                                  .max_bytes = md.vmem_max_bytes, .requested_bytes = md.vmem_requested_bytes,
                                  .plugged_bytes = md.vmem_plugged_bytes };
         snprintf(o->vmem.id, sizeof(o->vmem.id), "%s", md.vmem_id);
+        t->md_max_bytes = o->max_bytes;
+        t->md_vmem = o->vmem;
     }
     round_answer(t, NULL, "query-memory-devices");
 }
 
+/* Whether this round asks for the memory devices: what they were is
+ * reused between (a guest without virtio-mem, its DIMMs unchanged, gives
+ * the same answer every tick). */
+static bool memdev_due(const qmp_target *t, int64_t now)
+{
+    return !t->md_known || t->md_vmem.devices || now - t->md_asked_ms >= MEMDEV_AGAIN_MS;
+}
+
 /* Send this tick's questions (none while the last ones are unanswered,
- * nor to a QEMU whose questions expired and that has said nothing since). */
+ * nor to a QEMU whose questions expired and that has said nothing since),
+ * in one write. */
 static void ask(hv_ctx *hv, qmp_target *t)
 {
     if (t->waiting)
@@ -490,65 +230,78 @@ static void ask(hv_ctx *hv, qmp_target *t)
             return;
         t->expired = false; /* late answers came: it is alive */
     }
-    ask_free_page_reporting_used(t); /* not of a QEMU that does not answer: it would pile up */
+    qmp_cork(t->conn); /* the round in one write */
+    qmp_target_ask_fpr_used(t); /* not of a QEMU that does not answer: it would pile up */
     memset(&t->partial, 0xff, sizeof(t->partial)); /* every field -1: not reported */
-    t->partial.max_bytes = (int64_t)t->max_bytes;
-    t->partial.vmem = (vmem_sample){ 0 };
     t->round_failed = false;
     t->round_error[0] = '\0';
     t->asked_ms = mono_ms();
+    bool memdev = memdev_due(t, t->asked_ms);
+    /* a QEMU that cannot say keeps the range it had at connect and no virtio-mem */
+    t->partial.max_bytes = memdev ? (int64_t)t->max_bytes : t->md_max_bytes;
+    t->partial.vmem = memdev ? (vmem_sample){ 0 } : t->md_vmem;
+    if (memdev)
+        t->md_asked_ms = t->asked_ms;
     hv->stats_calls_one++;
-    json_object *args = json_object_new_object();
-    json_object_object_add(args, "path", json_object_new_string(BALLOON_QOM_PATH));
-    json_object_object_add(args, "property", json_object_new_string("guest-stats"));
-    static const struct { const char *cmd; qmp_reply_cb cb; } q[PARTS] = {
-        [PART_BALLOON] = { "query-balloon", on_balloon },
-        [PART_STATS] = { "qom-get", on_stats },
-        [PART_DISK] = { "query-blockstats", on_disk },
-        [PART_MEMDEV] = { "query-memory-devices", on_memdev },
+    static const struct { const char *cmd, *args; qmp_reply_cb cb; } q[PARTS] = {
+        [PART_BALLOON] = { "query-balloon", NULL, on_balloon },
+        [PART_STATS] = { "qom-get", "{\"path\":\"" BALLOON_QOM_PATH "\",\"property\":\"guest-stats\"}", on_stats },
+        [PART_DISK] = { "query-blockstats", NULL, on_disk },
+        [PART_MEMDEV] = { "query-memory-devices", NULL, on_memdev },
     };
-    for (int i = 0; i < PARTS; i++) {
+    for (int i = 0; i < (memdev ? PARTS : PART_MEMDEV); i++) {
         qmp_error err;
         t->waiting++;
-        if (qmp_execute_async(t->conn, q[i].cmd, i == PART_STATS ? args : NULL, REQUEST_MS, q[i].cb, t, &err) < 0)
+        if (qmp_execute_async_text(t->conn, q[i].cmd, q[i].args, REQUEST_MS, q[i].cb, t, &err) < 0)
             round_answer(t, &err, q[i].cmd); /* the callback will not run */
-        if (i == PART_STATS)
-            args = NULL; /* consumed */
     }
-    json_object_put(args);
+    qmp_error err;
+    qmp_uncork(t->conn, &err); /* failed: round_answer ran for each with why */
+}
+
+/* Whether the gather waits for t: asked this tick and not known stuck,
+ * or joining. */
+static bool awaited(const qmp_target *t)
+{
+    return t->conn && ((t->waiting && !t->stuck) || (t->joining && t->join_waiting && !t->join_failed));
+}
+
+/* What t's socket brought within the gather: a join that ended becomes a
+ * guest (asked at once: its first answers come within this gather) or a
+ * retry. */
+static void gathered(hv_ctx *hv, qmp_state *st, qmp_target *t)
+{
+    pump_one(st, t);
+    if (t->joining && (t->join_failed || !t->join_waiting)) {
+        qmp_target_settle(hv, st, t);
+        if (t->conn && t->g && !t->joining)
+            ask(hv, t);
+    }
 }
 
 /* Wait up to HV_GATHER_MS for the answers of every target asked this tick
- * that is not known to be stuck; whoever has not answered by then is. */
+ * that is not known to be stuck; whoever has not answered by then is.
+ * The others' sockets are read too when something comes (late answers,
+ * events), as the next tick would. */
 static void gather(hv_ctx *hv, qmp_state *st)
 {
     int64_t deadline = mono_ms() + HV_GATHER_MS;
-    g_autofree struct pollfd *fds = g_new(struct pollfd, st->targets->len ? st->targets->len : 1);
-    g_autofree qmp_target **who = g_new(qmp_target *, st->targets->len ? st->targets->len : 1);
-    for (;;) {
-        nfds_t n = 0;
-        for (guint i = 0; i < st->targets->len; i++) {
-            qmp_target *t = g_ptr_array_index(st->targets, i);
-            if (t->conn && ((t->waiting && !t->stuck) || (t->joining && t->join_waiting && !t->join_failed))) {
-                fds[n] = (struct pollfd){ .fd = qmp_fd(t->conn), .events = POLLIN };
-                who[n++] = t;
-            }
-        }
+    unsigned waiting = 0;
+    for (guint i = 0; i < st->targets->len; i++)
+        waiting += awaited(g_ptr_array_index(st->targets, i));
+    while (waiting && st->ep >= 0) {
         int64_t left = deadline - mono_ms();
-        if (!n || left <= 0)
+        if (left <= 0)
             break;
-        if (poll(fds, n, (int)left) < 0 && errno != EINTR)
+        struct epoll_event ev[EVENTS_MAX];
+        int n = epoll_wait(st->ep, ev, EVENTS_MAX, (int)left);
+        if (n < 0 && errno != EINTR)
             break;
-        for (nfds_t k = 0; k < n; k++) {
-            if (!fds[k].revents)
-                continue;
-            qmp_target *t = who[k];
-            qmp_pump(t->conn, 0, NULL);
-            if (t->joining && (t->join_failed || !t->join_waiting)) {
-                join_settle(hv, t);
-                if (t->conn && t->g && !t->joining)
-                    ask(hv, t); /* joined: its first answers come within this gather */
-            }
+        for (int k = 0; k < n; k++) {
+            qmp_target *t = ev[k].data.ptr;
+            bool was = awaited(t);
+            gathered(hv, st, t);
+            waiting = waiting - was + awaited(t);
         }
     }
     int64_t now = mono_ms();
@@ -570,20 +323,19 @@ static int q_sync(hv_ctx *hv)
 {
     qmp_state *st = state_of(hv);
     hv_mark_unseen(hv);
+    pump_all(st); /* answers and events that came since the last tick */
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
-        /* answers and events that came since the last tick */
-        if (t->conn)
-            qmp_pump(t->conn, 0, NULL);
-        join_settle(hv, t); /* a join that failed or finished since the last tick */
+        qmp_target_settle(hv, st, t); /* a join that failed or finished since the last tick */
         if (t->conn && !t->joining && qmp_is_broken(t->conn)) {
             log_warn("%s: %s", t->path, qmp_broken_reason(t->conn)->msg);
+            qmp_target_unwatch(st, t);
             qmp_close(t->conn);
             t->conn = NULL;
         }
         if (!t->conn)
-            target_connect(hv, t);
-        join_settle(hv, t); /* a join that failed at once */
+            qmp_target_connect(hv, st, t);
+        qmp_target_settle(hv, st, t); /* a join that failed at once */
         if (t->g && t->joining)
             t->g->seen = true; /* reconnecting: kept (and its state) while the join runs */
         if (t->conn && t->g && !t->joining) {
@@ -594,6 +346,9 @@ static int q_sync(hv_ctx *hv)
             while ((ev = qmp_next_event(t->conn))) {
                 if (strcmp(ev->name, "RESET") == 0)
                     t->g->resets++;
+                else if (!strcmp(ev->name, "DEVICE_DELETED") || !strcmp(ev->name, "ACPI_DEVICE_OST") ||
+                         !strcmp(ev->name, "MEMORY_DEVICE_SIZE_CHANGE"))
+                    t->md_known = false; /* a DIMM or virtio-mem device came or went: asked again */
                 qmp_event_free(ev);
             }
             ask(hv, t);
@@ -602,7 +357,7 @@ static int q_sync(hv_ctx *hv)
     gather(hv, st);
     for (guint i = 0; i < st->targets->len; i++) {
         qmp_target *t = g_ptr_array_index(st->targets, i);
-        join_settle(hv, t);
+        qmp_target_settle(hv, st, t);
         if (t->g && !t->g->seen)
             t->g = NULL; /* the guest is dropped just below */
     }
@@ -720,18 +475,12 @@ static int q_set_vmem(hv_ctx *hv, hv_guest *g, uint64_t bytes, GError **error)
     return send_set(t, "qom-set", args, on_vmem_set, error);
 }
 
-/* The QMP socket's peer is the QEMU process itself. */
+/* The QMP socket's peer is the QEMU process itself (asked at connect). */
 static int q_qemu_pid(hv_ctx *hv, hv_guest *g)
 {
     (void)hv;
     qmp_target *t = g->backend_data;
-    if (!t || !t->conn)
-        return -1;
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
-    if (getsockopt(qmp_fd(t->conn), SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.pid <= 0)
-        return -1;
-    return (int)cred.pid;
+    return t && t->conn ? t->pid : -1;
 }
 
 static void q_guest_release(hv_ctx *hv, hv_guest *g)
@@ -771,6 +520,8 @@ static void q_shutdown(hv_ctx *hv)
         g_free(t);
     }
     g_ptr_array_free(st->targets, TRUE);
+    if (st->ep >= 0)
+        close(st->ep);
     g_free(st);
     hv->priv = NULL;
 }

@@ -53,6 +53,9 @@ typedef struct {
     virDomainPtr dom;
     unsigned gen;             /* the connection dom belongs to */
     unsigned id;              /* libvirt's domain id when attached */
+    int pid;                  /* its QEMU's, from its pid file once read (main loop only), 0 not yet */
+    int64_t job_next_ms;      /* when the bulk call asks its job again, 0 at once (the bulk call's alone) */
+    int64_t job_last;         /* what it said (guest_sample.job_ms) */
     agent_conn agent;       /* main loop only */
     virStreamPtr agent_stream; /* its agent's channel through libvirtd, NULL: the socket (main loop only) */
     GByteArray *agent_in;   /* what the stream brought since the last drain, at most AGENT_DRAIN_MAX */

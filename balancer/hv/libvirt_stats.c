@@ -26,7 +26,7 @@ const char *lv_last_error(void)
  * QEMU under a query job, which these jobs allow.  An incoming migration
  * has no statistics here (libvirt: "migration statistics are available
  * only on the source host"), which says as much. */
-static int64_t job_ms(virDomainPtr dom)
+int64_t lv_stats_job_ms(virDomainPtr dom)
 {
     int type = VIR_DOMAIN_JOB_NONE, nparams = 0, op = VIR_DOMAIN_JOB_OPERATION_UNKNOWN;
     virTypedParameterPtr params = NULL;
@@ -112,22 +112,26 @@ static bool sample_from_record(const virDomainStatsRecord *rec, guest_sample *ou
     return asked;
 }
 
-int lv_stats_list(virDomainPtr *doms, guint n, guest_sample *samples, bool *got, GError **error)
+int lv_stats_list(virDomainPtr *doms, guint n, guest_sample *samples, bool *got, const bool *ask_job,
+                  GError **error)
 {
     virDomainStatsRecordPtr *recs = NULL;
     int nrec = virDomainListGetStats(doms, STATS_WANTED, &recs, VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT);
     if (nrec < 0)
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "%s", lv_last_error());
+    guint from = 0; /* the records come in the order of doms: each looked for after the last one found */
     for (int r = 0; r < nrec; r++) {
         unsigned char uuid[VIR_UUID_BUFLEN], want[VIR_UUID_BUFLEN];
         if (virDomainGetUUID(recs[r]->dom, uuid) < 0)
             continue;
-        for (guint i = 0; i < n; i++) {
+        for (guint k = 0; k < n; k++) {
+            guint i = (from + k) % n;
             if (got[i] || virDomainGetUUID(doms[i], want) < 0 || memcmp(uuid, want, sizeof(uuid)) != 0)
                 continue;
             got[i] = sample_from_record(recs[r], &samples[i]);
-            if (got[i])
-                samples[i].job_ms = job_ms(doms[i]);
+            if (got[i] && (!ask_job || ask_job[i]))
+                samples[i].job_ms = lv_stats_job_ms(doms[i]);
+            from = i + 1;
             break;
         }
     }
@@ -139,7 +143,7 @@ int lv_stats_sample(virDomainPtr dom, guest_sample *out, GError **error)
 {
     virDomainPtr doms[2] = { dom, NULL };
     bool got = false;
-    int n = lv_stats_list(doms, 1, out, &got, error);
+    int n = lv_stats_list(doms, 1, out, &got, NULL, error);
     if (n < 0)
         return -1;
     if (n != 1) {

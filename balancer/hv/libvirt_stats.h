@@ -20,9 +20,15 @@ const char *lv_last_error(void);
 
 /* Statistics of doms (NULL-terminated, one connection) in one call that
  * waits for no domain's job: got[i] when libvirt asked doms[i]'s QEMU, and
- * then samples[i] is its sample, with its job.  The number of records
- * libvirt returned, or -1 with its error. */
-int lv_stats_list(virDomainPtr *doms, guint n, guest_sample *samples, bool *got, GError **error);
+ * then samples[i] is its sample, with its job when ask_job is NULL or
+ * ask_job[i] (else job_ms -1).  The number of records libvirt returned,
+ * or -1 with its error. */
+int lv_stats_list(virDomainPtr *doms, guint n, guest_sample *samples, bool *got, const bool *ask_job,
+                  GError **error);
+
+/* How long libvirt has run a job on the domain that copies or restores
+ * its memory (migration, save, restore, dump, snapshot), -1 none. */
+int64_t lv_stats_job_ms(virDomainPtr dom);
 
 #define LV_SAMPLE_NO_JOB (-2)
 

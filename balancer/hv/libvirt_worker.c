@@ -42,11 +42,28 @@ void lv_guest_unref(lv_guest *lg)
 
 /* ---- the actuator ---- */
 
+#define JOB_RECHECK_MS 5000   /* a guest's job asked at least this often (every tick while one runs) */
+
+/* A change waits for the domain's job, up to 30 s in libvirt and a worker
+ * with it: asked first, as the bulk call asks a guest's job every few
+ * seconds only.  0, or -1 when a job runs. */
+static int job_guard(virDomainPtr dom, GError **error)
+{
+    int64_t job = lv_stats_job_ms(dom);
+    if (job < 0)
+        return 0;
+    g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED,
+                "a libvirt job (migration, save or dump) has run for %.0f s: left alone", (double)job / 1000.0);
+    return -1;
+}
+
 /* Set the first virtio-mem device's requested size (a worker), as virsh
  * update-memory-device --requested-size does: the device as the live XML
  * has it, with the new <requested>.  0, or -1 with the reason. */
 static int set_vmem(lv_guest *lg, uint64_t bytes, GError **error)
 {
+    if (job_guard(lg->dom, error) < 0)
+        return -1;
     char *xml = virDomainGetXMLDesc(lg->dom, 0);
     g_autoptr(GError) err = NULL;
     g_autofree char *dev = xml ? libvirt_xml_vmem_request(xml, strlen(xml), bytes, &err) : NULL;
@@ -70,6 +87,8 @@ static int set_vmem(lv_guest *lg, uint64_t bytes, GError **error)
 /* Set the balloon (a worker).  0, or -1 with the reason. */
 static int set_balloon(lv_guest *lg, uint64_t bytes, GError **error)
 {
+    if (job_guard(lg->dom, error) < 0)
+        return -1;
     if (virDomainSetMemoryFlags(lg->dom, (unsigned long)(bytes / 1024), VIR_DOMAIN_AFFECT_LIVE) == 0)
         return 0;
     g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_FAILED, "balloon change failed: %s", lv_last_error());
@@ -106,10 +125,27 @@ static void bulk_work(lv_state *st, lv_call *c)
     g_autofree virDomainPtr *doms = g_new0(virDomainPtr, gs->len + 1);
     g_autofree guest_sample *samples = g_new(guest_sample, gs->len);
     g_autofree bool *got = g_new0(bool, gs->len);
-    for (guint i = 0; i < gs->len; i++)
-        doms[i] = ((lv_guest *)g_ptr_array_index(gs, i))->dom;
+    g_autofree bool *ask_job = g_new0(bool, gs->len);
+    int64_t now = mono_ms();
+    for (guint i = 0; i < gs->len; i++) {
+        lv_guest *lg = g_ptr_array_index(gs, i);
+        doms[i] = lg->dom;
+        /* a call to libvirtd a guest a tick otherwise (some 30 system calls
+         * here, libvirt-glib's wakeups most of them): every few seconds,
+         * spread, and every tick while one runs */
+        ask_job[i] = lg->job_last >= 0 || now >= lg->job_next_ms;
+    }
     g_autoptr(GError) failed = NULL;
-    lv_stats_list(doms, gs->len, samples, got, &failed);
+    lv_stats_list(doms, gs->len, samples, got, ask_job, &failed);
+    for (guint i = 0; i < gs->len; i++) {
+        lv_guest *lg = g_ptr_array_index(gs, i);
+        if (got[i] && ask_job[i]) {
+            lg->job_last = samples[i].job_ms;
+            lg->job_next_ms = now + JOB_RECHECK_MS / 2 + g_random_int_range(0, JOB_RECHECK_MS / 2);
+        } else if (got[i]) {
+            samples[i].job_ms = lg->job_last;
+        }
+    }
     for (guint i = 0; i < gs->len; i++)
         if (got[i] && ((lv_guest *)g_ptr_array_index(gs, i))->has_vmem)
             lv_stats_vmem(doms[i], &samples[i]);

@@ -17,6 +17,7 @@
 #include "core/balancer.h"
 #include "report/control.h"
 #include "report/metrics.h"
+#include "util/fd_limit.h"
 #include "util/log.h"
 
 typedef struct {
@@ -382,6 +383,21 @@ static void tear_down(daemon_ctx *d, run_opts *o)
     g_free(d->opt_policy);
 }
 
+/* A socket and two /proc files a guest: more than the soft limit systemd
+ * starts services with (1024), long before 1000 guests. */
+static void raise_fd_limit(void)
+{
+    uint64_t before, after;
+    g_autoptr(GError) err = NULL;
+    if (fd_limit_raise(&before, &after, &err) < 0)
+        log_warn("%s: with many guests, sockets and /proc files may run out", err->message);
+    else if (after != before)
+        log_info("open files: soft limit raised from %llu to %llu (the hard limit)", (unsigned long long)before,
+                 (unsigned long long)after);
+    else
+        log_debug("open files: limit %llu", (unsigned long long)after);
+}
+
 int main(int argc, char **argv)
 {
     daemon_ctx d;
@@ -394,6 +410,7 @@ int main(int argc, char **argv)
         log_set_level(LOG_DEBUG);
     if (o.release)
         return release_leftovers(&d, &o);
+    raise_fd_limit();
     if (start_balancer(&d, &o) < 0)
         return 1;
     if (o.once)

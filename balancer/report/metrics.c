@@ -437,7 +437,9 @@ metrics_server *metrics_start(const char *listen, GError **error)
     metrics_server *m = g_new0(metrics_server, 1);
     pthread_mutex_init(&m->lock, NULL);
     m->text = g_string_new("");
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* poll(2), not select(2): with a thousand guests' sockets open, a
+     * scrape's connection is past FD_SETSIZE, which select cannot watch */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     m->mhd = MHD_start_daemon(flags, 0, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR, ai->ai_addr,

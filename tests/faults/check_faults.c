@@ -13,7 +13,9 @@
  *   - a QEMU that does not answer (stopped, or never accepting) delays no
  *     other guest;
  *   - a VM started after balancerd (its --qmp socket absent at first) is
- *     managed within a tick or two of its start, with one warning.
+ *     managed within a tick or two of its start, with one warning;
+ *   - more guests than the soft open-file limit allows sockets and /proc
+ *     files for: balancerd raises the limit and manages them all.
  * balancerd runs under MEMBAL_DAEMON_WRAPPER (valgrind in make check).
  */
 #include <check.h>
@@ -63,7 +65,7 @@ static void make_workdir(const char *what)
 /* bare: without MEMBAL_DAEMON_WRAPPER (valgrind does not know pidfd_open) */
 static void start_daemon_ex(const char *conf_text, const char *extra, bool bare)
 {
-    char conf[300], args[1024];
+    char conf[300], args[6144];
     snprintf(conf, sizeof(conf), "%s/balancer.conf", workdir);
     ck_assert(test_put(conf, conf_text));
     snprintf(daemon_log, sizeof(daemon_log), "%s/balancerd.log", workdir);
@@ -533,6 +535,40 @@ START_TEST(qemu_started_after_balancerd_is_managed_at_once)
 }
 END_TEST
 
+/* systemd starts balancerd with a soft open-file limit of 1024, fewer
+ * than a thousand guests' sockets and /proc files need: it raises the
+ * soft limit to the hard one at start.  Here from 32, over 40 QEMUs (a
+ * socket and /proc files each).  Bare: valgrind keeps the limits to
+ * itself. */
+START_TEST(guests_past_the_soft_fd_limit_are_all_managed)
+{
+    make_workdir("fds");
+    char a[250];
+    snprintf(a, sizeof(a), "%s/a", workdir);
+    pid_t fa = spawn_fake_qemu(a, 40, 0);
+    GString *qmp = g_string_new("--verbose");
+    for (int i = 0; i < 40; i++)
+        g_string_append_printf(qmp, " --qmp '%s/fake-%02d.sock'", a, i);
+    test_daemon_prefix = "prlimit --nofile=32:";
+    start_daemon_ex("[balancer]\ntick = 1\nstats_period = 1\n"
+                    "[watermarks]\nmin = 1%\nlow = 99%\nhigh = 99.5%\n", qmp->str, true);
+    test_daemon_prefix = NULL;
+    g_string_free(qmp, TRUE);
+    ck_assert_msg(wait_log("open files: soft limit raised from 32 to", 10), "the raise was not said");
+    ck_assert_msg(wait_log("guest fake-39 (", 15), "fake-39 not managed");
+    sleep(3); /* sampled, their /proc files open */
+    ck_assert_int_eq(test_count_lines(daemon_log, ": now managed"), 40);
+    ck_assert_int_eq(test_count_lines(daemon_log, "Too many open files"), 0);
+    ck_assert_int_eq(test_count_lines(daemon_log, "skipping this tick"), 0);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "'%s/build/balancerctl' --socket '%s/ctl.sock' status >/dev/null", test_top(), workdir);
+    ck_assert_int_eq(test_run("%s", cmd), 0);
+    ck_assert_int_eq(stop_daemon(), 0);
+    kill(fa, SIGTERM);
+    waitpid(fa, NULL, 0);
+}
+END_TEST
+
 int main(void)
 {
     if (geteuid() != 0 || !guest_vm_qemu_available()) {
@@ -548,6 +584,7 @@ int main(void)
     tcase_add_test(tc, host_reclaim_without_swap);
     tcase_add_test(tc, stopped_qemu_delays_nobody);
     tcase_add_test(tc, qemu_started_after_balancerd_is_managed_at_once);
+    tcase_add_test(tc, guests_past_the_soft_fd_limit_are_all_managed);
     suite_add_tcase(s, tc);
     cleanup_init();
     int rc = check_run_suite(s, CK_FORK);

@@ -118,7 +118,7 @@ pid_t test_start_daemon(const char *conf, const char *args, const char *log, boo
 {
     pid_t pid = fork();
     if (pid == 0) {
-        char cmd[4096];
+        char cmd[8192];
         /* a checker's failure (valgrind's leak report) shows up as a
          * non-zero exit status */
         const char *wrap = bare ? NULL : getenv("MEMBAL_DAEMON_WRAPPER");

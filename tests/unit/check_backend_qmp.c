@@ -11,14 +11,19 @@
 #include <check.h>
 
 #include "check_run.h"
+#include <dirent.h>
 #include <glib.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fake_qmp.h"
 #include "hv/backend.h"
+#include "util/fd_limit.h"
 
 #define MIB (1024ULL * 1024ULL)
 
@@ -441,6 +446,110 @@ START_TEST(guest_served_twice_is_handed_over)
 }
 END_TEST
 
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* tests/faults/fake_qemu, built beside this program: n guests behind
+ * dir/fake-NN.sock; its pid. */
+static pid_t spawn_fake_qemu(const char *dir, int n)
+{
+    g_autofree char *self = g_file_read_link("/proc/self/exe", NULL);
+    ck_assert_ptr_nonnull(self);
+    g_autofree char *here = g_path_get_dirname(self);
+    g_autofree char *exe = g_build_filename(here, "fake_qemu", NULL);
+    g_autofree char *log = g_build_filename(dir, "fake.log", NULL);
+    char count[16];
+    snprintf(count, sizeof(count), "%d", n);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(log, "w", stdout))
+            _exit(127);
+        execl(exe, exe, dir, count, "1024", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 100; i++) {
+        g_autofree char *text = NULL;
+        if (g_file_get_contents(log, &text, NULL, NULL) && strstr(text, "ready"))
+            return pid;
+        usleep(100 * 1000);
+    }
+    kill(pid, SIGKILL);
+    ck_abort_msg("%s did not start", exe);
+    return -1;
+}
+
+/* Many QEMUs, more than select(2) could watch (MEMBAL_MANY_QMP, 1100; a
+ * hundred under valgrind): all their sockets in one epoll set, every one
+ * of them heard within one gather, one socket each and no file left
+ * behind when they go away. */
+START_TEST(many_qemus_are_gathered_in_one_epoll_set)
+{
+    const char *env = getenv("MEMBAL_MANY_QMP");
+    int n = env ? atoi(env) : 1100;
+    uint64_t before, after;
+    g_autoptr(GError) ferr = NULL;
+    ck_assert_int_eq(fd_limit_raise(&before, &after, &ferr), 0);
+    if (after < (uint64_t)n + 64)
+        CHECK_SKIP("%d sockets need more open files than the hard limit %llu", n, (unsigned long long)after);
+    char dir[64];
+    g_strlcpy(dir, "/tmp/membal-many-qmp-XXXXXX", sizeof(dir));
+    ck_assert_ptr_nonnull(g_mkdtemp(dir));
+    pid_t fake = spawn_fake_qemu(dir, n);
+    guests = g_ptr_array_new_with_free_func(g_free);
+    char **sockets = g_new0(char *, n + 1);
+    for (int i = 0; i < n; i++)
+        sockets[i] = g_strdup_printf("%s/fake-%02d.sock", dir, i);
+    hv_ctx hv = { .qmp_sockets = sockets, .stats_period = 1, .inv = &inventory };
+    int fds0 = open_fds();
+    for (int i = 0; i < 100 && guests->len < (guint)n; i++) {
+        ck_assert_int_eq(backend_qmp.sync(&hv), 0);
+        usleep(50 * 1000);
+    }
+    ck_assert_uint_eq(guests->len, n);
+    ck_assert_int_le(open_fds(), fds0 + n + 1); /* a socket each, and the epoll set */
+    int best = 0;
+    for (int tick = 0; tick < 10 && best < n; tick++) {
+        usleep(200 * 1000);
+        ck_assert_int_eq(backend_qmp.sync(&hv), 0);
+        int sampled = 0;
+        for (guint i = 0; i < guests->len; i++) {
+            guest_sample smp;
+            g_autoptr(GError) err = NULL;
+            sampled += backend_qmp.sample(&hv, g_ptr_array_index(guests, i), &smp, &err) == 0;
+        }
+        best = sampled > best ? sampled : best;
+    }
+    fprintf(stderr, "%d QEMUs: %d answered within one gather at best\n", n, best);
+    ck_assert_int_eq(best, n);
+    /* they all go away: every socket leaves the set and is closed */
+    kill(fake, SIGTERM);
+    waitpid(fake, NULL, 0);
+    for (int i = 0; i < 20 && guests->len; i++) {
+        ck_assert_int_eq(backend_qmp.sync(&hv), 0);
+        usleep(50 * 1000);
+    }
+    ck_assert_uint_eq(guests->len, 0);
+    ck_assert_int_le(open_fds(), fds0 + 1);
+    backend_qmp.shutdown(&hv);
+    ck_assert_int_le(open_fds(), fds0);
+    g_ptr_array_free(guests, TRUE);
+    guests = NULL;
+    g_strfreev(sockets);
+    g_autofree char *log = g_build_filename(dir, "fake.log", NULL);
+    unlink(log);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backend_qmp");
@@ -454,6 +563,7 @@ int main(void)
     tcase_add_test(tc, slow_handshake_read_a_tick_late_joins);
     tcase_add_test(tc, stuck_qemu_is_asked_nothing_more);
     tcase_add_test(tc, guest_served_twice_is_handed_over);
+    tcase_add_test(tc, many_qemus_are_gathered_in_one_epoll_set);
     suite_add_tcase(s, tc);
     return check_run_suite(s, CK_FORK);
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -30,6 +31,7 @@
 #include "config/metadata_xml.h"
 #include "reclaim/qemu_memcg.h"
 #include "config/size_parse.h"
+#include "util/fd_limit.h"
 #include "util/log.h"
 #include "util/mono_clock.h"
 
@@ -964,6 +966,32 @@ START_TEST(a_qemu_that_goes_away_and_comes_back_is_read_through_its_own_files)
 }
 END_TEST
 
+/* balancerd starts under systemd with a soft open-file limit of 1024,
+ * fewer than 1000 guests' sockets and /proc files: it raises the soft
+ * limit to the hard one, and says from what to what. */
+START_TEST(the_soft_fd_limit_is_raised_to_the_hard_one)
+{
+    struct rlimit was;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+    if (was.rlim_max <= 64)
+        CHECK_SKIP("the hard open-file limit is %llu", (unsigned long long)was.rlim_max);
+    struct rlimit low = { .rlim_cur = 64, .rlim_max = was.rlim_max };
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    uint64_t before = 0, after = 0;
+    g_autoptr(GError) err = NULL;
+    ck_assert_int_eq(fd_limit_raise(&before, &after, &err), 0);
+    ck_assert_uint_eq(before, 64);
+    ck_assert_uint_eq(after, was.rlim_max);
+    struct rlimit now;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &now), 0);
+    ck_assert_uint_eq(now.rlim_cur, was.rlim_max);
+    /* at the hard limit already: nothing to raise */
+    ck_assert_int_eq(fd_limit_raise(&before, &after, &err), 0);
+    ck_assert_uint_eq(before, after);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+}
+END_TEST
+
 /* A 2 GiB guest that touched all of its memory, of which host reclaim
  * measured ws in use, claims 50 MiB/s of swap-in: the rate it is
  * credited with. */
@@ -1403,6 +1431,7 @@ int main(void)
     tcase_add_test(tc, lying_guest_is_clamped);
     tcase_add_test(tc, a_process_not_mapping_the_guest_ram_is_not_its_qemu);
     tcase_add_test(tc, a_qemu_that_goes_away_and_comes_back_is_read_through_its_own_files);
+    tcase_add_test(tc, the_soft_fd_limit_is_raised_to_the_hard_one);
     tcase_add_test(tc, untouched_memory_is_free_whatever_the_guest_says);
     tcase_add_test(tc, swap_in_claims_need_disk_reads);
     tcase_add_test(tc, oom_kills_and_stalls_are_need);
