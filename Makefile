@@ -35,7 +35,7 @@ QMP_OBJ      := $(QMP_SRC:%.c=$(BUILD)/%.o)
 QMP_GLIB_OBJ := $(QMP_GLIB_SRC:%.c=$(BUILD)/%.o)
 LIBQMP       := $(BUILD)/libqmp.a
 POLICY_SRC   := policies/vm_policy.c policies/registry.c policies/none.c policies/guest_table.c policies/mom.c policies/proxmox.c policies/reclaim_plan.c \
-                policies/split_lru.c policies/split_need.c policies/split_tiers.c policies/split_experiment.c \
+                policies/split_lru.c policies/split_need.c policies/split_tiers.c policies/split_experiment.c policies/split_reuse.c \
                 policies/split_headroom.c policies/split_frees_nothing.c policies/split_reads.c policies/split_params.c \
                 policies/reason.c policies/classify.c policies/cold_lru.c policies/vmem_plan.c
 POLICY_OBJ   := $(POLICY_SRC:%.c=$(BUILD)/%.o)

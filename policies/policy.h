@@ -72,6 +72,8 @@ typedef struct {
     /* in-guest agent (untrusted hints; see guest-agent/PROTOCOL.md) */
     bool agent_fresh;          /* a recent report exists */
     double agent_refault_ps;   /* workingset refaults (anon + file), pages/s */
+    double agent_refault_file_ps; /* file pages evicted and read again soon (workingset_refault_file) ... */
+    double agent_steal_file_ps;   /* ... against file pages its kernel evicted (pgsteal_file), pages/s */
     double agent_psi_some;     /* PSI memory some avg10, % */
     bool agent_hint_streaming;
 
@@ -148,6 +150,7 @@ typedef enum {
     REASON_RECLAIM_CACHE,
     REASON_RECLAIM_ALL,
     REASON_RECLAIM_STREAM_AT_ONCE,
+    REASON_RECLAIM_PROBE,
     REASON_HOST_SWAPS,
     REASON_TRIM,
     REASON_COMFORT,
@@ -175,12 +178,37 @@ typedef enum {
 /* Its text; "?" for a value out of range. */
 const char *decision_reason_text(decision_reason r);
 
+/* What a guest's page cache is, judged by reuse as mm/workingset.c judges
+ * a page by its refault: a stream only with evidence that what it read is
+ * not read again; a working set when a take made it read more; neither
+ * (and so treated as a working set) until one shows. */
+typedef enum { CACHE_UNKNOWN, CACHE_STREAM, CACHE_REUSED, CACHE_VERDICT_COUNT } cache_verdict;
+/* The evidence that decided it, strongest first. */
+typedef enum {
+    EVIDENCE_NONE,
+    EVIDENCE_AGENT,      /* its kernel's refaults against its file evictions (the agent) */
+    EVIDENCE_REFAULT,    /* a take made it read its disks more (the host's measure) */
+    EVIDENCE_NEED,       /* a take put it in need */
+    EVIDENCE_THRASHING,  /* a take made it thrash */
+    EVIDENCE_PROBE,      /* a take of one step did not raise its reads, as the host measures them */
+    EVIDENCE_COUNT
+} cache_evidence;
+/* For people (explain, the log) ... */
+const char *cache_verdict_text(cache_verdict v);
+const char *cache_evidence_text(cache_evidence e);
+/* ... and for programs (the control socket's JSON): one word each. */
+const char *cache_verdict_key(cache_verdict v);
+const char *cache_evidence_key(cache_evidence e);
+
 typedef struct {
     uint64_t target_bytes;     /* what the guest's balloon should be set to */
     bool change;               /* target differs enough from actual to act */
     uint64_t headroom_bytes;   /* the free memory the policy leaves the guest above its used memory
                                 * (split-lru: its reserve, or more: JUMP_HOLD_S); 0 not said */
     decision_reason reason;
+    cache_verdict cache_verdict; /* split-lru: what its page cache is (CACHE_UNKNOWN: not said) ... */
+    cache_evidence cache_by;     /* ... by which evidence ... */
+    double cache_verdict_s;      /* ... since when (policy_input.now_s), 0 none */
 } guest_decision;
 
 typedef struct {

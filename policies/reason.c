@@ -28,6 +28,7 @@ static const char *const reason_text[REASON_COUNT] = {
     [REASON_RECLAIM_CACHE] = "reclaim: page cache",
     [REASON_RECLAIM_ALL] = "reclaim: all cache (host critical)",
     [REASON_RECLAIM_STREAM_AT_ONCE] = "reclaim: streaming page cache, at once (the host is swapping)",
+    [REASON_RECLAIM_PROBE] = "reclaim: one step of its cache, to see whether it reads it again",
     [REASON_HOST_SWAPS] = "the host swaps its memory: streams give their cache at once",
     [REASON_TRIM] = "proactive: streaming page cache",
     [REASON_COMFORT] = "short of available memory: growing",
@@ -54,4 +55,48 @@ static const char *const reason_text[REASON_COUNT] = {
 const char *decision_reason_text(decision_reason r)
 {
     return r >= 0 && r < REASON_COUNT && reason_text[r] ? reason_text[r] : "?";
+}
+
+static const char *const verdict_text[CACHE_VERDICT_COUNT] = {
+    [CACHE_UNKNOWN] = "not known (a working set until shown otherwise)",
+    [CACHE_STREAM] = "a stream (what it read is not read again): gives first",
+    [CACHE_REUSED] = "reused (its working set): not a stream",
+};
+
+static const char *const evidence_text[EVIDENCE_COUNT] = {
+    [EVIDENCE_NONE] = "",
+    [EVIDENCE_AGENT] = "its kernel's refaults against its file evictions (agent)",
+    [EVIDENCE_REFAULT] = "a take made it read its disks more (its refault)",
+    [EVIDENCE_NEED] = "a take put it in need",
+    [EVIDENCE_THRASHING] = "a take made it thrash",
+    [EVIDENCE_PROBE] = "a take of one step did not raise its disk reads",
+};
+
+const char *cache_verdict_text(cache_verdict v)
+{
+    return v >= 0 && v < CACHE_VERDICT_COUNT ? verdict_text[v] : "?";
+}
+
+const char *cache_evidence_text(cache_evidence e)
+{
+    return e >= 0 && e < EVIDENCE_COUNT ? evidence_text[e] : "?";
+}
+
+static const char *const verdict_key[CACHE_VERDICT_COUNT] = {
+    [CACHE_UNKNOWN] = "unknown", [CACHE_STREAM] = "stream", [CACHE_REUSED] = "reused",
+};
+
+static const char *const evidence_key[EVIDENCE_COUNT] = {
+    [EVIDENCE_NONE] = "", [EVIDENCE_AGENT] = "agent", [EVIDENCE_REFAULT] = "refault",
+    [EVIDENCE_NEED] = "need", [EVIDENCE_THRASHING] = "thrashing", [EVIDENCE_PROBE] = "probe",
+};
+
+const char *cache_verdict_key(cache_verdict v)
+{
+    return v >= 0 && v < CACHE_VERDICT_COUNT ? verdict_key[v] : "?";
+}
+
+const char *cache_evidence_key(cache_evidence e)
+{
+    return e >= 0 && e < EVIDENCE_COUNT ? evidence_key[e] : "?";
 }

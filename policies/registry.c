@@ -27,6 +27,9 @@ void decision_set(guest_decision *d, uint64_t actual, uint64_t target, uint64_t 
     uint64_t delta = target > actual ? target - actual : actual - target;
     d->change = delta > 0 && delta >= min_change;
     d->reason = reason;
+    d->cache_verdict = CACHE_UNKNOWN; /* split-lru says more after */
+    d->cache_by = EVIDENCE_NONE;
+    d->cache_verdict_s = 0;
 }
 
 bool cadence_due(double *next_s, double interval_s, double now_s)

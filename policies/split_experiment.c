@@ -78,6 +78,23 @@ static void keep_learnt(experiment *e, const split_params *p, const guest_view *
     e->shrunk_at_s = 0;
 }
 
+/* What a cache that refaulted keeps: the cache was hot, its free memory
+ * was not. */
+static uint64_t cache_keep(const experiment *e, uint64_t reserve)
+{
+    return e->shrunk_from > e->free_before + reserve ? e->shrunk_from - e->free_before + reserve : reserve;
+}
+
+decision_reason experiment_refault(experiment *e, const split_params *p, const guest_view *g, uint64_t reserve,
+                                   double now)
+{
+    if (!e->shrunk_at_s)
+        return REASON_NONE;
+    e->cache_hot = true;
+    keep_learnt(e, p, g, cache_keep(e, reserve), now);
+    return REASON_CACHE_HOT;
+}
+
 /* Did the last reclaim from this guest cost it?  Need or thrashing, or its
  * disks reading more than before (its cache was hot), within experiment_s. */
 decision_reason experiment_feedback(experiment *e, const split_params *p, const read_tracker *r,
@@ -110,10 +127,9 @@ decision_reason experiment_feedback(experiment *e, const split_params *p, const 
         why = REASON_TRIM_SLOWED;
     } else if (e->reads_prove && e->disk_before_bps >= 0 && g->disk_read_bps >= 0 &&
                g->disk_read_bps > p->refault_factor * e->disk_before_bps + p->refault_min_bps) {
-        /* the cache was hot, its free memory was not */
         why = REASON_CACHE_HOT;
         e->cache_hot = true;
-        keep = e->shrunk_from > e->free_before + reserve ? e->shrunk_from - e->free_before + reserve : reserve;
+        keep = cache_keep(e, reserve);
     }
     if (why != REASON_NONE)
         keep_learnt(e, p, g, keep, now);

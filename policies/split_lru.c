@@ -178,9 +178,14 @@ static split_guest *observe_guest(const policy_input *in, split_state *st, size_
     w->credit = need_allowance(&m->credit, g, w->step, &w->touched);
     experiment_ask_again(&m->exp, p, g, now);
     w->learnt = g->stats_valid ? experiment_feedback(&m->exp, p, &m->reads, g, w->reserve, now) : REASON_NONE;
+    if (g->stats_valid && reuse_observe(&m->reuse, p, g, w->learnt, now))
+        w->learnt = experiment_refault(&m->exp, p, g, w->reserve, now); /* the probe's */
     w->keep = m->exp.keep_bytes;
     w->keep_backed = m->exp.keep_backed;
     w->cache_hot = m->exp.cache_hot;
+    w->verdict = m->reuse.verdict;
+    w->probe_pending = reuse_probe_pending(&m->reuse);
+    w->probing = reuse_probing(&m->reuse, p, now);
     if (!g->streaming)
         m->exp.trim_cost = false;
     w->trim_cost = m->exp.trim_cost;
@@ -347,6 +352,11 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
         decision_set(&out->decisions[i], g->actual_bytes, w->target, min_change, w->reason);
         out->decisions[i].headroom_bytes = w->reserve;
         split_guest *m = guest_table_get(&st->memory, i, guest_key_of(g));
+        if (m) {
+            out->decisions[i].cache_verdict = m->reuse.verdict;
+            out->decisions[i].cache_by = m->reuse.by;
+            out->decisions[i].cache_verdict_s = m->reuse.at_s;
+        }
         if (!m || !out->decisions[i].change)
             continue;
         m->credit.unused += w->on_word;
@@ -354,8 +364,11 @@ static void emit_decisions(const policy_input *in, split_state *st, const work *
             experiment_keep_grant(&m->exp, p, g, w->target, w->touched, in->now_s);
         if (w->trimmed)
             m->exp.trimmed_at_s = in->now_s;
-        if (w->target < g->actual_bytes && !w->fixed) /* a reclaim starts an experiment */
+        if (w->target < g->actual_bytes && !w->fixed) { /* a reclaim starts an experiment */
             experiment_note_take(&m->exp, p, &m->reads, g, w->trimmed, h->relieved, in->now_s);
+            if (!w->trimmed) /* a trim's own experiment judges it */
+                reuse_note_take(&m->reuse, p, &m->reads, &m->exp, g, in->now_s);
+        }
     }
 }
 

@@ -27,6 +27,7 @@ typedef struct {
     headroom_tracker headroom; /* the largest rise of its used memory */
     frees_nothing_tracker fn;  /* whether its balloon frees host memory */
     experiment exp;          /* the running reclaim's experiment, and what it keeps */
+    reuse_tracker reuse;     /* what its cache is: a stream, reused, not known */
     need_credit credit;      /* what it was given on its word and not used yet */
     reboot_hold reboot;
     uint64_t actual_seen;    /* its balloon at the last tick; 0 none */
@@ -59,6 +60,10 @@ typedef struct {
     uint64_t keep_backed; /* the part of keep that host-backed evidence proved: honoured even in
                            * the critical tier */
     bool cache_hot;       /* its cache refaulted: not treated as streaming */
+    cache_verdict verdict; /* what its cache is (split_reuse.c): only a proven stream is one */
+    bool probe_pending;   /* a probe of its cache was taken and not judged yet: no other one ... */
+    bool probing;         /* ... and within probe_s of it: nothing more is taken of its cache */
+    bool trim_pass;       /* trim_streams is asking (a stream by its read shape: its experiment judges) */
     bool moving;          /* its balloon is still on the way down: not a donor now */
     bool inflated;        /* its balloon on its way down now or within inflate_grace_s: its QEMU's
                            * faults may be the balloon's own (stream_step_raise) */

@@ -16,6 +16,13 @@ typedef struct {
     double keep_s;            /* what a costly reclaim took is left alone this long */
     double refault_min_bps;   /* disk reads that count as a refault ... */
     double refault_factor;    /* ... on top of this multiple of its reads before */
+    /* reuse: a stream only with evidence (split_reuse.c) */
+    double probe_s;           /* a probe's read response is judged after this long (a few reports) */
+    double probe_reuse_share; /* reads beyond its usual of this share of what the probe took: reused */
+    double agent_steal_min_ps; /* the agent's verdict counts once its kernel evicts this many file
+                                * pages/s ... */
+    double agent_stream_share; /* ... and refaults under this share of them is a stream ... */
+    double agent_reuse_share;  /* ... and this share or more is reuse */
     /* a reader's pace: the fastest it read lately, a stream's "before" */
     double pace_half_life_s;  /* the pace is remembered, halving this often */
     double host_bound_fps;    /* its QEMU's major faults/s (1 MiB/s of host swap-in) that mean the

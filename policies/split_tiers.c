@@ -11,10 +11,20 @@ uint64_t step_of(const policy_tunables *tun, const guest_view *g)
     return max_u64(tun->step_min_bytes, pct(g->actual_bytes, tun->step_percent));
 }
 
-/* A stream: streaming and its cache not shown to be re-read. */
+/* A stream: it looks like one (policies/classify.c: its reads, its
+ * cache, few faults) and was proven one (split_reuse.c: by its agent, or
+ * a probe); its cache not shown to be re-read since. */
 static bool is_stream(const guest_view *g, const work *w)
 {
-    return g->streaming && !w->cache_hot;
+    return g->streaming && w->verdict == CACHE_STREAM && !w->cache_hot;
+}
+
+/* One that looks like a stream and is not known to be one or not: it
+ * gives one step of its cache (the probe), and nothing more of it until
+ * that is judged. */
+static bool is_candidate(const guest_view *g, const work *w)
+{
+    return g->streaming && w->verdict == CACHE_UNKNOWN && !w->probe_pending && !w->cache_hot;
 }
 
 bool is_donor(const guest_view *g, const work *w)
@@ -56,8 +66,25 @@ static uint64_t tier_bound(const guest_view *g, const work *w, tier t)
     return max_u64(bound, t != TIER_ANON ? w->keep : w->keep_backed);
 }
 
+/* What the stream tier holds of g this tick (with_step), or beyond it.
+ * A candidate gives one step now (its probe); a guest being probed gives
+ * nothing now, and both count as supply to come -- their cache is all of
+ * it if the probe proves a stream -- so that the costlier tiers (others'
+ * cache) wait for the verdict rather than take a working set's cache
+ * meanwhile (a probe_s of the host left as it is, as with no balancer). */
+static uint64_t stream_holds(const guest_view *g, const work *w, bool with_step)
+{
+    /* a trim (trim_streams, off by default) judges its take by its own,
+     * stricter experiment (split_experiment.c), not by a probe */
+    if (is_stream(g, w) || (w->trim_pass && g->streaming && !w->cache_hot))
+        return g->reclaimable_cache_bytes;
+    if (is_candidate(g, w))
+        return with_step ? min_u64(g->reclaimable_cache_bytes, w->step) : g->reclaimable_cache_bytes;
+    return w->probing && !with_step && g->streaming ? g->reclaimable_cache_bytes : 0;
+}
+
 /* What tier t holds of g, before its bound and step. */
-static uint64_t tier_holds(const guest_view *g, const work *w, tier t, uint64_t room)
+static uint64_t tier_holds(const guest_view *g, const work *w, tier t, uint64_t room, bool with_step)
 {
     /* free memory its QEMU never touched (a freshly booted guest's) is
      * not host memory: a balloon taking it frees nothing */
@@ -73,9 +100,9 @@ static uint64_t tier_holds(const guest_view *g, const work *w, tier t, uint64_t 
                : g->free_bytes > w->reserve + untouched ? g->free_bytes - w->reserve - untouched
                                                         : 0;
     case TIER_STREAM_CACHE:
-        return is_stream(g, w) ? g->reclaimable_cache_bytes : 0;
+        return stream_holds(g, w, with_step);
     case TIER_CACHE:
-        return is_stream(g, w) ? 0 : g->reclaimable_cache_bytes / 2;
+        return is_stream(g, w) || w->probing ? 0 : g->reclaimable_cache_bytes / 2;
     default:
         /* all it can drop: its cache and free memory, but not free pages
          * it has reported nor memory never touched (see TIER_FREE) */
@@ -101,7 +128,7 @@ uint64_t tier_supply(const guest_view *g, const work *w, tier t, bool with_step)
     uint64_t room = w->target - bound;
     if (with_step)
         room = min_u64(room, w->step - w->changed);
-    uint64_t supply = tier_holds(g, w, t, room);
+    uint64_t supply = tier_holds(g, w, t, room, with_step);
     /* a balloon still on its way down takes this much of what the guest
      * reports as free or cache before any further reclaim does */
     uint64_t inflight = w->moving && g->actual_bytes > w->moving_to ? g->actual_bytes - w->moving_to : 0;
@@ -142,7 +169,8 @@ static uint64_t reclaim_tier(const policy_input *in, work *ws, tier t, uint64_t 
             ws[i].target -= take;
             ws[i].changed += take;
             ws[i].tier_taken += take;
-            ws[i].reason = REASON_RECLAIM_STREAM + t;
+            ws[i].reason = t == TIER_STREAM_CACHE && !is_stream(g, &ws[i]) ? REASON_RECLAIM_PROBE
+                                                                            : REASON_RECLAIM_STREAM + t;
             assert(ws[i].target >= tier_bound(g, &ws[i], t)); /* a take never passes its tier's bound */
             taken += take;
             pass_taken += take;
@@ -281,13 +309,15 @@ void trim_streams(const policy_input *in, work *ws)
         if (!is_adjustable(g, w) || g->disk_read_bps < 0 || w->changed || w->trim_cost || !w->watched)
             continue;
         w->tier_taken = 0;
+        w->trim_pass = true;
         uint64_t take = tier_supply(g, w, TIER_STREAM_CACHE, true);
-        if (!take)
-            continue;
-        w->target -= take;
-        w->changed += take;
-        w->trimmed = true;
-        w->reason = REASON_TRIM;
-        assert(w->target >= tier_bound(g, w, TIER_STREAM_CACHE));
+        if (take) {
+            w->target -= take;
+            w->changed += take;
+            w->trimmed = true;
+            w->reason = REASON_TRIM;
+            assert(w->target >= tier_bound(g, w, TIER_STREAM_CACHE));
+        }
+        w->trim_pass = false;
     }
 }

@@ -103,6 +103,11 @@ typedef struct {
  * raised), REASON_NONE when not, or not known yet. */
 decision_reason experiment_feedback(experiment *e, const split_params *p, const read_tracker *r,
                                     const guest_view *g, uint64_t reserve, double now);
+/* A refault the probe found (split_reuse.c): as a refault the experiment
+ * finds, the take given back and kept.  REASON_CACHE_HOT, or REASON_NONE
+ * with no experiment running. */
+decision_reason experiment_refault(experiment *e, const split_params *p, const guest_view *g, uint64_t reserve,
+                                   double now);
 /* One whose reads could not prove a cost when it began can, once its
  * QEMU no longer waits for host swap. */
 void experiment_ask_again(experiment *e, const split_params *p, const guest_view *g, double now);
@@ -112,6 +117,44 @@ void experiment_note_take(experiment *e, const split_params *p, const read_track
 /* Need was granted up to target: kept as given-back memory is. */
 void experiment_keep_grant(experiment *e, const split_params *p, const guest_view *g, uint64_t target,
                            uint64_t touched, double now);
+
+/* --- reuse: what its cache is (split_reuse.c) ------------------------
+ * A stream only with evidence that its cache is not read again, strongest
+ * first: a cost a take showed (a refault, need, thrashing: reused), its
+ * kernel's own refault rate when its agent reports one, and the probe: a
+ * first take of one step from a guest that looks like a stream, judged
+ * after probe_s by how much more it read than it usually does, against
+ * what the take removed.  Until then it is treated as a working set. */
+typedef struct {
+    cache_verdict verdict;
+    cache_evidence by;
+    double at_s;          /* when the verdict came; 0 none */
+    double unshaped_s;    /* since when it has not looked like a stream; 0 it does */
+    /* the probe, while no verdict */
+    double probe_at_s;    /* its take; 0 none */
+    uint64_t probe_from;  /* its balloon before the take */
+    double probe_usual_bps; /* its usual reads before (its average; 0 unknown) ... */
+    double probe_pace_bps;  /* ... and what a refault is judged against: its pace (the fastest it
+                             * read lately: the relief speeds a reader up), or the experiment's
+                             * "before", if higher */
+    double probe_read;    /* bytes it read since, as the host measured them ... */
+    double probe_seen_s;  /* ... up to this observation */
+    bool probe_waited;    /* its QEMU waited for host swap meanwhile: no stream proven ... */
+    bool probe_relieved;  /* ... and then stopped waiting: no reuse proven either (relieved, a
+                           * reader reads faster whatever it lost) */
+} reuse_tracker;
+
+/* After the experiment's feedback (learnt: what it found this tick).
+ * true when the probe found its refault now (experiment_refault). */
+bool reuse_observe(reuse_tracker *r, const split_params *p, const guest_view *g, decision_reason learnt, double now);
+/* A probe was taken and has not been judged: no other probe is taken ... */
+bool reuse_probe_pending(const reuse_tracker *r);
+/* ... and within probe_s of it, nothing more of its cache. */
+bool reuse_probing(const reuse_tracker *r, const split_params *p, double now);
+/* Something was taken from it: a stream-shaped guest of no verdict is
+ * probed (r: its reads; e: the experiment the take began). */
+void reuse_note_take(reuse_tracker *r, const split_params *p, const read_tracker *reads, const experiment *e,
+                     const guest_view *g, double now);
 
 /* --- need credit (split_need.c) ------------------------------------- */
 typedef struct {

@@ -171,6 +171,9 @@ void actuate(balancer *b, guest *g, const guest_decision *d, int64_t now_ms, boo
     snprintf(g->last_reason, sizeof(g->last_reason), "%s", why);
     g->decided_target = d->target_bytes;
     g->headroom = d->headroom_bytes;
+    g->cache_verdict = d->cache_verdict;
+    g->cache_by = d->cache_by;
+    g->cache_verdict_age_s = d->cache_verdict_s > 0 ? (double)now_ms / 1000.0 - d->cache_verdict_s : -1;
     if (g->job_ms >= 0) {
         snprintf(g->last_reason, sizeof(g->last_reason), "left alone: a libvirt job (migration, save or dump) runs");
         return;

@@ -346,6 +346,8 @@ static void measured(guest *g, guest_view *v, const guest_sample *s, double mono
 {
     v->agent_fresh = agent_fresh(&g->agent, mono, (double)lim->stale_seconds);
     v->agent_refault_ps = v->agent_fresh ? g->agent.refault_anon_ps + g->agent.refault_file_ps : 0;
+    v->agent_refault_file_ps = v->agent_fresh ? g->agent.refault_file_ps : 0;
+    v->agent_steal_file_ps = v->agent_fresh ? g->agent.pgsteal_file_ps : 0;
     v->agent_psi_some = v->agent_fresh ? g->agent.cur.psi_some_avg10 : -1;
     v->agent_hint_streaming = v->agent_fresh && g->agent.cur.hint_streaming;
     v->disk_read_bps = g->disk_read_bps; /* host-measured: classify reads it */

@@ -76,6 +76,9 @@ typedef struct guest {
 
     uint64_t decided_target;  /* what the policy chose last tick (before clamping) */
     uint64_t headroom;        /* ... and the free memory it leaves the guest above its used memory, 0 not said */
+    cache_verdict cache_verdict; /* ... and what its page cache is, by which evidence, ... */
+    cache_evidence cache_by;
+    double cache_verdict_age_s;  /* ... since how long (< 0: no verdict) */
     uint64_t last_target;     /* last balloon target we set (0 = none) */
     uint64_t seen_actual;     /* the balloon size at the previous tick (0 = none) */
     uint64_t self_deflations; /* times the guest grew its balloon on its own (deflate-on-oom) */

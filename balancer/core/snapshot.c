@@ -51,6 +51,9 @@ static void guest_row(const guest *g, snapshot_guest *r)
     r->target_bytes = guest_shown_target(g);
     r->last_set_bytes = g->last_target;
     r->headroom_bytes = g->headroom;
+    r->cache_verdict = g->cache_verdict;
+    r->cache_by = g->cache_by;
+    r->cache_verdict_age_s = g->cache_verdict_age_s;
     snprintf(r->reason, sizeof(r->reason), "%s", g->last_reason);
     r->quiet_samples = g->cls.quiet;
     r->balloon_ops = g->balloon_ops;

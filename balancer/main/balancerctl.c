@@ -143,6 +143,18 @@ static void print_policy(json_object *p)
         printf("policy metadata: %s (%s rejected in all)\n", str(p, "last_error"), str(p, "errors"));
 }
 
+/* explain: what its page cache is, by reuse, and which evidence said so
+ * (split-lru; other policies say nothing). */
+static void explain_cache_verdict(json_object *g)
+{
+    if (strcmp(str(g, "cache_verdict"), "stream") == 0 || strcmp(str(g, "cache_verdict"), "reused") == 0)
+        printf("  its page cache: %s; by %s, %.0f s ago\n", str(g, "cache_verdict_text"),
+               str(g, "cache_evidence_text"), dbl(g, "cache_verdict_age_seconds"));
+    else if (flag(g, "streaming"))
+        printf("  its page cache: looks like a stream by its reads, not proven one: a working set until a probe "
+               "(one step taken) shows its reads do not rise\n");
+}
+
 /* explain: what the guest reports, how it is classified, its used memory. */
 static void explain_guest_memory(json_object *g)
 {
@@ -154,9 +166,10 @@ static void explain_guest_memory(json_object *g)
            dbl(g, "major_faults_per_second"),
            flag(g, "thrashing") ? "thrashing (protected, grows first)"
            : flag(g, "in_need")  ? "in need (available memory running out: never a donor, given memory first)"
-           : flag(g, "streaming") ? "streaming (gives page cache first)"
+           : flag(g, "streaming") ? "streaming by its reads"
                                   : "normal",
            "");
+    explain_cache_verdict(g);
     if (flag(g, "oom_killed") || dbl(g, "alloc_stalls_per_second") > 0)
         printf("  the guest says: %s%s%.1f allocations/s stalled in direct reclaim (its balloon statistics or its agent)\n",
                flag(g, "oom_killed") ? "its OOM killer ran since its last report" : "",

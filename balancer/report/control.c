@@ -159,6 +159,11 @@ static json_object *guest_json(const snapshot_guest *g, bool detail)
     json_object_object_add(o, "actual_bytes", u64(v->actual_bytes));
     json_object_object_add(o, "target_bytes", u64(g->target_bytes));
     json_object_object_add(o, "headroom_bytes", u64(g->headroom_bytes));
+    json_object_object_add(o, "cache_verdict", json_object_new_string(cache_verdict_key(g->cache_verdict)));
+    json_object_object_add(o, "cache_verdict_text", json_object_new_string(cache_verdict_text(g->cache_verdict)));
+    json_object_object_add(o, "cache_evidence", json_object_new_string(cache_evidence_key(g->cache_by)));
+    json_object_object_add(o, "cache_evidence_text", json_object_new_string(cache_evidence_text(g->cache_by)));
+    json_object_object_add(o, "cache_verdict_age_seconds", json_object_new_double(g->cache_verdict_age_s));
     json_object_object_add(o, "floor_bytes", u64(v->floor_bytes));
     json_object_object_add(o, "ceiling_bytes", u64(v->ceiling_bytes));
     json_object_object_add(o, "cache_bytes", u64(v->cache_bytes));

@@ -74,6 +74,8 @@ static double gv_need(const snapshot_guest *g) { return g->view.in_need; }
 static double gv_peak_used(const snapshot_guest *g) { return (double)g->view.peak_used_bytes; }
 static double gv_headroom(const snapshot_guest *g) { return (double)g->headroom_bytes; }
 static double gv_stale(const snapshot_guest *g) { return !g->view.stats_valid; }
+static double gv_cache_stream(const snapshot_guest *g) { return g->cache_verdict == CACHE_STREAM; }
+static double gv_cache_reused(const snapshot_guest *g) { return g->cache_verdict == CACHE_REUSED; }
 static double gv_reclaimed(const snapshot_guest *g) { return (double)g->reclaimed_bytes; }
 static double gv_returned(const snapshot_guest *g) { return (double)g->returned_bytes; }
 static double gv_ops(const snapshot_guest *g) { return (double)g->balloon_ops; }
@@ -229,7 +231,7 @@ static void guest_memory_metrics(GString *s, const snapshot *b)
 static void guest_class_metrics(GString *s, const snapshot *b)
 {
     guest_family(s, b, "balancer_guest_thrashing", "gauge", "1 while the guest is classified as thrashing.", gv_thrash);
-    guest_family(s, b, "balancer_guest_streaming", "gauge", "1 while the guest is classified as streaming.", gv_stream);
+    guest_family(s, b, "balancer_guest_streaming", "gauge", "1 while the guest reads like a stream (its reads, a big cache, few faults); balancer_guest_cache_stream says whether it was proven one.", gv_stream);
     guest_family(s, b, "balancer_guest_in_need", "gauge",
                  "1 while the guest's available memory runs out (never a donor, given memory first).", gv_need);
     guest_family(s, b, "balancer_guest_peak_used_bytes", "gauge",
@@ -240,6 +242,12 @@ static void guest_class_metrics(GString *s, const snapshot *b)
                  "memory rose within 5 s in the last hour (twice that after an OOM kill below its size); 0 not said.",
                  gv_headroom);
     guest_family(s, b, "balancer_guest_stats_stale", "gauge", "1 when the guest's balloon stats are missing or stale.", gv_stale);
+    guest_family(s, b, "balancer_guest_cache_stream", "gauge",
+                 "1 when the guest's page cache was proven a stream (not read again: its agent, or a probe), which "
+                 "gives first.", gv_cache_stream);
+    guest_family(s, b, "balancer_guest_cache_reused", "gauge",
+                 "1 when a take made the guest read its cache again (its refault), need or thrashing, or its agent "
+                 "says it re-reads it: not a stream.", gv_cache_reused);
 }
 
 /* Per guest: its per-VM policy. */

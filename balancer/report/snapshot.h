@@ -40,6 +40,9 @@ typedef struct {
     uint64_t target_bytes;      /* the policy's last choice, or the current size before it chose */
     uint64_t last_set_bytes;    /* last balloon target set, 0 none */
     uint64_t headroom_bytes;    /* free memory the policy leaves it above its used memory, 0 not said */
+    cache_verdict cache_verdict; /* what its page cache is (split-lru), by which evidence, since how long */
+    cache_evidence cache_by;
+    double cache_verdict_age_s;  /* < 0: no verdict */
     char reason[96];
     uint32_t quiet_samples;
     uint64_t balloon_ops, balloon_errors, reclaimed_bytes, returned_bytes;

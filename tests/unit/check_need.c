@@ -444,6 +444,53 @@ START_TEST(buffered_io_database_cache_is_not_streaming)
 }
 END_TEST
 
+/* Issue 48's mix, as its trace: a double-buffered database D (its shared
+ * buffers anonymous here, 200 MiB, beside a 300 MiB data set it reads
+ * through its page cache, which never quite fits: it reads 3 MiB/s at
+ * rest, as PostgreSQL does when its cache is a little smaller than its
+ * data) next to a streamer S, in a host that is short, with the host
+ * swapping D's QEMU while it is short.  By read rate D looks like a
+ * stream (reads >= 1 MiB/s, cache >= 25 %, few faults); by reuse it is
+ * not: a take makes it read more (its refault).  D must never be drained
+ * "at once" nor end short of its cache; S gives, and is proven a stream. */
+START_TEST(double_buffered_database_beside_a_stream_is_not_the_stream)
+{
+    trace s;
+    trace_init(&s, 2, 700 * MIB);
+    trace_guest(&s, 0, "D", CACHEDB, 512 * MIB, 200 * MIB, 300 * MIB);
+    s.t[0].cache = 288 * MIB; /* warm: all its room */
+    s.t[0].host_faults = true;
+    trace_guest(&s, 1, "S", STREAMER, 512 * MIB, 30 * MIB, 8 * GIB);
+    s.t[1].cache = 400 * MIB;
+    s.balloon_rate = 24 * MIB;
+    int short_ticks = 0, d_at_once = 0, d_stream_tier = 0;
+    bool s_stream = false;
+    for (int k = 0; k < 120; k++) {
+        trace_tick(&s);
+        d_at_once += s.d[0].reason == REASON_RECLAIM_STREAM_AT_ONCE;
+        d_stream_tier += s.d[0].change && s.d[0].reason == REASON_RECLAIM_STREAM;
+        s_stream |= s.d[1].cache_verdict == CACHE_STREAM;
+        if (k >= 90)
+            short_ticks += s.t[0].cache + 16 * MIB < 288 * MIB;
+        if (getenv("TRACE"))
+            printf("%d D %llu (%s) cache %llu disk %.1f %s%s | S %llu (%s) %s | avail %llu\n", k,
+                   (unsigned long long)(s.v[0].actual_bytes / MIB), decision_reason_text(s.d[0].reason),
+                   (unsigned long long)(s.t[0].cache / MIB), s.v[0].disk_read_bps / MIB,
+                   s.v[0].streaming ? "stream-shaped " : "", cache_verdict_text(s.d[0].cache_verdict),
+                   (unsigned long long)(s.v[1].actual_bytes / MIB), decision_reason_text(s.d[1].reason),
+                   cache_verdict_text(s.d[1].cache_verdict), (unsigned long long)(s.in.host.available_bytes / MIB));
+    }
+    ck_assert_msg(d_at_once == 0, "D drained at once as a stream %d times", d_at_once);
+    ck_assert_msg(d_stream_tier == 0, "D taken as a stream %d times", d_stream_tier);
+    ck_assert_msg(short_ticks == 0, "D short of its cache in %d of the last 30 ticks", short_ticks);
+    ck_assert_msg(s_stream, "S never proven a stream");
+    ck_assert_uint_lt(s.v[1].actual_bytes, 300 * MIB); /* S gave */
+    observe(&s);
+    ck_assert_uint_ge(s.in.host.available_bytes, s.in.wm.min);
+    trace_free(&s);
+}
+END_TEST
+
 /* The bench's seed: a working set W next to a streamer S that reads at a
  * quarter of its pace while the host is short.  Reclaiming S relieves the
  * host and S reads four times faster than while it was squeezed: no
@@ -1270,6 +1317,7 @@ int main(void)
     tcase_add_test(tc, need_grant_is_kept_through_a_stalled_burst);
     tcase_add_test(tc, slow_growth_eating_the_reserve_is_need);
     tcase_add_test(tc, buffered_io_database_cache_is_not_streaming);
+    tcase_add_test(tc, double_buffered_database_beside_a_stream_is_not_the_stream);
     tcase_add_test(tc, reclaimable_cache_leaves_shmem_out);
     tcase_add_test(tc, database_warming_its_cache_is_not_a_donor);
     tcase_add_test(tc, streamer_sped_up_by_relief_is_not_a_refault);

@@ -376,6 +376,222 @@ START_TEST(a_trim_that_slows_a_stream_is_a_cost)
 }
 END_TEST
 
+/* --- reuse: what its cache is --- */
+
+/* A stream-shaped guest of 1 GiB reading 40 MiB/s, probed at 100: one
+ * step of 64 MiB taken (its balloon there at once). */
+static guest_view probed(reuse_tracker *u)
+{
+    guest_view g = view();
+    g.streaming = true;
+    g.disk_read_bps = 40 * MIB;
+    *u = (reuse_tracker){ 0 };
+    reuse_observe(u, &P, &g, REASON_NONE, 99);
+    ck_assert_int_eq(u->verdict, CACHE_UNKNOWN); /* by its reads alone it is not a stream */
+    read_tracker r = { .avg_bps = 40 * MIB };
+    experiment e = { .disk_before_bps = 40 * MIB };
+    reuse_note_take(u, &P, &r, &e, &g, 100);
+    g.actual_bytes -= 64 * MIB;
+    return g;
+}
+
+/* Observed every second from 101 to until. */
+static void watch(reuse_tracker *u, const guest_view *g, double until)
+{
+    for (double t = 101; t <= until; t += 1)
+        reuse_observe(u, &P, g, REASON_NONE, t);
+}
+
+START_TEST(a_take_from_a_stream_shaped_guest_starts_one_probe)
+{
+    reuse_tracker u;
+    guest_view g = probed(&u);
+    ck_assert(reuse_probe_pending(&u));
+    ck_assert(reuse_probing(&u, &P, 100 + P.probe_s - 1));
+    ck_assert(!reuse_probing(&u, &P, 100 + P.probe_s)); /* nothing more of its cache only this long */
+    read_tracker r = { .avg_bps = 40 * MIB };
+    experiment e = { .disk_before_bps = 40 * MIB };
+    reuse_note_take(&u, &P, &r, &e, &g, 104); /* a second take does not restart it */
+    ck_assert_double_eq(u.probe_at_s, 100);
+    reuse_tracker v = { 0 };
+    r.avg_bps = -1;
+    reuse_note_take(&v, &P, &r, &e, &g, 100); /* nor is one whose usual reads are not known yet */
+    ck_assert(!reuse_probe_pending(&v));
+    r.avg_bps = 40 * MIB;
+    g.streaming = false;
+    reuse_note_take(&v, &P, &r, &e, &g, 100); /* nor one that does not look like a stream */
+    ck_assert(!reuse_probe_pending(&v));
+}
+END_TEST
+
+START_TEST(a_probe_whose_reads_did_not_rise_proves_a_stream)
+{
+    reuse_tracker u;
+    guest_view g = probed(&u);
+    watch(&u, &g, 100 + P.probe_s - 1);
+    ck_assert_int_eq(u.verdict, CACHE_UNKNOWN); /* not before probe_s */
+    reuse_observe(&u, &P, &g, REASON_NONE, 100 + P.probe_s);
+    ck_assert_int_eq(u.verdict, CACHE_STREAM);
+    ck_assert_int_eq(u.by, EVIDENCE_PROBE);
+    ck_assert_double_eq(u.at_s, 100 + P.probe_s);
+    ck_assert(!reuse_probe_pending(&u));
+}
+END_TEST
+
+START_TEST(a_probe_read_back_in_proportion_to_the_take_is_reuse)
+{
+    reuse_tracker u;
+    guest_view g = probed(&u);
+    /* a quarter of the 64 MiB taken read back within probe_s, beyond its pace */
+    g.disk_read_bps = 40 * MIB + P.probe_reuse_share * 64 * MIB / P.probe_s + 1;
+    watch(&u, &g, 100 + P.probe_s);
+    ck_assert_int_eq(u.verdict, CACHE_REUSED);
+    ck_assert_int_eq(u.by, EVIDENCE_REFAULT);
+    /* it lasts keep_s, then it may be probed again */
+    reuse_observe(&u, &P, &g, REASON_NONE, 100 + P.probe_s + P.keep_s - 1);
+    ck_assert_int_eq(u.verdict, CACHE_REUSED);
+    reuse_observe(&u, &P, &g, REASON_NONE, 100 + P.probe_s + P.keep_s);
+    ck_assert_int_eq(u.verdict, CACHE_UNKNOWN);
+    /* a fifth read back: a stream */
+    guest_view h = probed(&u);
+    h.disk_read_bps = 40 * MIB + 0.2 * 64 * MIB / P.probe_s;
+    watch(&u, &h, 100 + P.probe_s);
+    ck_assert_int_eq(u.verdict, CACHE_STREAM);
+}
+END_TEST
+
+/* A reader measured against its pace for reuse and its average for a
+ * stream: reads between the two prove neither (a stream the relief sped
+ * up, or a database reading a little more). */
+START_TEST(reads_between_its_average_and_its_pace_prove_nothing)
+{
+    guest_view g = view();
+    g.streaming = true;
+    g.disk_read_bps = 40 * MIB;
+    reuse_tracker u = { 0 };
+    read_tracker r = { .avg_bps = 20 * MIB };
+    experiment e = { .disk_before_bps = 80 * MIB };
+    reuse_note_take(&u, &P, &r, &e, &g, 100);
+    g.actual_bytes -= 64 * MIB;
+    watch(&u, &g, 100 + P.experiment_s);
+    ck_assert_int_eq(u.verdict, CACHE_UNKNOWN);
+    ck_assert(reuse_probe_pending(&u));
+}
+END_TEST
+
+START_TEST(a_probe_of_a_guest_whose_qemu_waits_proves_no_stream)
+{
+    reuse_tracker u;
+    guest_view g = probed(&u);
+    g.host_faults_ps = P.host_bound_fps; /* its QEMU waits for host swap: it cannot read more */
+    reuse_observe(&u, &P, &g, REASON_NONE, 101);
+    g.host_faults_ps = 0;
+    watch(&u, &g, 100 + P.experiment_s);
+    ck_assert_int_eq(u.verdict, CACHE_UNKNOWN);
+    ck_assert(reuse_probe_pending(&u)); /* no other probe meanwhile */
+    reuse_observe(&u, &P, &g, REASON_NONE, 100 + P.experiment_s + 1);
+    ck_assert(!reuse_probe_pending(&u)); /* lapsed: may be tried again */
+}
+END_TEST
+
+/* Reads that rose while its QEMU still waited are its refault (waiting
+ * slows a reader, it does not speed it up); the same reads once relieved
+ * prove nothing. */
+START_TEST(reads_rising_while_its_qemu_waits_are_a_refault)
+{
+    for (int relieved = 0; relieved < 2; relieved++) {
+        reuse_tracker u;
+        guest_view g = probed(&u);
+        g.host_faults_ps = P.host_bound_fps;
+        g.disk_read_bps = 80 * MIB;
+        for (double t = 101; t <= 100 + P.probe_s; t += 1) {
+            if (relieved && t == 103)
+                g.host_faults_ps = 0;
+            bool found = reuse_observe(&u, &P, &g, REASON_NONE, t);
+            ck_assert(found == (!relieved && t == 100 + P.probe_s));
+        }
+        ck_assert_int_eq(u.verdict, relieved ? CACHE_UNKNOWN : CACHE_REUSED);
+    }
+}
+END_TEST
+
+START_TEST(a_probe_judges_only_what_its_balloon_took)
+{
+    reuse_tracker u;
+    guest_view g = probed(&u);
+    g.actual_bytes = GIB; /* the balloon has not moved yet (a slow inflation) */
+    watch(&u, &g, 100 + P.probe_s + 5);
+    ck_assert_int_eq(u.verdict, CACHE_UNKNOWN);
+    g.actual_bytes = GIB - 64 * MIB;
+    reuse_observe(&u, &P, &g, REASON_NONE, 100 + P.probe_s + 6);
+    ck_assert_int_eq(u.verdict, CACHE_STREAM);
+}
+END_TEST
+
+START_TEST(its_agent_decides_by_refaults_against_evictions)
+{
+    guest_view g = view();
+    g.streaming = true;
+    g.agent_fresh = true;
+    reuse_tracker u = { 0 };
+    g.agent_steal_file_ps = P.agent_steal_min_ps - 1; /* evicting too little to judge */
+    g.agent_refault_file_ps = 0;
+    reuse_observe(&u, &P, &g, REASON_NONE, 10);
+    ck_assert_int_eq(u.verdict, CACHE_UNKNOWN);
+    g.agent_steal_file_ps = 1000;
+    g.agent_refault_file_ps = 1000 * P.agent_stream_share / 2;
+    reuse_observe(&u, &P, &g, REASON_NONE, 11);
+    ck_assert_int_eq(u.verdict, CACHE_STREAM);
+    ck_assert_int_eq(u.by, EVIDENCE_AGENT);
+    g.agent_refault_file_ps = 1000 * P.agent_reuse_share;
+    reuse_observe(&u, &P, &g, REASON_NONE, 12);
+    ck_assert_int_eq(u.verdict, CACHE_REUSED);
+    g.agent_refault_file_ps = 1000 * (P.agent_stream_share + P.agent_reuse_share) / 2; /* between: no change */
+    reuse_observe(&u, &P, &g, REASON_NONE, 13);
+    ck_assert_int_eq(u.verdict, CACHE_REUSED);
+    g.agent_fresh = false; /* a stale agent says nothing */
+    g.agent_refault_file_ps = 0;
+    reuse_tracker v = { 0 };
+    reuse_observe(&v, &P, &g, REASON_NONE, 14);
+    ck_assert_int_eq(v.verdict, CACHE_UNKNOWN);
+}
+END_TEST
+
+START_TEST(a_cost_the_host_measured_outranks_its_agent)
+{
+    guest_view g = view();
+    g.streaming = true;
+    g.agent_fresh = true;
+    g.agent_steal_file_ps = 1000; /* it says: a stream */
+    reuse_tracker u = { 0 };
+    reuse_observe(&u, &P, &g, REASON_CACHE_HOT, 10);
+    ck_assert_int_eq(u.verdict, CACHE_REUSED);
+    ck_assert_int_eq(u.by, EVIDENCE_REFAULT);
+    reuse_observe(&u, &P, &g, REASON_COST_THRASHING, 11);
+    ck_assert_int_eq(u.by, EVIDENCE_THRASHING);
+    g.agent_fresh = false;
+    reuse_observe(&u, &P, &g, REASON_NONE, 11 + P.keep_s - 1); /* a cost lasts keep_s */
+    ck_assert_int_eq(u.verdict, CACHE_REUSED);
+    reuse_observe(&u, &P, &g, REASON_NONE, 11 + P.keep_s);
+    ck_assert_int_eq(u.verdict, CACHE_UNKNOWN);
+}
+END_TEST
+
+START_TEST(a_stream_verdict_lapses_once_it_stops_looking_like_one)
+{
+    guest_view g = view();
+    g.streaming = true;
+    reuse_tracker u = { .verdict = CACHE_STREAM, .by = EVIDENCE_PROBE, .at_s = 5 };
+    reuse_observe(&u, &P, &g, REASON_NONE, 10);
+    g.streaming = false;
+    reuse_observe(&u, &P, &g, REASON_NONE, 20);
+    reuse_observe(&u, &P, &g, REASON_NONE, 20 + P.experiment_s - 1);
+    ck_assert_int_eq(u.verdict, CACHE_STREAM);
+    reuse_observe(&u, &P, &g, REASON_NONE, 20 + P.experiment_s);
+    ck_assert_int_eq(u.verdict, CACHE_UNKNOWN);
+}
+END_TEST
+
 START_TEST(its_own_deflation_is_not_fought)
 {
     guest_view g = view();
@@ -457,6 +673,16 @@ int main(void)
     tcase_add_test(tc, need_within_the_experiment_is_a_cost_on_its_word);
     tcase_add_test(tc, a_reader_is_judged_against_its_own_pace_only);
     tcase_add_test(tc, a_trim_that_slows_a_stream_is_a_cost);
+    tcase_add_test(tc, a_take_from_a_stream_shaped_guest_starts_one_probe);
+    tcase_add_test(tc, a_probe_whose_reads_did_not_rise_proves_a_stream);
+    tcase_add_test(tc, a_probe_read_back_in_proportion_to_the_take_is_reuse);
+    tcase_add_test(tc, reads_between_its_average_and_its_pace_prove_nothing);
+    tcase_add_test(tc, a_probe_of_a_guest_whose_qemu_waits_proves_no_stream);
+    tcase_add_test(tc, reads_rising_while_its_qemu_waits_are_a_refault);
+    tcase_add_test(tc, a_probe_judges_only_what_its_balloon_took);
+    tcase_add_test(tc, its_agent_decides_by_refaults_against_evictions);
+    tcase_add_test(tc, a_cost_the_host_measured_outranks_its_agent);
+    tcase_add_test(tc, a_stream_verdict_lapses_once_it_stops_looking_like_one);
     tcase_add_test(tc, its_own_deflation_is_not_fought);
     tcase_add_test(tc, a_grant_is_kept_as_far_as_its_qemu_touched_it);
     tcase_add_test(tc, a_word_alone_gets_two_steps_then_nothing);
