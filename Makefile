@@ -63,7 +63,7 @@ FAKE_QEMU    := $(BUILD)/tests/fake_qemu
 BALLOON_SHIM := $(BUILD)/bench/membal-balloon-shim.so
 SIM          := $(BUILD)/bench/membal-sim
 
-.PHONY: all daemon unit-policy deb deb-check bench-scale bench-scan bench-fault bench-vmem deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
+.PHONY: all daemon unit-policy deb deb-check bench-deps bench-scale bench-scan bench-fault bench-vmem deps check unit integration valgrind asan fuzz fuzz-smoke guest clean install bench bench-smoke sim soak soak-smoke
 
 all: $(BALANCERD) $(BALANCERCTL) $(SIM) $(LIBQMP) $(UNIT_TESTS) $(REPLAYS) $(INTEG_TESTS) $(FAKE_QEMU) $(BALLOON_SHIM)
 
@@ -188,7 +188,7 @@ $(BUILD)/tests/check_daemon: $(BUILD)/tests/integration/check_daemon.o $(BUILD)/
 # ---- test guest ----
 GUEST_DIR := build/guest
 guest: $(GUEST_DIR)/.built
-$(GUEST_DIR)/.built: tests/guest/build-guest.sh tests/guest/init $(wildcard tests/guest/workloads/*.[ch])
+$(GUEST_DIR)/.built: tests/guest/build-guest.sh tests/guest/init $(wildcard tests/guest/workloads/*.[ch] tests/guest/workloads/*.sh)
 	tests/guest/build-guest.sh $(GUEST_DIR)
 	touch $@
 
@@ -377,6 +377,11 @@ DEB_PKGS := build-essential pkg-config clang libclang-rt-14-dev valgrind \
 deps:
 	apt-get update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_PKGS)
+# `make bench`'s PostgreSQL scenarios: the server the guest runs is the
+# host's package (tests/guest/build-pgdisk.sh copies it onto the guest's disk)
+BENCH_PKGS := postgresql-15 e2fsprogs
+bench-deps:
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_PKGS)
 
 PREFIX  ?= /usr
 # where this system's systemd reads unit files (/lib/systemd/system on

@@ -295,6 +295,10 @@ class Run:
                 f.seek((4 << 30) - 4096)
                 f.write(bytes(4096))
             return path
+        if g["disk"] == "pgdata":  # the server writes (WAL, statistics): a fresh copy each run
+            path = os.path.join(self.images, "%s-%s-pgdb.img" % (self.sname, g["name"]))
+            subprocess.run(["cp", "--sparse=always", pgdb_master(self.images), path], check=True)
+            return path
         return None
 
     def boot(self, late):
@@ -1090,6 +1094,24 @@ def report_again(out):
     return 0
 
 
+def pgdb_master(images):
+    return os.path.join(images, "pgdb.img")
+
+
+def build_pgdb(images):
+    """The PostgreSQL disk the pgdata guests boot with, made again when
+    tests/guest/build-pgdisk.sh is newer; None, or why it cannot be made."""
+    script = os.path.join(TOP, "tests/guest/build-pgdisk.sh")
+    path = pgdb_master(images)
+    if os.path.exists(path) and os.path.getmtime(path) >= os.path.getmtime(script):
+        return None
+    p = subprocess.run(["sh", script, path], capture_output=True, text=True)
+    if p.returncode != 0:
+        return (p.stderr.strip().splitlines() or ["exit status %d" % p.returncode])[-1]
+    log(p.stdout.strip().splitlines()[-1])
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -1157,6 +1179,14 @@ def main():
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     images = os.path.join(args.out, "images")
     os.makedirs(images, exist_ok=True)
+    if any(g.get("disk") == "pgdata" for s in scenarios for g in SCENARIOS[s]["guests"]):
+        why = build_pgdb(images)
+        if why:
+            skipped = [s for s in scenarios if any(g.get("disk") == "pgdata" for g in SCENARIOS[s]["guests"])]
+            scenarios = [s for s in scenarios if s not in skipped]
+            log("scenario(s) %s skipped: no PostgreSQL disk: %s" % (", ".join(skipped), why))
+            if not scenarios:
+                return 1
     workdir = tempfile.mkdtemp(prefix="membal-bench-", dir="/var/tmp")
     swap = Swap()
     args.acct = memory.DelayAccounting()

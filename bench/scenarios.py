@@ -10,7 +10,9 @@ Guest keys:
   mem       RAM in MiB (the balloon's maximum)
   run       the workload, as membal.run= takes it (colons become spaces)
   disk      None, "swap" (a fresh zeroed image, the guest's own swap),
-            or "data" (a sparse image the workload reads: /dev/vda)
+            "data" (a sparse image the workload reads: /dev/vda), or
+            "pgdata" (a fresh copy of the PostgreSQL disk that
+            tests/guest/build-pgdisk.sh makes: the pgdb workload's)
   metric    (line tag, field, name); window "measure" = the rate of a
             cumulative field over the measure window, "once" = the one value
             the workload prints (burst)
@@ -42,6 +44,8 @@ CACHEDB = ("CACHEDB", "ops", "ops/s")
 # (tag, field, name) of a one-off value: burst's allocation time, which must
 # begin inside the measure window
 BURST = ("BURST", "secs", "burst s")
+# pgbench's transactions (tests/guest/workloads/pgdb.sh)
+PGDB = ("PGDB", "ops", "tps")
 
 def burst_beside_db_and_stream(title, cache_mb, tail, warmup):
     """B (512 MiB, no swap) idles, then allocates 300 MiB at once 4 s into
@@ -78,6 +82,31 @@ def paced_db_beside_stream(program):
                  better="higher", solo=True, gated=True, paced=True),
             dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
                  better="higher"),
+        ])
+
+
+def pgdb_beside_stream(title, burst):
+    """Issue 48's mix of stock programs, as a new user tried it: P runs
+    Debian's PostgreSQL 15 (shared_buffers 160 MB, held as Shmem) over a
+    217 MiB pgbench database that it also reads through the guest's page
+    cache (double buffering), queried by `pgbench -S` with 2 clients; S
+    reads a large disk with buffered IO; B holds 300 MiB of page cache and
+    idles, and with `burst` allocates 300 MiB 4 s into the window.  No
+    guest has swap (cloud images): what the host is short of, it swaps
+    from the QEMUs.  Three 512 MiB guests in a 900 MiB host."""
+    return dict(
+        title="P (PostgreSQL 15, pgbench -S, 217 MiB through the page cache) + S (stream) + B (%s)"
+              % title,
+        limit_mb=900, warmup=60, measure=90, primary="P", solo_possible=True,
+        guests=[
+            dict(name="P", mem=512, run="pgdb:/dev/vda:2", disk="pgdata", metric=PGDB,
+                 better="higher", solo=True, gated=True),
+            dict(name="S", mem=512, run="stream:/dev/vda:1024", disk="data", metric=STREAM,
+                 better="higher"),
+            dict(name="B", mem=512, disk="data", **(
+                dict(run="burst:/dev/vda:300:{burst_at}:300:0", metric=BURST, better="lower",
+                     window="once", gated=True) if burst else
+                dict(run="burst:/dev/vda:300:100000:1:0", metric=None))),
         ])
 
 
@@ -127,6 +156,10 @@ SCENARIOS = {
     # The same with the buffer pool in shared memory (PostgreSQL's
     # shared_buffers): Shmem the guest counts as cache but cannot drop.
     "shmdb-stream": paced_db_beside_stream("shmdb"),
+    # Issue 48: a real database that reads its files through the page
+    # cache, beside a real streamer (pgdb_beside_stream)
+    "pgdb-stream": pgdb_beside_stream("300 MiB cache, idle, then allocates 300 MiB", True),
+    "pgdb-stream-idle": pgdb_beside_stream("300 MiB cache, idle", False),
     # A buffered-IO database: its working set IS page cache (300 MiB of a
     # disk re-read at random), next to a streamer whose cache is not.
     "cachedb": dict(

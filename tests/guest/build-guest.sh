@@ -51,7 +51,9 @@ add_module() {
     esac
     echo "$name" >> "$order"
 }
-for m in virtio virtio_ring virtio_pci virtio_balloon virtio_blk virtio_console virtio_mem; do
+# ext4 for the PostgreSQL guest's disk (build-pgdisk.sh); crc32c for its checksums
+for m in virtio virtio_ring virtio_pci virtio_balloon virtio_blk virtio_console virtio_mem \
+         crc32c_generic ext4; do
     add_module "$m"
 done
 
@@ -60,6 +62,7 @@ for src in "$here"/workloads/*.c; do
     name=$(basename "$src" .c)
     ${CC:-cc} -static -O2 -Wall -Wextra -Werror -o "$root/bin/$name" "$src"
 done
+install -m 0755 "$here/workloads/pgdb.sh" "$root/bin/pgdb"
 ln -sf wss "$root/bin/shmdb" # wss with its memory shared (shmem): a database's shared buffers
 # The in-guest agent, when it has been written.
 if [ -f "$top/guest-agent/balancer-agent.c" ]; then
