@@ -6,8 +6,10 @@ Usage: bench/bench.py [--scenario NAMES] [--configs NAMES] [--runs N]
                       [--list] [--no-gates] [--report] [--perf GUEST]
 
 Each scenario (bench/scenarios.py) boots its guests under QEMU inside a
-memory cgroup that stands for the host (plus a swapfile when the machine has
-no swap), lets one configuration balance them (no daemon, free page
+memory cgroup that stands for the host, each guest's QEMU in a cgroup of its
+own below it, as libvirt lays a host out (machine.slice, a scope per VM;
+--flat: all QEMUs in the host's group), plus a swapfile when the machine has
+no swap, lets one configuration balance them (no daemon, free page
 reporting, balancerd with one of its policies), and reads what each workload
 printed over the measure window.  Every scenario x configuration runs --runs
 rounds (default 3); the configuration order is rotated between rounds.
@@ -107,6 +109,17 @@ def make_cgroup(tag, limit_mb):
             f.write(limit)
         return path
     sys.exit("bench: no memory cgroup controller (v1 or v2) on this machine")
+
+
+def make_guest_cgroup(host, name):
+    """The guest's own group below the host's (libvirt's scope per VM)."""
+    ctl = os.path.join(host, "cgroup.subtree_control")
+    if os.path.exists(ctl):  # cgroup v2: the memory controller for the children
+        with open(ctl, "w") as f:
+            f.write("+memory")
+    path = os.path.join(host, name)
+    os.mkdir(path)
+    return path
 
 
 def remove_cgroup(path):
@@ -327,8 +340,9 @@ class Run:
                 mem = ["--mem", str(g["mem"] - half), "--vmem", "%d:%d" % (half, half)]
                 if self.conf["vmem"] == "kernel":  # overrides boot-guest.sh's online (auto-movable)
                     append += " memhp_default_state=online_kernel"
+            cg = self.cg if self.args.flat else make_guest_cgroup(self.cg, g["name"])
             cmd = [BOOT, "--run-dir", os.path.join(self.dir, g["name"])] + mem + [
-                   "--name", g["name"], "--cgroup", self.cg, "--tb-size", "32", "--deadline", "120"]
+                   "--name", g["name"], "--cgroup", cg, "--tb-size", "32", "--deadline", "120"]
             disk = self.image(g)
             if disk:
                 cmd += ["--disk", disk]
@@ -385,7 +399,8 @@ step_percent = 20
             # a run lasts ~30 s: memory idle for the default 120 s never
             # shows, so the bench pages out what idled 10 s (its SLO the
             # default, 0.2% of the working set a minute)
-            text += "[host_reclaim]\nenabled = true\nsource = auto\nscan_interval = 2\nproactive_age = 10\n"
+            text += "[host_reclaim]\nenabled = true\nsource = %s\nscan_interval = 2\nproactive_age = 10\n" % (
+                self.conf["host_reclaim"] if isinstance(self.conf["host_reclaim"], str) else "auto")
         with open(path, "w") as f:
             f.write(text)
 
@@ -434,12 +449,16 @@ step_percent = 20
         if self.cg:
             # whatever is left in the cgroup (a QEMU whose boot was interrupted
             # before we learnt its pid) goes too
+            groups = [self.cg] + [os.path.join(self.cg, d) for d in sorted(os.listdir(self.cg))
+                                  if os.path.isdir(os.path.join(self.cg, d))]
             for _ in range(3):
-                try:
-                    with open(os.path.join(self.cg, "cgroup.procs")) as f:
-                        left = [int(x) for x in f.read().split()]
-                except (OSError, ValueError):
-                    left = []
+                left = []
+                for cg in groups:
+                    try:
+                        with open(os.path.join(cg, "cgroup.procs")) as f:
+                            left += [int(x) for x in f.read().split()]
+                    except (OSError, ValueError):
+                        pass
                 for pid in left:
                     try:
                         os.kill(pid, signal.SIGKILL)
@@ -448,7 +467,8 @@ step_percent = 20
                 if not left:
                     break
                 time.sleep(0.5)
-            remove_cgroup(self.cg)
+            for cg in reversed(groups):  # the guests' groups, then the host's
+                remove_cgroup(cg)
             self.cg = None
 
     def serial(self, g):
@@ -1122,6 +1142,8 @@ def main():
     ap.add_argument("--overcommit", default="",
                     help="ratios of guest memory to host memory to sweep each scenario over, e.g. \"1.2 1.6 2.0\"")
     ap.add_argument("--pin", action="store_true", help="each guest of a scenario on a CPU of its own")
+    ap.add_argument("--flat", action="store_true",
+                    help="every QEMU in the host's cgroup (before 2026-12-08 the only layout), not each in its own")
     ap.add_argument("--perf", metavar="GUEST", default="",
                     help="profile that guest's QEMU over the measure window (perf record, 499 Hz; the "
                          "report by symbol in OUT/logs/perf-SCENARIO-CONFIG-RUN-GUEST.txt)")

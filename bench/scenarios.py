@@ -248,7 +248,7 @@ SCENARIOS = {
 
 # Configuration -> how it runs.  daemon: balancerd's --policy (None: no
 # daemon); balloon_opts: extra virtio-balloon-pci properties; host_reclaim:
-# [host_reclaim] enabled; trim_streams: [policy] trim_streams; solo: only
+# [host_reclaim] enabled (a string: its source, else auto); trim_streams: [policy] trim_streams; solo: only
 # the scenario's solo guests; shipped: balancerd at its
 # shipped defaults (1 s tick, 2 s stats period, 2/5/8 % watermarks, 2 % step a tick, default floor)
 # instead of the bench's quicker settings (bench.py write_config); vmem:
@@ -275,6 +275,9 @@ CONFIGS = {
     # issue 32: trim_streams (off by default) at the shipped defaults otherwise
     "split-lru-shipped+trim": dict(daemon="split-lru", shipped=True, trim_streams=True),
     "split-lru+host": dict(daemon="split-lru", host_reclaim=True),
+    # issue 49: host reclaim through each guest's own memory cgroup, the
+    # kernel's LRU choosing the pages ([host_reclaim] source = memcg)
+    "split-lru+memcg": dict(daemon="split-lru", host_reclaim="memcg"),
     "split-lru+trim": dict(daemon="split-lru", trim_streams=True),
     "none-vmem": dict(daemon=None, vmem="movable"),
     "split-lru-vmem": dict(daemon="split-lru", vmem="movable"),

@@ -85,6 +85,17 @@ uint64_t reclaim_proactive_room(const guest_view *v, uint64_t ws_bytes, uint64_t
     return room < cold_bytes ? room : cold_bytes;
 }
 
+uint64_t reclaim_memcg_proactive(const guest_view *v, uint64_t usage_bytes, uint64_t swapped_bytes,
+                                 uint64_t left_bytes)
+{
+    uint64_t probe = (uint64_t)((double)usage_bytes * MEMCG_PROBE_SHARE);
+    /* the working set is not measured without a scan: the SLO's feedback
+     * (its QEMU's swap-ins) is what stops the probe */
+    uint64_t room = reclaim_proactive_room(v, 0, usage_bytes, swapped_bytes);
+    uint64_t take = probe < room ? probe : room;
+    return take < left_bytes ? take : left_bytes;
+}
+
 reclaim_slo reclaim_slo_judge(const reclaim_slo_input *in, reclaim_slo prev)
 {
     /* hysteresis: a guest outside comes back inside only below three

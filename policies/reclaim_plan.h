@@ -90,6 +90,21 @@ size_t reclaim_plan_givers(const reclaim_candidate *c, size_t n, size_t *order);
 uint64_t reclaim_proactive_room(const guest_view *v, uint64_t ws_bytes, uint64_t cold_bytes,
                                 uint64_t swapped_bytes);
 
+/* The memcg source's proactive step (the kernel's LRU chooses the pages,
+ * this says how many): Senpai's probe, a share of the group's memory each
+ * round while its SLO holds -- oomd src/oomd/plugins/Senpai.cpp (88c28fd),
+ * tick_immediate_backoff:
+ *     int64_t reclaim_size = (*current_opt - *limit_min_bytes_opt) * max_probe_;
+ * with max_probe 0.01 (Senpai.h) -- on the group's whole charge (a VM has
+ * no unreclaimable floor Senpai's limit_min stands for: all its RAM is
+ * anonymous and may go to swap), capped at its cold used memory as every
+ * proactive pageout is (reclaim_proactive_room: its free memory and cache
+ * are the balloon's, for nothing; swapped counts against it), and at what
+ * is left of the per-round budget. */
+#define MEMCG_PROBE_SHARE 0.01
+uint64_t reclaim_memcg_proactive(const guest_view *v, uint64_t usage_bytes, uint64_t swapped_bytes,
+                                 uint64_t left_bytes);
+
 /* One guest's SLO inputs, host-measured except the agent's PSI. */
 typedef struct {
     uint64_t ws_bytes;          /* resident minus cold */

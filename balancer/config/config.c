@@ -381,8 +381,9 @@ static int check_values(loader *l, const balancer_config *n)
         return bad(l, "host_reclaim", "max_cpu", "must be more than 0%", "0");
     if (n->hr_max_swap_out == 0)
         return bad(l, "host_reclaim", "max_swap_out", "must be more than 0 (it bounds every pageout)", "0");
-    if (strcmp(n->hr_source, "auto") && strcmp(n->hr_source, "damon") && strcmp(n->hr_source, "probe"))
-        return bad(l, "host_reclaim", "source", "expected auto, damon or probe", n->hr_source);
+    if (strcmp(n->hr_source, "auto") && strcmp(n->hr_source, "damon") && strcmp(n->hr_source, "probe") &&
+        strcmp(n->hr_source, "memcg"))
+        return bad(l, "host_reclaim", "source", "expected auto, damon, probe or memcg", n->hr_source);
     if (n->hr_min_cold_age > n->hr_max_cold_age)
         return bad(l, "host_reclaim", "min_cold_age", "greater than max_cold_age", "");
     if (n->hr_min_per_scan > n->hr_max_per_scan)

@@ -36,7 +36,7 @@ typedef struct {
     char *damon_admin;          /* --damon-admin: DAMON's sysfs admin directory (no key) */
     /* [host_reclaim]: paging cold guest memory out from the host */
     bool hr_enabled;            /* enabled */
-    char *hr_source;            /* source: auto, damon, probe */
+    char *hr_source;            /* source: auto, damon, probe, memcg */
     unsigned hr_scan_interval;  /* scan_interval (s) */
     unsigned hr_min_cold_age;   /* min_cold_age (scans) */
     unsigned hr_max_cold_age;   /* max_cold_age (scans) */

@@ -234,9 +234,28 @@ static void explain_virtio_mem(json_object *vm)
                                                       "movable, or its driver told not to?");
 }
 
+/* explain: what host reclaim did through its memory cgroup (the memcg
+ * source: no scan, the kernel's LRU chose). */
+static void explain_host_reclaim_memcg(json_object *h)
+{
+    char a[24], b[24], d[24], pr[24];
+    uint64_t charge = num(h, "resident_bytes");
+    double budget = dbl(h, "promotion_budget_percent");
+    printf("  host reclaim through its memory cgroup (the kernel's LRU chooses): charged %s, in host swap %s; "
+           "reclaimed %s in all, %s of it proactively\n",
+           sz(charge, a), sz(num(h, "swapped_bytes"), b), sz(num(h, "paged_out_bytes"), d),
+           sz(num(h, "proactive_bytes"), pr));
+    printf("  SLO %s: swap-ins %.1f KiB/s of a budget of %.2f%%/min of its charge (%.1f KiB/s)\n", str(h, "slo"),
+           dbl(h, "promotion_bytes_per_second") / 1024, budget, budget / 100 * (double)charge / 60 / 1024);
+}
+
 /* explain: what host reclaim found and did in it. */
 static void explain_host_reclaim(json_object *h)
 {
+    if (flag(h, "through_cgroup")) {
+        explain_host_reclaim_memcg(h);
+        return;
+    }
     char a[24], b[24], c[24], d[24], e[24], f[24];
     printf("  host reclaim: resident %s, in host swap %s, cold %s; paged out %s in all, %s refaults (%s back); "
            "cold after %s scans, up to %s per scan%s\n",

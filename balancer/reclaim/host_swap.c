@@ -18,102 +18,21 @@
 #include "reclaim/protect_ledger.h"
 #include "reclaim/qemu_memcg.h"
 #include "config/size_parse.h"
+#include "reclaim/host_swap_priv.h"
 #include "util/small_file.h"
 
-#define REOPEN_ROUNDS 10         /* retry a guest that could not be opened */
-#define PROTECT_SLACK (16ULL << 20)
-
-/* A guest's host-reclaim state.  Reference-counted: the core's guest
- * holds one, a running round another. */
-struct hswap_guest {
-    GMutex lock;                 /* guards pub */
-    host_swap_guest_stats pub;   /* what the last round found */
-    /* the rest belongs to the round thread (one round at a time) */
-    reclaim_guest rg;
-    bool open;
-    int pid;
-    uint64_t retry_round;        /* round number of the next open attempt */
-    char error[256];             /* why it is not open, logged once */
-    qemu_memcg cg;
-    bool cg_own;                 /* the cgroup holds this QEMU alone */
-    uint64_t protected_bytes;
-    memcg_saved cg_before;       /* its protection before ours, put back at the end */
-    protect_ledger *pl;          /* where that is recorded while ours is in (a reference) */
-    uint64_t protect_cap;        /* what of it the kernel honours (memcg_protect_cap) */
-    char protect_capped_by[256]; /* the ancestor group that caps it, "" none */
-    uint64_t proactive_bytes;
-    uint64_t round_paged;        /* paged out in this round: the per-scan budget holds across its passes */
-    /* SLO */
-    int64_t last_round_ms;       /* 0: no round yet */
-    uint64_t majflt;             /* its QEMU's major faults at the last round */
-    bool majflt_known;
-    double promoted_bps, foreign_bps;
-    uint64_t promoted_total, foreign_total; /* bytes, since it was first scanned */
-    reclaim_slo slo;
-};
-
-/* What a round needs of one guest, copied from the tick. */
-typedef struct {
-    hswap_guest *h;              /* a reference */
-    char *name;
-    int pid;
-    guest_view view;             /* name and uuid point to name / NULL */
-    double budget_percent;
-} round_guest;
-
-typedef struct {
-    round_guest *g;
-    size_t n;
-    reclaim_want wants[HOST_MAX_NODES];
-    size_t n_wants;
-    bool can_swap;
-    bool reclaiming;
-    double host_psi_some;        /* < 0 unknown */
-} round_job;
-
-struct host_swap {
-    /* set at creation, read-only after */
-    cold_source *src;
-    node_map nodes;
-    cold_tunables tun;
-    unsigned scan_interval;      /* seconds */
-    bool protect;                /* protect_working_set */
-    bool proactive;
-    uint32_t proactive_scans;    /* proactive_age in scans */
-    double promotion_budget;     /* % of the working set per minute, unless the guest's metadata says */
-    double max_cpu;              /* % of one core */
-    uint64_t max_swap_out;       /* bytes per second */
-    protect_ledger *pl;          /* the working-set protection we write, recorded */
-    /* the main loop's */
-    int64_t next_scan_ms;
-    /* shared with the round thread, under lock */
-    GMutex lock;
-    GCond cond;
-    GThread *thread;
-    round_job *job;              /* handed over, not yet taken */
-    bool busy, stop;
-    bool held;                   /* paused: a round in flight writes nothing more (no pageouts, probes, limits) */
-    uint64_t scans, scan_errors, paged_out_bytes, proactive_bytes, idle_skips, busy_skips;
-    double cpu_seconds, last_round_seconds;
-    double source_cpu_seconds;   /* the source's outside this process, sampled by the round thread */
-    /* the round thread's */
-    uint64_t rounds;
-    bool warned_no_swap;
-    char last_error[256];
-};
-
-static double cpu_now(void)
+double cpu_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void guest_close(hswap_guest *h)
+void guest_close(hswap_guest *h)
 {
-    if (h->open)
+    if (h->open && !h->by_memcg)
         reclaim_guest_close(&h->rg);
-    h->open = false;
+    h->open = h->by_memcg = false;
 }
 
 /* The group gets back the protection it had before us, and the ledger
@@ -217,10 +136,14 @@ static char *missing_caps(void)
     return g_string_free(out, FALSE);
 }
 
-host_swap *host_swap_new(const balancer_config *cfg, GError **error)
+/* The cold-page source [host_reclaim] source names: NULL for memcg (no
+ * source: the kernel's LRU), or with the reason. */
+static bool pick_source(const balancer_config *cfg, cold_source **src, GError **error)
 {
-    if (!cfg->hr_enabled)
-        return NULL;
+    *src = NULL;
+    const char *want = cfg->hr_source;
+    if (strcmp(want, "memcg") == 0)
+        return true;
     g_autofree char *missing = missing_caps();
     if (*missing) {
         g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE,
@@ -229,27 +152,35 @@ host_swap *host_swap_new(const balancer_config *cfg, GError **error)
                     "process lacks %s (under systemd: install the drop-in host-reclaim.conf from "
                     "/usr/share/doc/membal/examples/ into /etc/systemd/system/balancer.service.d/)",
                     missing);
-        return NULL;
+        return false;
     }
-    cold_source *src = NULL;
-    const char *want = cfg->hr_source;
     g_autoptr(GError) why = NULL;
     if (strcmp(want, "probe") != 0) {
         damon_params dp;
         damon_params_default(&dp);
         g_autofree char *ledger = g_build_filename(cfg->state_dir, KDAMOND_LEDGER_FILE, NULL);
-        src = cold_source_damon_new(cfg->damon_admin, ledger, &dp, &why);
-        if (!src && strcmp(want, "damon") == 0) {
+        *src = cold_source_damon_new(cfg->damon_admin, ledger, &dp, &why);
+        if (!*src && strcmp(want, "damon") == 0) {
             g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "[host_reclaim] source = damon: %s",
                         why->message);
-            return NULL;
+            return false;
         }
     }
-    if (!src) {
-        src = cold_source_probe_new(cfg->hr_probes);
+    if (!*src) {
+        *src = cold_source_probe_new(cfg->hr_probes);
         if (why)
             log_info("host reclaim: DAMON not usable (%s); using the probe scanner", why->message);
     }
+    return true;
+}
+
+host_swap *host_swap_new(const balancer_config *cfg, GError **error)
+{
+    if (!cfg->hr_enabled)
+        return NULL;
+    cold_source *src = NULL;
+    if (!pick_source(cfg, &src, error))
+        return NULL;
     host_swap *hs = g_new0(host_swap, 1);
     hs->src = src;
     cold_tunables_default(&hs->tun);
@@ -272,12 +203,19 @@ host_swap *host_swap_new(const balancer_config *cfg, GError **error)
     hs->thread = g_thread_new("host-reclaim", round_thread, hs);
     char rate[32];
     size_format(cfg->hr_max_swap_out, rate, sizeof(rate));
-    log_info("host reclaim: enabled, %s source, scan every %u s (at most %.0f%% of a core), cold after %u-%u scans, "
-             "up to %llu MiB per guest per scan and %s/s in all; proactive %s (idle >= %u s); promotion budget "
-             "%.2f%% of the working set per minute",
-             src->ops->name, cfg->hr_scan_interval, cfg->hr_max_cpu, cfg->hr_min_cold_age, cfg->hr_max_cold_age,
-             (unsigned long long)(cfg->hr_max_per_scan >> 20), rate, cfg->hr_proactive ? "on" : "off",
-             cfg->hr_proactive_age, cfg->hr_promotion_budget);
+    if (!src)
+        log_info("host reclaim: enabled, memcg source (each guest's own memory cgroup, the kernel's LRU choosing), "
+                 "a round every %u s (at most %.0f%% of a core), up to %llu MiB per guest per round and %s/s in all; "
+                 "proactive %s; promotion budget %.2f%% a minute",
+                 cfg->hr_scan_interval, cfg->hr_max_cpu, (unsigned long long)(cfg->hr_max_per_scan >> 20), rate,
+                 cfg->hr_proactive ? "on" : "off", cfg->hr_promotion_budget);
+    else
+        log_info("host reclaim: enabled, %s source, scan every %u s (at most %.0f%% of a core), cold after %u-%u scans, "
+                 "up to %llu MiB per guest per scan and %s/s in all; proactive %s (idle >= %u s); promotion "
+                 "budget %.2f%% of the working set per minute",
+                 src->ops->name, cfg->hr_scan_interval, cfg->hr_max_cpu, cfg->hr_min_cold_age, cfg->hr_max_cold_age,
+                 (unsigned long long)(cfg->hr_max_per_scan >> 20), rate, cfg->hr_proactive ? "on" : "off",
+                 cfg->hr_proactive_age, cfg->hr_promotion_budget);
     return hs;
 }
 
@@ -323,7 +261,7 @@ static bool ensure_open(host_swap *hs, round_guest *t, uint64_t round)
 
 /* Pause after a step that took the CPU since cpu_before, so that the
  * round stays within max_cpu of one core.  false when the daemon stops. */
-static bool pace(host_swap *hs, double cpu_before)
+bool pace(host_swap *hs, double cpu_before)
 {
     double pause = (cpu_now() - cpu_before) * (100.0 / hs->max_cpu - 1.0);
     gint64 until = g_get_monotonic_time() + (gint64)(pause * 1e6);
@@ -337,7 +275,7 @@ static bool pace(host_swap *hs, double cpu_before)
 
 typedef int (*step_fn)(host_swap *hs, reclaim_guest *g);
 
-static bool writes_held(host_swap *hs)
+bool writes_held(host_swap *hs)
 {
     g_mutex_lock(&hs->lock);
     bool held = hs->held;
@@ -487,7 +425,7 @@ static void protect_working_sets(host_swap *hs, round_guest **open, size_t n)
 /* How much the host (and each NUMA node) is short of its low watermark
  * beyond what ballooning takes this tick: reclaim_plan_wants over this
  * round's host. */
-static size_t round_wants(const host_swap_round *r, uint64_t balloon_reclaim, reclaim_want *wants)
+size_t round_wants(const host_swap_round *r, uint64_t balloon_reclaim, reclaim_want *wants)
 {
     const host_meminfo *hm = r->host;
     reclaim_node nodes[HOST_MAX_NODES];
@@ -609,6 +547,10 @@ static void publish_guest(hswap_guest *h)
 
 static void run_round(host_swap *hs, round_job *j)
 {
+    if (!hs->src) {
+        memcg_run_round(hs, j);
+        return;
+    }
     double cpu0 = cpu_now();
     int64_t start = mono_ms();
     uint64_t round = hs->rounds++;
@@ -756,7 +698,7 @@ void host_swap_stats_get(const host_swap *hs, host_swap_stats *out)
         return;
     host_swap *m = (host_swap *)hs; /* the lock only */
     out->enabled = true;
-    out->source = hs->src->ops->name;
+    out->source = hs->src ? hs->src->ops->name : "memcg";
     g_mutex_lock(&m->lock);
     out->scans = hs->scans;
     out->scan_errors = hs->scan_errors;

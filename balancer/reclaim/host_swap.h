@@ -35,7 +35,8 @@ typedef struct hswap_guest hswap_guest;
 
 /* What /metrics and balancerctl show per guest. */
 typedef struct {
-    bool active;                 /* scanning this guest */
+    bool active;                 /* scanning this guest (or, by_memcg, reclaiming through its cgroup) */
+    bool by_memcg;               /* the memcg source: no scan, so no cold or working-set figures */
     uint64_t resident_bytes, swapped_bytes, cold_bytes;
     uint64_t paged_out_bytes;    /* total paged out by host reclaim */
     uint64_t probe_bytes;
@@ -60,7 +61,7 @@ typedef struct {
 
 typedef struct {
     bool enabled;
-    const char *source;          /* "damon" or "probe" */
+    const char *source;          /* "damon", "probe" or "memcg" */
     uint64_t scans, scan_errors, paged_out_bytes;
     uint64_t idle_skips;         /* scan ticks skipped: no pressure, no scan */
     uint64_t busy_skips;         /* scan ticks skipped: the last round still ran */

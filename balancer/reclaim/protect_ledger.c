@@ -17,7 +17,8 @@
 #define ENTRY_PREFIX "cgroup "
 
 typedef struct {
-    char file[32];       /* memory.low / memory.soft_limit_in_bytes */
+    char dir[sizeof(((qemu_memcg *)0)->dir)];
+    char file[32];       /* memory.low / memory.soft_limit_in_bytes / memory.limit_in_bytes */
     memcg_saved before;
     uint64_t wrote;
     uint64_t ino;        /* the group directory's inode */
@@ -27,7 +28,7 @@ struct protect_ledger {
     GMutex lock;
     char *path;
     owner_id owner;
-    GHashTable *entries; /* group directory -> entry */
+    GHashTable *entries; /* group directory/file -> entry */
 };
 
 protect_ledger *protect_ledger_new(const char *path)
@@ -70,14 +71,14 @@ static int save_locked(protect_ledger *pl, GError **error)
     g_autoptr(GKeyFile) kf = g_key_file_new();
     owner_to_keyfile(kf, OWNER_GROUP, &pl->owner);
     GHashTableIter it;
-    gpointer k, v;
+    gpointer v;
     unsigned n = 0;
     g_hash_table_iter_init(&it, pl->entries);
-    while (g_hash_table_iter_next(&it, &k, &v)) {
+    while (g_hash_table_iter_next(&it, NULL, &v)) {
         const entry *e = v;
         char group[32];
         snprintf(group, sizeof(group), ENTRY_PREFIX "%u", n++);
-        g_key_file_set_string(kf, group, "dir", k);
+        g_key_file_set_string(kf, group, "dir", e->dir);
         g_key_file_set_string(kf, group, "file", e->file);
         g_key_file_set_boolean(kf, group, "before_max", e->before.is_max);
         g_key_file_set_uint64(kf, group, "before", e->before.bytes);
@@ -93,33 +94,47 @@ static uint64_t dir_inode(const char *dir)
     return stat(dir, &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-int protect_ledger_note(protect_ledger *pl, const qemu_memcg *m, const memcg_saved *before, uint64_t wrote,
-                        GError **error)
+int protect_ledger_note_file(protect_ledger *pl, const qemu_memcg *m, const char *file, const memcg_saved *before,
+                             uint64_t wrote, GError **error)
 {
-    const char *file = memcg_protect_file(m);
-    if (!file || !before->saved) {
-        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "%s: no protection file or no value saved", m->dir);
+    if (!file || !before->saved || strlen(file) >= sizeof(((entry *)0)->file)) {
+        g_set_error(error, MEMBAL_ERROR, MEMBAL_ERROR_INVALID, "%s: no file or no value saved", m->dir);
         return -1;
     }
     entry *e = g_new0(entry, 1);
+    snprintf(e->dir, sizeof(e->dir), "%s", m->dir);
     snprintf(e->file, sizeof(e->file), "%s", file);
     e->before = *before;
     e->wrote = wrote;
     e->ino = dir_inode(m->dir);
     g_mutex_lock(&pl->lock);
-    g_hash_table_replace(pl->entries, g_strdup(m->dir), e);
+    g_hash_table_replace(pl->entries, g_build_filename(m->dir, file, NULL), e);
     int r = save_locked(pl, error);
     g_mutex_unlock(&pl->lock);
     return r;
 }
 
-void protect_ledger_drop(protect_ledger *pl, const qemu_memcg *m)
+int protect_ledger_note(protect_ledger *pl, const qemu_memcg *m, const memcg_saved *before, uint64_t wrote,
+                        GError **error)
+{
+    return protect_ledger_note_file(pl, m, memcg_protect_file(m), before, wrote, error);
+}
+
+void protect_ledger_drop_file(protect_ledger *pl, const qemu_memcg *m, const char *file)
 {
     g_autoptr(GError) err = NULL;
+    g_autofree char *key = g_build_filename(m->dir, file, NULL);
     g_mutex_lock(&pl->lock);
-    if (g_hash_table_remove(pl->entries, m->dir) && save_locked(pl, &err) < 0)
+    if (g_hash_table_remove(pl->entries, key) && save_locked(pl, &err) < 0)
         log_warn("%s", err->message);
     g_mutex_unlock(&pl->lock);
+}
+
+void protect_ledger_drop(protect_ledger *pl, const qemu_memcg *m)
+{
+    const char *file = memcg_protect_file(m);
+    if (file)
+        protect_ledger_drop_file(pl, m, file);
 }
 
 /* One recorded group: its value back if it is still ours.  false when a
@@ -133,16 +148,14 @@ static bool release_entry(GKeyFile *kf, const char *group, GString *what)
     uint64_t before = err ? 0 : g_key_file_get_uint64(kf, group, "before", &err);
     uint64_t wrote = err ? 0 : g_key_file_get_uint64(kf, group, "wrote", &err);
     uint64_t ino = err ? 0 : g_key_file_get_uint64(kf, group, "ino", &err);
-    /* the group as memcg_protect wrote it: the kind its file names */
-    qemu_memcg m = { .kind = err ? MEMCG_NONE
-                             : strcmp(file, "memory.low") == 0 ? MEMCG_V2
-                             : strcmp(file, "memory.soft_limit_in_bytes") == 0 ? MEMCG_V1 : MEMCG_NONE };
-    if (m.kind == MEMCG_NONE || strlen(dir) >= sizeof(m.dir)) {
+    /* only the files we write: a protection, or memcg_reclaim's lowered v1 limit */
+    bool ours = !err && (strcmp(file, "memory.low") == 0 || strcmp(file, "memory.soft_limit_in_bytes") == 0 ||
+                         strcmp(file, MEMCG_V1_LIMIT) == 0);
+    if (!ours || strlen(dir) >= sizeof(((qemu_memcg *)0)->dir)) {
         g_string_append_printf(what, "%s: not a protection we write (%s): left alone\n", group,
                                err ? err->message : file);
         return true;
     }
-    snprintf(m.dir, sizeof(m.dir), "%s", dir);
     uint64_t now_ino = dir_inode(dir);
     if (!now_ino) {
         g_string_append_printf(what, "%s is gone (its guest with it)\n", dir);
@@ -165,8 +178,7 @@ static bool release_entry(GKeyFile *kf, const char *group, GString *what)
     }
     char text[32];
     snprintf(text, sizeof(text), "%" PRIu64, before);
-    memcg_saved saved = { .saved = true, .is_max = before_max, .bytes = before };
-    if (memcg_restore(&m, &saved) < 0) {
+    if (small_file_write_at(dir, file, before_max ? "max" : text) < 0) {
         g_string_append_printf(what, "%s/%s: putting back %s: %s\n", dir, file, before_max ? "max" : text,
                                strerror(errno));
         return false;

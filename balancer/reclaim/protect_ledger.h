@@ -1,8 +1,9 @@
 /*
  * The memory protection balancerd writes into QEMUs' memory cgroups
  * (memory.low on cgroup v2, memory.soft_limit_in_bytes on v1:
- * qemu_memcg.h), recorded before each write together with what the group
- * held before us.  A balancerd that stops puts that back itself; one that
+ * qemu_memcg.h), and the v1 limit a reclaim step lowers for a moment
+ * (memcg_reclaim.h), recorded before each write together with what the
+ * group held before us.  A balancerd that stops puts that back itself; one that
  * died without doing so (SIGKILL, a crash, the OOM killer) leaves the
  * record in its state directory, and the next balancerd at start, or
  * `balancerd --release-leftovers` (the unit's ExecStopPost), puts it back.
@@ -37,6 +38,11 @@ int protect_ledger_note(protect_ledger *pl, const qemu_memcg *m, const memcg_sav
                         GError **error);
 /* m's group has its own value back (memcg_restore): forgotten. */
 void protect_ledger_drop(protect_ledger *pl, const qemu_memcg *m);
+/* The same for another file of m's group that we write (MEMCG_V1_LIMIT):
+ * put back the same way, also after a SIGKILL. */
+int protect_ledger_note_file(protect_ledger *pl, const qemu_memcg *m, const char *file, const memcg_saved *before,
+                             uint64_t wrote, GError **error);
+void protect_ledger_drop_file(protect_ledger *pl, const qemu_memcg *m, const char *file);
 
 typedef enum {
     PROTECT_NONE,     /* no ledger (or one from an earlier boot, removed) */

@@ -18,6 +18,9 @@
 
 typedef enum { MEMCG_NONE = 0, MEMCG_V1, MEMCG_V2 } memcg_kind;
 
+/* cgroup v1's hard limit (memcg_reclaim.h lowers it for a moment) */
+#define MEMCG_V1_LIMIT "memory.limit_in_bytes"
+
 typedef struct {
     memcg_kind kind;
     char dir[512];

@@ -94,6 +94,7 @@ static json_object *vmem_json(const snapshot_guest *g)
 static json_object *host_reclaim_json(const host_swap_guest_stats *hs)
 {
     json_object *h = json_object_new_object();
+    json_object_object_add(h, "through_cgroup", json_object_new_boolean(hs->by_memcg));
     json_object_object_add(h, "resident_bytes", u64(hs->resident_bytes));
     json_object_object_add(h, "swapped_bytes", u64(hs->swapped_bytes));
     json_object_object_add(h, "cold_bytes", u64(hs->cold_bytes));

@@ -37,6 +37,10 @@
 #include "util/small_file.h"
 #include "cleanup.h"
 #include "reclaim/host_reclaim.h"
+#include "reclaim/memcg_reclaim.h"
+#include "reclaim/host_swap.h"
+#include "config/config.h"
+#include "host/pressure.h"
 #include "reclaim/protect_ledger.h"
 #include "reclaim/qemu_memcg.h"
 #include "core/balancer.h"
@@ -777,6 +781,345 @@ START_TEST(protection_left_by_a_killed_balancerd_is_put_back)
 }
 END_TEST
 
+/* A fresh group under this machine's memory controller root, for one
+ * test: dir gets its path; v2 or v1 by the root. */
+static qemu_memcg test_group(const char *tag, char *root, size_t rlen)
+{
+    bool v2mem = memcg_root(root, rlen);
+    if (!root[0])
+        return (qemu_memcg){ .kind = MEMCG_NONE };
+    qemu_memcg m = { .kind = v2mem ? MEMCG_V2 : MEMCG_V1 };
+    snprintf(m.dir, sizeof(m.dir), "%s/membal-test-%s-%d", root, tag, (int)getpid());
+    snprintf(m.mount, sizeof(m.mount), "%s", root);
+    ck_assert_int_eq(mkdir(m.dir, 0755), 0);
+    cleanup_register("rmdir '%s' 2>/dev/null", m.dir);
+    return m;
+}
+
+static void join_group(const qemu_memcg *m, pid_t pid)
+{
+    char procs[600], pidtxt[16];
+    snprintf(procs, sizeof(procs), "%s/cgroup.procs", m->dir);
+    snprintf(pidtxt, sizeof(pidtxt), "%d", (int)pid);
+    ck_assert(test_put(procs, pidtxt));
+}
+
+/* v1's limit, or v2's memory.max, as text */
+static char *limit_text(const qemu_memcg *m)
+{
+    char file[600], *text = NULL;
+    snprintf(file, sizeof(file), "%s/%s", m->dir, m->kind == MEMCG_V2 ? "memory.max" : MEMCG_V1_LIMIT);
+    ck_assert(g_file_get_contents(file, &text, NULL, NULL));
+    return text;
+}
+
+/* The group's OOM kills so far (v1 memory.oom_control, v2 memory.events). */
+static long group_oom_kills(const qemu_memcg *m)
+{
+    char file[600], *text = NULL;
+    snprintf(file, sizeof(file), "%s/%s", m->dir, m->kind == MEMCG_V2 ? "memory.events" : "memory.oom_control");
+    ck_assert(g_file_get_contents(file, &text, NULL, NULL));
+    const char *at = strstr(text, "oom_kill ");
+    long n = at ? strtol(at + 9, NULL, 10) : 0;
+    g_free(text);
+    return n;
+}
+
+/* Issue 49: the kernel's own LRU chooses.  A THP-backed stand-in for a
+ * QEMU (as QEMU maps guest RAM) alone in its cgroup, 64 MiB hot and 192
+ * MiB touched once; memcg_reclaim asks for 160 MiB in steps a second
+ * apart.  The kernel's LRU pages out the cold set and keeps the hot one,
+ * and on v1 every step leaves the group's limit as it found it. */
+START_TEST(memcg_reclaim_takes_cold_keeps_hot)
+{
+    char root[256];
+    qemu_memcg m = test_group("memcg-reclaim", root, sizeof(root));
+    if (m.kind == MEMCG_NONE)
+        CHECK_SKIP("no memory cgroup controller mounted");
+    ensure_swap();
+    int p[2], go[2];
+    ck_assert_int_eq(pipe(p), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char c;
+        close(p[0]);
+        close(go[1]);
+        if (read(go[0], &c, 1) != 1) /* into the group before it touches anything: all of it is charged there */
+            _exit(4);
+        run_guest(p[1], SET_NONE, true);
+    }
+    cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
+    close(p[1]);
+    close(go[0]);
+    join_group(&m, pid);
+    ck_assert_int_eq(write(go[1], "x", 1), 1);
+    child_report r = { 0, 0 };
+    ck_assert_int_eq(read(p[0], &r, sizeof(r)), sizeof(r)); /* all touched */
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    g_autofree char *limit0 = limit_text(&m);
+    cold_tunables t;
+    cold_tunables_default(&t);
+    reclaim_guest g;
+    g_autoptr(GError) err = NULL;
+    ck_assert_msg(reclaim_guest_open(&g, pid, RAM, &t, &err) == 0, "%s", err ? err->message : "");
+    uint64_t asked = 0, got = 0;
+    for (int step = 0; step < 10 && got < 160 * MIB; step++) {
+        sleep(1); /* the hot loop references its pages between steps, as a guest does */
+        uint64_t one = 0;
+        ck_assert_msg(memcg_reclaim(&m, 32 * MIB, NULL, &one, &err) == 0, "%s", err ? err->message : "");
+        asked += 32 * MIB;
+        got += one;
+        g_autofree char *limit = limit_text(&m);
+        ck_assert_str_eq(limit, limit0);
+    }
+    sleep(1);
+    r = latest(p[0], r);
+    ck_assert_uint_gt(r.passes, 100); /* the hot loop kept running */
+    outcome o;
+    count_swapped(&g, SET_NONE, &o);
+    printf("memcg  %s: asked %" PRIu64 " MiB, usage fell %" PRIu64 " MiB; cold swapped %.1f of %llu MiB, "
+           "hot wrongly swapped %.2f of %llu MiB, THP %" PRIu64 " MiB left\n",
+           m.kind == MEMCG_V2 ? "memory.reclaim" : "v1 limit step", asked / MIB, got / MIB,
+           o.cold_swapped / (double)MIB, (unsigned long long)(COLD_BYTES / MIB), o.hot_swapped / (double)MIB,
+           (unsigned long long)(HOT_BYTES / MIB), anon_huge_bytes(pid) / MIB);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(p[0]);
+    reclaim_guest_close(&g);
+    /* the kernel's LRU took what it was asked for from the cold set ... */
+    ck_assert_msg(o.cold_swapped >= 128 * MIB, "only %" PRIu64 " MiB of the cold set swapped",
+                  o.cold_swapped / MIB);
+    /* ... and kept the hot set */
+    ck_assert_msg(o.hot_swapped <= HOT_BYTES / 50, "%" PRIu64 " KiB of the hot set swapped", o.hot_swapped / 1024);
+    ck_assert_int_eq(group_oom_kills(&m), 0);
+    ck_assert_int_eq(rmdir(m.dir), 0);
+    drop_swap();
+}
+END_TEST
+
+/* A guest that allocates all through the steps (8 MiB every 10 ms, up to
+ * 384 MiB, touching every page) is reclaimed from, never OOM-killed: on
+ * v1 the lowered limit stands only between the two writes. */
+START_TEST(a_guest_allocating_through_memcg_steps_is_not_killed)
+{
+    char root[256];
+    qemu_memcg m = test_group("memcg-alloc", root, sizeof(root));
+    if (m.kind == MEMCG_NONE)
+        CHECK_SKIP("no memory cgroup controller mounted");
+    ensure_swap();
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char c;
+        close(go[1]);
+        if (read(go[0], &c, 1) != 1)
+            _exit(4);
+        for (size_t mb = 0; mb < 384; mb += 8) {
+            char *a = mmap(NULL, 8 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (a == MAP_FAILED)
+                _exit(2);
+            for (size_t i = 0; i < 8 * MIB; i += 4096)
+                a[i] = (char)(1 + i % 127);
+            usleep(10000);
+        }
+        pause();
+        _exit(0);
+    }
+    cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
+    close(go[0]);
+    join_group(&m, pid);
+    ck_assert_int_eq(write(go[1], "x", 1), 1);
+    g_autofree char *limit0 = limit_text(&m);
+    g_autoptr(GError) err = NULL;
+    uint64_t got = 0;
+    for (int step = 0; step < 40; step++) {
+        uint64_t one = 0;
+        ck_assert_msg(memcg_reclaim(&m, MEMCG_RECLAIM_STEP_MAX, NULL, &one, &err) == 0, "%s",
+                      err ? err->message : "");
+        got += one;
+        usleep(50000);
+    }
+    g_autofree char *limit = limit_text(&m);
+    ck_assert_str_eq(limit, limit0);
+    ck_assert_msg(kill(pid, 0) == 0, "the allocating guest is gone");
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, WNOHANG), 0); /* still running, not killed */
+    ck_assert_int_eq(group_oom_kills(&m), 0);
+    printf("memcg  allocating through 40 steps: usage fell %" PRIu64 " MiB in all, no OOM kill\n", got / MIB);
+    ck_assert_uint_gt(got, 0);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ck_assert_int_eq(rmdir(m.dir), 0);
+    drop_swap();
+}
+END_TEST
+
+/* principle 5 on a real v1 cgroup: a balancerd killed between lowering a
+ * group's limit and putting it back leaves it recorded, and the next
+ * start puts back what the group had. */
+START_TEST(a_limit_left_by_a_killed_balancerd_is_put_back)
+{
+    char root[256], state[64];
+    qemu_memcg m = test_group("memcg-kill", root, sizeof(root));
+    if (m.kind != MEMCG_V1)
+        CHECK_SKIP("no cgroup v1 memory controller: no limit is lowered on v2 (memory.reclaim)");
+    snprintf(state, sizeof(state), "/run/membal-test-state-%d", (int)getpid());
+    cleanup_register("rm -rf '%s'", state);
+    g_autofree char *limit0 = limit_text(&m);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        /* memcg_reclaim's first write, then a SIGKILL before its second:
+         * the group is empty, so the lower limit applies at once */
+        g_autofree char *path = g_build_filename(state, PROTECT_LEDGER_FILE, NULL);
+        protect_ledger *pl = protect_ledger_new(path);
+        uint64_t limit = 0;
+        char ok = small_file_read_u64(m.dir, MEMCG_V1_LIMIT, &limit, NULL) == 0;
+        memcg_saved before = { .saved = true, .bytes = limit };
+        ok = ok && protect_ledger_note_file(pl, &m, MEMCG_V1_LIMIT, &before, 64 * MIB, NULL) == 0 &&
+             small_file_write_at(m.dir, MEMCG_V1_LIMIT, "67108864") == 0;
+        (void)!write(p[1], &ok, 1);
+        pause();
+        _exit(0);
+    }
+    char ok = 0;
+    ck_assert_int_eq(read(p[0], &ok, 1), 1);
+    ck_assert(ok);
+    g_autofree char *lowered = limit_text(&m);
+    ck_assert_uint_eq(strtoull(lowered, NULL, 10), 64 * MIB);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    ck_assert_int_eq(balancer_release_leftovers(state), 0);
+    g_autofree char *back = limit_text(&m);
+    ck_assert_str_eq(back, limit0);
+    g_autofree char *ledger = g_build_filename(state, PROTECT_LEDGER_FILE, NULL);
+    ck_assert(!g_file_test(ledger, G_FILE_TEST_EXISTS));
+    ck_assert_int_eq(rmdir(m.dir), 0);
+}
+END_TEST
+
+/* One host-reclaim round through host_swap (the daemon's stage) with the
+ * given host; returns when it has ended. */
+static void memcg_round(host_swap *hs, host_swap_target *tg, const host_meminfo *hm, const watermarks *wm,
+                        bool reclaiming)
+{
+    host_swap_stats before, after;
+    host_swap_stats_get(hs, &before);
+    host_swap_round r = { .host = hm, .wm = wm, .balloon_reclaim = 0, .reclaiming = reclaiming };
+    usleep(1100000); /* scan_interval 1 s: due */
+    host_swap_tick(hs, tg, 1, &r);
+    for (int i = 0; i < 600; i++) {
+        host_swap_stats_get(hs, &after);
+        if (after.scans > before.scans)
+            return;
+        usleep(50000);
+    }
+    ck_abort_msg("the memcg round did not end within 30 s");
+}
+
+/* Issue 49, the daemon's stage: [host_reclaim] source = memcg.  A
+ * stand-in QEMU alone in its cgroup (256 MiB, 64 MiB hot); the host 128
+ * MiB short of its high watermark: one round reclaims about that much
+ * through the group, the kernel's LRU keeping the hot set; then, with the
+ * host not short, a proactive round takes Senpai's 1% (when the host's
+ * own memory PSI is calm, as the stage requires). */
+START_TEST(memcg_source_round_reclaims_through_the_guests_group)
+{
+    char root[256];
+    qemu_memcg m = test_group("memcg-round", root, sizeof(root));
+    if (m.kind == MEMCG_NONE)
+        CHECK_SKIP("no memory cgroup controller mounted");
+    ensure_swap();
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char c;
+        close(p[0]);
+        close(go[1]);
+        if (read(go[0], &c, 1) != 1) /* in its group before it touches anything */
+            _exit(4);
+        run_guest(p[1], SET_NONE, true);
+    }
+    cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
+    close(p[1]);
+    close(go[0]);
+    join_group(&m, pid);
+    ck_assert_int_eq(write(go[1], "x", 1), 1);
+    child_report rep = { 0, 0 };
+    ck_assert_int_eq(read(p[0], &rep, sizeof(rep)), sizeof(rep));
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+
+    char state[64];
+    snprintf(state, sizeof(state), "/run/membal-test-state-%d", (int)getpid());
+    cleanup_register("rm -rf '%s'", state);
+    balancer_config c;
+    config_defaults(&c);
+    c.hr_enabled = true;
+    g_free(c.hr_source);
+    c.hr_source = g_strdup("memcg");
+    c.hr_scan_interval = 1;
+    c.hr_proactive = true;
+    c.hr_max_swap_out = 256 * MIB; /* a round's allowance is max_swap_out x scan_interval: not the bound here */
+    g_free(c.state_dir);
+    c.state_dir = g_strdup(state);
+    g_autoptr(GError) err = NULL;
+    host_swap *hs = host_swap_new(&c, &err);
+    ck_assert_msg(hs, "%s", err ? err->message : "");
+    guest_view v = { .stats_valid = true, .actual_bytes = RAM, .max_bytes = RAM, .name = "G" };
+    vm_policy_default(&v.policy);
+    hswap_guest *slot = NULL;
+    host_swap_target tg = { .name = "G", .qemu_pid = pid, .view = &v, .state = &slot };
+    host_meminfo hm = { .host = { .total_bytes = 8192 * MIB, .available_bytes = 72 * MIB },
+                        .swap_total_bytes = 1024 * MIB };
+    watermarks wm = { .min = 50 * MIB, .low = 100 * MIB, .high = 200 * MIB };
+    memcg_round(hs, &tg, &hm, &wm, true);
+    host_swap_guest_stats gs;
+    ck_assert(host_swap_guest_stats_get(slot, &gs));
+    uint64_t short_taken = gs.paged_out_bytes;
+    reclaim_guest g;
+    cold_tunables t;
+    cold_tunables_default(&t);
+    ck_assert_msg(reclaim_guest_open(&g, pid, RAM, &t, &err) == 0, "%s", err ? err->message : "");
+    outcome o;
+    count_swapped(&g, SET_NONE, &o);
+    /* the host not short: proactive */
+    hm.host.available_bytes = 4096 * MIB;
+    double psi = -1;
+    bool calm = psi_some_avg10(PSI_MEMORY_PATH, &psi) == 0 && psi < 1.0;
+    memcg_round(hs, &tg, &hm, &wm, false);
+    ck_assert(host_swap_guest_stats_get(slot, &gs));
+    printf("memcg  round: the host 128 MiB short: %" PRIu64 " MiB through the group (cold %.1f, hot %.2f MiB "
+           "swapped); then proactive: %" PRIu64 " MiB (host PSI some %.2f%%)\n",
+           short_taken / MIB, o.cold_swapped / (double)MIB, o.hot_swapped / (double)MIB,
+           gs.proactive_bytes / MIB, psi);
+    ck_assert_msg(short_taken >= 96 * MIB && short_taken <= 160 * MIB, "%" PRIu64 " MiB for a 128 MiB shortfall",
+                  short_taken / MIB);
+    ck_assert_msg(o.hot_swapped <= HOT_BYTES / 50, "%" PRIu64 " KiB of the hot set swapped", o.hot_swapped / 1024);
+    if (calm)
+        ck_assert_msg(gs.proactive_bytes > 0, "no proactive reclaim with the host calm");
+    ck_assert_str_eq(gs.slo, "within");
+    host_swap_guest_free(slot);
+    host_swap_free(hs);
+    config_clear(&c);
+    reclaim_guest_close(&g);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(p[0]);
+    ck_assert_int_eq(group_oom_kills(&m), 0);
+    ck_assert_int_eq(rmdir(m.dir), 0);
+    drop_swap();
+}
+END_TEST
+
 /* A process_madvise that stopped early counts only the chunks it covered. */
 START_TEST(partial_pageout_counts_what_was_advised)
 {
@@ -882,6 +1225,10 @@ int main(void)
     tcase_add_test(tc, node_map_fake_tree);
     tcase_add_test(tc, real_memcg_protect);
     tcase_add_test(tc, protection_left_by_a_killed_balancerd_is_put_back);
+    tcase_add_test(tc, a_limit_left_by_a_killed_balancerd_is_put_back);
+    tcase_add_test(tc, memcg_reclaim_takes_cold_keeps_hot);
+    tcase_add_test(tc, a_guest_allocating_through_memcg_steps_is_not_killed);
+    tcase_add_test(tc, memcg_source_round_reclaims_through_the_guests_group);
     tcase_add_test(tc, no_swap_is_harmless);
     tcase_add_test(tc, probe_scanner_swaps_cold_keeps_hot);
     tcase_add_test(tc, probe_never_splits_huge_pages);

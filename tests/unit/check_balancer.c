@@ -267,7 +267,7 @@ START_TEST(config_errors_name_key_and_line)
         { "[policy]\ndrop_idle_cache = true\n", "bad.conf:2: [policy] drop_idle_cache = \"true\": removed (it was never shown to help" },
         { "tick = 5\n", "bad.conf" },
         { "[host_reclaim]\nenabled = maybe\n", "bad.conf:2: [host_reclaim] enabled = \"maybe\": expected true or false" },
-        { "[host_reclaim]\nsource = guess\n", "bad.conf:2: [host_reclaim] source = \"guess\": expected auto, damon or probe" },
+        { "[host_reclaim]\nsource = guess\n", "bad.conf:2: [host_reclaim] source = \"guess\": expected auto, damon, probe or memcg" },
         { "[host_reclaim]\nmin_cold_age = 9\nmax_cold_age = 5\n", "bad.conf:2: [host_reclaim] min_cold_age" },
         { "[host_reclaim]\nmin_per_scan = 1GiB\n", "greater than max_per_scan" },
         { "[host_reclaim]\nmax_cpu = 0\n", "bad.conf:2: [host_reclaim] max_cpu = \"0\": must be more than 0%" },

@@ -29,6 +29,7 @@
 #include "reclaim/cold_source.h"
 #include "reclaim/kdamond_ledger.h"
 #include "reclaim/protect_ledger.h"
+#include "util/small_file.h"
 
 /* every test's tree lives under one directory of this run, removed at the
  * end whatever the tests' outcome (a failed test ends before its done()) */
@@ -537,6 +538,64 @@ START_TEST(protection_of_a_running_balancerd_is_left_alone)
 }
 END_TEST
 
+/* One v1 group with both what balancerd writes there recorded: its soft
+ * limit (protection) and a limit step's lowered limit (memcg_reclaim.h),
+ * by a balancerd that died before putting either back.  Each file gets
+ * its own value back; one dropped (the step put its limit back itself)
+ * leaves the other recorded. */
+START_TEST(a_lowered_limit_and_a_protection_in_one_group_are_both_put_back)
+{
+    qemu_memcg m;
+    group(&m, "machine/vm1.libvirt-qemu", MEMCG_V1, "9223372036854771712\n");
+    put("machine/vm1.libvirt-qemu/" MEMCG_V1_LIMIT, "1073741824\n");
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t c = fork();
+    ck_assert_int_ge(c, 0);
+    if (c == 0) {
+        protect_ledger *pl = protect_ledger_new(pledger);
+        memcg_saved soft, limit = { .saved = true, .bytes = 1073741824 };
+        char ok = memcg_save(&m, &soft) == 0 && protect_ledger_note(pl, &m, &soft, 64 << 20, NULL) == 0 &&
+                  memcg_protect(&m, 64 << 20) == 0 &&
+                  protect_ledger_note_file(pl, &m, MEMCG_V1_LIMIT, &limit, 500 << 20, NULL) == 0 &&
+                  small_file_write_at(m.dir, MEMCG_V1_LIMIT, "524288000") == 0;
+        /* a second step of the same group: recorded once, the last value */
+        ok = ok && protect_ledger_note_file(pl, &m, MEMCG_V1_LIMIT, &limit, 490 << 20, NULL) == 0 &&
+             small_file_write_at(m.dir, MEMCG_V1_LIMIT, "513802240") == 0;
+        (void)!write(p[1], &ok, 1);
+        raise(SIGKILL);
+        _exit(1);
+    }
+    char ok = 0;
+    ck_assert_int_eq(read(p[0], &ok, 1), 1);
+    ck_assert(ok);
+    waitpid(c, NULL, 0);
+    close(p[0]);
+    close(p[1]);
+    g_autofree char *what = NULL;
+    ck_assert_int_eq(protect_release_leftover(pledger, &what), PROTECT_RELEASED);
+    g_autofree char *soft = value_of(&m), *limit = get("machine/vm1.libvirt-qemu/" MEMCG_V1_LIMIT);
+    ck_assert_str_eq(soft, "9223372036854771712");
+    ck_assert_str_eq(limit, "1073741824");
+    ck_assert_ptr_nonnull(strstr(what, MEMCG_V1_LIMIT ": put back 1073741824"));
+    ck_assert(!g_file_test(pledger, G_FILE_TEST_EXISTS));
+    /* dropped, the limit is no longer recorded; the protection still is */
+    protect_ledger *pl = protect_ledger_new(pledger);
+    memcg_saved soft0, limit0 = { .saved = true, .bytes = 1073741824 };
+    ck_assert_int_eq(memcg_save(&m, &soft0), 0);
+    ck_assert_int_eq(protect_ledger_note(pl, &m, &soft0, 32 << 20, NULL), 0);
+    ck_assert_int_eq(protect_ledger_note_file(pl, &m, MEMCG_V1_LIMIT, &limit0, 400 << 20, NULL), 0);
+    protect_ledger_drop_file(pl, &m, MEMCG_V1_LIMIT);
+    g_autofree char *text = NULL;
+    ck_assert(g_file_get_contents(pledger, &text, NULL, NULL));
+    ck_assert_ptr_null(strstr(text, MEMCG_V1_LIMIT));
+    ck_assert_ptr_nonnull(strstr(text, "memory.soft_limit_in_bytes"));
+    protect_ledger_drop(pl, &m);
+    ck_assert(!g_file_test(pledger, G_FILE_TEST_EXISTS));
+    protect_ledger_unref(pl);
+}
+END_TEST
+
 /* A balancerd that puts the values back itself forgets them; a ledger of
  * an earlier boot or one that is not a ledger is removed, nothing
  * written. */
@@ -601,6 +660,7 @@ int main(void)
     TCase *tp = tcase_create("protect_ledger");
     tcase_add_test(tp, protection_of_a_dead_balancerd_is_put_back);
     tcase_add_test(tp, protection_changed_since_is_left_alone);
+    tcase_add_test(tp, a_lowered_limit_and_a_protection_in_one_group_are_both_put_back);
     tcase_add_test(tp, protection_of_a_running_balancerd_is_left_alone);
     tcase_add_test(tp, protection_ledger_forgets_and_refuses);
     suite_add_tcase(s, tp);

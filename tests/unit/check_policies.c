@@ -1561,6 +1561,27 @@ START_TEST(proactive_room_is_cold_used_memory)
 }
 END_TEST
 
+/* The memcg source's proactive step: Senpai's 1% of the group's charge a
+ * round, never more than the cold used memory a proactive pageout may
+ * take, nor than is left of the round's budget. */
+START_TEST(memcg_proactive_is_senpais_probe_within_the_room)
+{
+    guest_view v = { .stats_valid = true, .actual_bytes = 512 * MIB };
+    v.free_bytes = 100 * MIB;
+    v.cache_bytes = v.reclaimable_cache_bytes = 12 * MIB;
+    /* 400 MiB used, 580 MiB charged (its QEMU's own memory too): 5.8 MiB */
+    ck_assert_uint_eq(reclaim_memcg_proactive(&v, 580 * MIB, 0, UINT64_MAX), (uint64_t)(580 * MIB * 0.01));
+    /* the budget left this round */
+    ck_assert_uint_eq(reclaim_memcg_proactive(&v, 580 * MIB, 0, MIB), MIB);
+    /* what is in host swap already counts against the cold used memory */
+    ck_assert_uint_eq(reclaim_memcg_proactive(&v, 580 * MIB, 398 * MIB, UINT64_MAX), 2 * MIB);
+    /* a guest whose memory is free and cache: the balloon's, not host swap's */
+    v.free_bytes = 250 * MIB;
+    v.cache_bytes = v.reclaimable_cache_bytes = 262 * MIB;
+    ck_assert_uint_eq(reclaim_memcg_proactive(&v, 580 * MIB, 0, UINT64_MAX), 0);
+}
+END_TEST
+
 /* The host-reclaim SLO: promotions against a budget of the working set,
  * pressure from the agent's PSI or the QEMU's own faults, with hysteresis;
  * and the one-minute average it is judged on. */
@@ -1825,6 +1846,7 @@ int main(void)
     tcase_add_test(tr, reclaim_givers_streaming_then_coldest_never_protected);
     tcase_add_test(tr, reclaim_slo_budget_pressure_hysteresis);
     tcase_add_test(tr, proactive_room_is_cold_used_memory);
+    tcase_add_test(tr, memcg_proactive_is_senpais_probe_within_the_room);
     tcase_add_test(tr, host_measured_working_set_is_a_floor);
     suite_add_tcase(s, tr);
     TCase *tv = tcase_create("vmem_plan");
