@@ -57,6 +57,10 @@ static void protection_restore(hswap_guest *h)
  * the daemon stopping. */
 static void guest_clear(hswap_guest *h)
 {
+    /* a v1 limit step whose write-back failed: once more */
+    if (h->memcg_step.pending && memcg_step_undo(&h->cg, &h->memcg_step, h->pl) < 0)
+        log_warn("cannot put back %s/%s (%llu): %m; the ledger keeps it for the next balancerd", h->cg.dir,
+                 MEMCG_V1_LIMIT, (unsigned long long)h->memcg_step.limit);
     protection_restore(h);
     protect_ledger_unref(h->pl);
     guest_close(h);
@@ -536,11 +540,16 @@ static void publish_guest(hswap_guest *h)
         p.promoted_total = h->promoted_total;
         p.foreign_fault_total = h->foreign_total;
     }
-    p.slo = reclaim_slo_name(h->slo);
-    p.at_ms = mono_ms();
+    publish_stats(h, &p);
+}
+
+void publish_stats(hswap_guest *h, host_swap_guest_stats *p)
+{
+    p->slo = reclaim_slo_name(h->slo);
+    p->at_ms = mono_ms();
     g_mutex_lock(&h->lock);
-    double budget = h->pub.budget_percent;
-    h->pub = p;
+    double budget = h->pub.budget_percent; /* the tick's, set when the round was handed over */
+    h->pub = *p;
     h->pub.budget_percent = budget;
     g_mutex_unlock(&h->lock);
 }
@@ -681,6 +690,7 @@ void host_swap_tick(host_swap *hs, host_swap_target *t, size_t n, const host_swa
     }
     j->n_wants = round_wants(r, r->balloon_reclaim, j->wants);
     j->can_swap = r->host->swap_total_bytes > 0;
+    j->swap_free_bytes = r->host->swap_free_bytes;
     j->reclaiming = r->reclaiming;
     if (psi_some_avg10(PSI_MEMORY_PATH, &j->host_psi_some) < 0)
         j->host_psi_some = -1;

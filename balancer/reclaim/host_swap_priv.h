@@ -13,6 +13,7 @@
 #include "reclaim/cold_source.h"
 #include "reclaim/host_reclaim.h"
 #include "reclaim/protect_ledger.h"
+#include "reclaim/memcg_reclaim.h"
 #include "reclaim/qemu_memcg.h"
 
 #define REOPEN_ROUNDS 10         /* retry a guest that could not be opened */
@@ -30,6 +31,7 @@ struct hswap_guest {
     uint64_t memcg_usage;        /* memcg source: its group's charge at the last round */
     uint64_t memcg_swapped;      /* ... and its QEMU's memory in host swap (VmSwap) */
     uint64_t memcg_reclaimed;    /* what its charge fell by through our reclaims, in all */
+    memcg_step memcg_step;       /* a v1 limit step that may still need putting back */
     int pid;
     uint64_t retry_round;        /* round number of the next open attempt */
     char error[256];             /* why it is not open, logged once */
@@ -66,6 +68,7 @@ typedef struct {
     reclaim_want wants[HOST_MAX_NODES];
     size_t n_wants;
     bool can_swap;
+    uint64_t swap_free_bytes;    /* the host's free swap when the round was handed over */
     bool reclaiming;
     double host_psi_some;        /* < 0 unknown */
 } round_job;
@@ -110,6 +113,9 @@ bool pace(host_swap *hs, double cpu_before);
 /* Paused: nothing more is written. */
 bool writes_held(host_swap *hs);
 void guest_close(hswap_guest *h);
+/* p (its SLO and the time filled in here) becomes what /metrics and
+ * balancerctl show of h. */
+void publish_stats(hswap_guest *h, host_swap_guest_stats *p);
 /* What the host (and each NUMA node) is short of: reclaim_plan_wants. */
 size_t round_wants(const host_swap_round *r, uint64_t balloon_reclaim, reclaim_want *wants);
 

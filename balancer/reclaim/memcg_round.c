@@ -9,14 +9,23 @@
  *            scope; a shared group has no per-guest lever), that may give
  *            (reclaim_may_take) and is inside its SLO; streaming guests
  *            first, then the most cold used memory;
- *   SLO      every page its QEMU faults back from host swap counts against
- *            its promotion budget, ours or the kernel's: without a scan we
- *            cannot tell them apart, and either is the guest paying;
+ *   SLO      every major fault charged to its group (memory.stat
+ *            pgmajfault: its QEMU's, a KVM async page fault's kworker's
+ *            too) counts against its promotion budget, ours or the
+ *            kernel's: without a scan we cannot tell them apart, and
+ *            either is the guest paying;
  *   how much the host's shortfall, within the per-guest max_per_scan; and,
- *            proactive, Senpai's probe (reclaim_memcg_proactive);
- *   pace     in steps of PAGEOUT_SLICE, paused between them to stay
+ *            proactive, Senpai's probe (reclaim_memcg_proactive; no
+ *            proactive_age: the kernel's LRU, not an age, picks what
+ *            goes);
+ *   pace     in slices of MEMCG_SLICE, paused between them to stay
  *            within max_cpu (the kernel's reclaim runs in this thread, and
- *            its CPU is counted) and max_swap_out.
+ *            its CPU is counted); a round asks at most max_swap_out x
+ *            scan_interval in all (what is asked counts, not what the
+ *            charge fell by: a guest allocating meanwhile must not draw
+ *            more), and never more than half the host's free swap
+ *            (MEMCG_SWAP_SHARE: a guest charging in the moment of a v1
+ *            step must find swap to be reclaimed to, not its OOM killer).
  *
  * Nothing is left set: memory.reclaim is a one-off, and a v1 limit step
  * is put back at once (recorded in the protection ledger meanwhile).  No
@@ -39,8 +48,8 @@
 #include "util/mono_clock.h"
 #include "util/small_file.h"
 
-#define REOPEN_ROUNDS 10         /* retry a guest that could not be opened */
 #define MEMCG_SLICE (16ULL << 20) /* reclaimed at a time, paced between */
+#define MEMCG_SWAP_SHARE 0.5      /* of the host's free swap, the most a round asks for */
 
 /* Find the guest's cgroup (again after its QEMU restarted); true when it
  * can be reclaimed from. */
@@ -61,6 +70,10 @@ static bool memcg_open(round_guest *t, uint64_t round)
         g_set_error(&err, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE,
                     "its memory cgroup %s holds other processes too: the memcg source reclaims a guest only from a "
                     "group of its own (libvirt's machine scope)", h->cg.dir);
+    else if (!memcg_can_reclaim(&h->cg))
+        g_set_error(&err, MEMBAL_ERROR, MEMBAL_ERROR_UNAVAILABLE, "%s has no %s we may write%s", h->cg.dir,
+                    h->cg.kind == MEMCG_V2 ? "memory.reclaim" : MEMCG_V1_LIMIT,
+                    h->cg.kind == MEMCG_V2 ? " (Linux 5.19+)" : "");
     if (err) {
         if (strcmp(err->message, h->error) != 0)
             log_warn("guest %s: no host reclaim: %s", t->name, err->message);
@@ -69,8 +82,7 @@ static bool memcg_open(round_guest *t, uint64_t round)
         return false;
     }
     h->open = h->by_memcg = h->cg_own = true;
-    h->pid = t->pid;
-    h->error[0] = '\0';
+    h->pid = t->pid; /* (h->error stays until a reclaim succeeds: a failing group is said once) */
     h->last_round_ms = 0;
     h->majflt_known = false;
     log_info("guest %s: host reclaim through its memory cgroup %s (cgroup %s; the kernel's LRU chooses the pages)",
@@ -97,15 +109,18 @@ static bool memcg_judge(hswap_guest *h, const round_guest *t, bool host_short, i
     if (memcg_usage(&h->cg, &h->memcg_usage) < 0)
         return false;
     h->memcg_swapped = qemu_swapped(h->pid);
+    /* the group's major faults; its QEMU's own where the group does not say */
+    uint64_t faults = 0;
     proc_stat_counts pc = { 0 };
-    bool known = proc_stat_counts_read(h->pid, &pc) == 0;
+    bool known = memcg_swap_ins(&h->cg, &faults) == 0 || (proc_stat_counts_read(h->pid, &pc) == 0 &&
+                                                          (faults = pc.major_faults, true));
     double dt = h->last_round_ms ? (double)(now_ms - h->last_round_ms) / 1000.0 : 0;
-    if (dt > 0 && known && h->majflt_known && pc.major_faults >= h->majflt) {
-        uint64_t back = (pc.major_faults - h->majflt) * 4096;
+    if (dt > 0 && known && h->majflt_known && faults >= h->majflt) {
+        uint64_t back = (faults - h->majflt) * 4096;
         h->promoted_bps = reclaim_rate_average(h->promoted_bps, (double)back, dt);
         h->promoted_total += back;
     }
-    h->majflt = pc.major_faults;
+    h->majflt = faults;
     h->majflt_known = known;
     h->last_round_ms = now_ms;
     reclaim_slo_input in = { h->memcg_usage, h->promoted_bps, t->budget_percent, -1,
@@ -122,15 +137,18 @@ static bool memcg_judge(hswap_guest *h, const round_guest *t, bool host_short, i
 }
 
 /* Up to want bytes from g's group, within what is left of its per-round
- * budget, in paced slices; what its charge fell by.  *go turns false when
- * the daemon stops. */
-static uint64_t memcg_take(host_swap *hs, round_guest *g, uint64_t want, const char *why, bool *go)
+ * budget, in paced slices; what its charge fell by, and in *asked what
+ * was asked (the round's allowance counts that).  *go turns false when
+ * the daemon stops.  A failure leaves the guest alone for REOPEN_ROUNDS,
+ * said once. */
+static uint64_t memcg_take(host_swap *hs, round_guest *g, uint64_t want, const char *why, uint64_t round,
+                           uint64_t *asked, bool *go)
 {
     hswap_guest *h = g->h;
     uint64_t got = 0;
     while (*go && !writes_held(hs)) {
         uint64_t left = hs->tun.max_budget_bytes > h->round_paged ? hs->tun.max_budget_bytes - h->round_paged : 0;
-        uint64_t ask = want > got ? want - got : 0;
+        uint64_t ask = want > *asked ? want - *asked : 0;
         ask = ask < left ? ask : left;
         ask = ask < MEMCG_SLICE ? ask : MEMCG_SLICE;
         if (ask < 4096)
@@ -138,14 +156,21 @@ static uint64_t memcg_take(host_swap *hs, round_guest *g, uint64_t want, const c
         double c = cpu_now();
         uint64_t slice = 0;
         g_autoptr(GError) err = NULL;
-        int rc = memcg_reclaim(&h->cg, ask, hs->pl, &slice, &err);
-        h->round_paged += ask; /* the budget is what was asked: a guest allocating meanwhile must not draw more */
+        if (!h->pl)
+            h->pl = protect_ledger_ref(hs->pl); /* kept for a step to put back when the guest is let go */
+        int rc = memcg_reclaim(&h->cg, ask, h->pl, &h->memcg_step, &slice, &err);
+        h->round_paged += ask;
+        *asked += ask;
         got += slice;
         if (rc < 0) {
-            log_warn("guest %s: host reclaim through its cgroup: %s", g->name, err->message);
+            if (strcmp(err->message, h->error) != 0)
+                log_warn("guest %s: host reclaim through its cgroup: %s", g->name, err->message);
+            snprintf(h->error, sizeof(h->error), "%s", err->message);
+            h->retry_round = round + REOPEN_ROUNDS;
             guest_close(h);
             break;
         }
+        h->error[0] = '\0';
         if (slice < ask / 4) /* the kernel found little more to take */
             break;
         *go = pace(hs, c);
@@ -172,13 +197,7 @@ static void memcg_publish(hswap_guest *h)
         p.foreign_fault_bps = -1;
         p.promoted_total = h->promoted_total;
     }
-    p.slo = reclaim_slo_name(h->slo);
-    p.at_ms = mono_ms();
-    g_mutex_lock(&h->lock);
-    double budget = h->pub.budget_percent;
-    h->pub = p;
-    h->pub.budget_percent = budget;
-    g_mutex_unlock(&h->lock);
+    publish_stats(h, &p);
 }
 
 void memcg_run_round(host_swap *hs, round_job *j)
@@ -206,27 +225,31 @@ void memcg_run_round(host_swap *hs, round_job *j)
     g_autofree size_t *order = g_new0(size_t, k ? k : 1);
     size_t ng = reclaim_plan_givers(cand, k, order);
     bool go = true;
-    uint64_t allowance = hs->max_swap_out * hs->scan_interval, done = 0, proactive = 0;
-    uint64_t want = 0;
+    uint64_t allowance = hs->max_swap_out * hs->scan_interval;
+    uint64_t swap_room = (uint64_t)((double)j->swap_free_bytes * MEMCG_SWAP_SHARE);
+    allowance = j->can_swap ? (allowance < swap_room ? allowance : swap_room) : 0;
+    uint64_t asked = 0, done = 0, proactive = 0, want = 0;
     for (size_t w = 0; w < j->n_wants; w++)
         want += j->wants[w].bytes; /* memory.reclaim has no node: host-wide */
     want = want < allowance ? want : allowance;
-    if (!j->can_swap)
-        want = 0;
-    for (size_t i = 0; i < ng && done < want && go; i++)
-        if (open[order[i]]->h->slo == SLO_WITHIN)
-            done += memcg_take(hs, open[order[i]], want - done, "the host is short", &go);
+    for (size_t i = 0; i < ng && asked < want && go; i++)
+        if (open[order[i]]->h->slo == SLO_WITHIN && open[order[i]]->h->open) {
+            uint64_t mine = 0;
+            done += memcg_take(hs, open[order[i]], want - asked, "the host is short", round, &mine, &go);
+            asked += mine;
+        }
     bool host_calm = j->host_psi_some < SLO_HOST_PSI_LIMIT;
-    for (size_t i = 0; i < ng && hs->proactive && host_calm && j->can_swap && done + proactive < allowance && go;
-         i++) {
+    for (size_t i = 0; i < ng && hs->proactive && host_calm && asked < allowance && go; i++) {
         round_guest *g = open[order[i]];
         hswap_guest *h = g->h;
         if (h->slo != SLO_WITHIN || !h->open)
             continue;
         uint64_t left = hs->tun.max_budget_bytes > h->round_paged ? hs->tun.max_budget_bytes - h->round_paged : 0;
         uint64_t ask = reclaim_memcg_proactive(&g->view, h->memcg_usage, h->memcg_swapped, left);
-        ask = ask < allowance - done - proactive ? ask : allowance - done - proactive;
-        uint64_t got = memcg_take(hs, g, ask, "proactive", &go);
+        ask = ask < allowance - asked ? ask : allowance - asked;
+        uint64_t mine = 0;
+        uint64_t got = memcg_take(hs, g, ask, "proactive", round, &mine, &go);
+        asked += mine;
         h->proactive_bytes += got;
         proactive += got;
     }

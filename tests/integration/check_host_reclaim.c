@@ -825,6 +825,38 @@ static long group_oom_kills(const qemu_memcg *m)
     return n;
 }
 
+/* The stand-in guest (run_guest: 64 MiB hot, THP-backed as QEMU's RAM),
+ * in m's group before it touches anything, so that all of it is charged
+ * there; returns once everything is touched, *rfd its report pipe
+ * (non-blocking). */
+static pid_t guest_in_group(const qemu_memcg *m, int *rfd)
+{
+    int p[2], go[2];
+    ck_assert_int_eq(pipe(p), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char c;
+        close(p[0]);
+        close(go[1]);
+        if (read(go[0], &c, 1) != 1)
+            _exit(4);
+        run_guest(p[1], SET_NONE, true);
+    }
+    cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
+    close(p[1]);
+    close(go[0]);
+    join_group(m, pid);
+    ck_assert_int_eq(write(go[1], "x", 1), 1);
+    close(go[1]);
+    child_report r = { 0, 0 };
+    ck_assert_int_eq(read(p[0], &r, sizeof(r)), sizeof(r)); /* all touched */
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    *rfd = p[0];
+    return pid;
+}
+
 /* Issue 49: the kernel's own LRU chooses.  A THP-backed stand-in for a
  * QEMU (as QEMU maps guest RAM) alone in its cgroup, 64 MiB hot and 192
  * MiB touched once; memcg_reclaim asks for 160 MiB in steps a second
@@ -837,45 +869,36 @@ START_TEST(memcg_reclaim_takes_cold_keeps_hot)
     if (m.kind == MEMCG_NONE)
         CHECK_SKIP("no memory cgroup controller mounted");
     ensure_swap();
-    int p[2], go[2];
-    ck_assert_int_eq(pipe(p), 0);
-    ck_assert_int_eq(pipe(go), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        char c;
-        close(p[0]);
-        close(go[1]);
-        if (read(go[0], &c, 1) != 1) /* into the group before it touches anything: all of it is charged there */
-            _exit(4);
-        run_guest(p[1], SET_NONE, true);
-    }
-    cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
-    close(p[1]);
-    close(go[0]);
-    join_group(&m, pid);
-    ck_assert_int_eq(write(go[1], "x", 1), 1);
+    int rfd;
+    pid_t pid = guest_in_group(&m, &rfd);
     child_report r = { 0, 0 };
-    ck_assert_int_eq(read(p[0], &r, sizeof(r)), sizeof(r)); /* all touched */
-    fcntl(p[0], F_SETFL, O_NONBLOCK);
     g_autofree char *limit0 = limit_text(&m);
     cold_tunables t;
     cold_tunables_default(&t);
     reclaim_guest g;
     g_autoptr(GError) err = NULL;
     ck_assert_msg(reclaim_guest_open(&g, pid, RAM, &t, &err) == 0, "%s", err ? err->message : "");
+    char state[64];
+    snprintf(state, sizeof(state), "/run/membal-test-state-%d", (int)getpid());
+    cleanup_register("rm -rf '%s'", state);
+    g_autofree char *ledger = g_build_filename(state, PROTECT_LEDGER_FILE, NULL);
+    protect_ledger *pl = protect_ledger_new(ledger);
+    memcg_step st = { 0 };
     uint64_t asked = 0, got = 0;
     for (int step = 0; step < 10 && got < 160 * MIB; step++) {
         sleep(1); /* the hot loop references its pages between steps, as a guest does */
         uint64_t one = 0;
-        ck_assert_msg(memcg_reclaim(&m, 32 * MIB, NULL, &one, &err) == 0, "%s", err ? err->message : "");
+        ck_assert_msg(memcg_reclaim(&m, 32 * MIB, pl, &st, &one, &err) == 0, "%s", err ? err->message : "");
+        ck_assert(!st.pending);
+        /* a step leaves nothing recorded: its limit is back */
+        ck_assert(!g_file_test(ledger, G_FILE_TEST_EXISTS));
         asked += 32 * MIB;
         got += one;
         g_autofree char *limit = limit_text(&m);
         ck_assert_str_eq(limit, limit0);
     }
     sleep(1);
-    r = latest(p[0], r);
+    r = latest(rfd, r);
     ck_assert_uint_gt(r.passes, 100); /* the hot loop kept running */
     outcome o;
     count_swapped(&g, SET_NONE, &o);
@@ -886,8 +909,9 @@ START_TEST(memcg_reclaim_takes_cold_keeps_hot)
            (unsigned long long)(HOT_BYTES / MIB), anon_huge_bytes(pid) / MIB);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    close(p[0]);
+    close(rfd);
     reclaim_guest_close(&g);
+    protect_ledger_unref(pl);
     /* the kernel's LRU took what it was asked for from the cold set ... */
     ck_assert_msg(o.cold_swapped >= 128 * MIB, "only %" PRIu64 " MiB of the cold set swapped",
                   o.cold_swapped / MIB);
@@ -899,9 +923,10 @@ START_TEST(memcg_reclaim_takes_cold_keeps_hot)
 }
 END_TEST
 
-/* A guest that allocates all through the steps (8 MiB every 10 ms, up to
- * 384 MiB, touching every page) is reclaimed from, never OOM-killed: on
- * v1 the lowered limit stands only between the two writes. */
+/* A guest that allocates all through the steps (8 MiB every 10 ms,
+ * touching every page, holding the last 384 MiB) is reclaimed from,
+ * never OOM-killed: on v1 the lowered limit stands only between the two
+ * writes, and a write the allocations keep busy ends at its time bound. */
 START_TEST(a_guest_allocating_through_memcg_steps_is_not_killed)
 {
     char root[256];
@@ -918,16 +943,20 @@ START_TEST(a_guest_allocating_through_memcg_steps_is_not_killed)
         close(go[1]);
         if (read(go[0], &c, 1) != 1)
             _exit(4);
-        for (size_t mb = 0; mb < 384; mb += 8) {
-            char *a = mmap(NULL, 8 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (a == MAP_FAILED)
+        /* all through the test: 8 MiB touched every 10 ms, the oldest of
+         * 48 (384 MiB) let go once there are that many */
+        char *ring[48] = { 0 };
+        for (size_t n = 0;; n++) {
+            char **slot = &ring[n % 48];
+            if (*slot)
+                munmap(*slot, 8 * MIB);
+            *slot = mmap(NULL, 8 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (*slot == MAP_FAILED)
                 _exit(2);
             for (size_t i = 0; i < 8 * MIB; i += 4096)
-                a[i] = (char)(1 + i % 127);
+                (*slot)[i] = (char)(1 + i % 127);
             usleep(10000);
         }
-        pause();
-        _exit(0);
     }
     cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
     close(go[0]);
@@ -936,10 +965,13 @@ START_TEST(a_guest_allocating_through_memcg_steps_is_not_killed)
     g_autofree char *limit0 = limit_text(&m);
     g_autoptr(GError) err = NULL;
     uint64_t got = 0;
+    memcg_step st = { 0 };
+    usleep(300000); /* allocating by now */
     for (int step = 0; step < 40; step++) {
         uint64_t one = 0;
-        ck_assert_msg(memcg_reclaim(&m, MEMCG_RECLAIM_STEP_MAX, NULL, &one, &err) == 0, "%s",
+        ck_assert_msg(memcg_reclaim(&m, MEMCG_RECLAIM_STEP_MAX, NULL, &st, &one, &err) == 0, "%s",
                       err ? err->message : "");
+        ck_assert(!st.pending);
         got += one;
         usleep(50000);
     }
@@ -1035,28 +1067,8 @@ START_TEST(memcg_source_round_reclaims_through_the_guests_group)
     if (m.kind == MEMCG_NONE)
         CHECK_SKIP("no memory cgroup controller mounted");
     ensure_swap();
-    int p[2];
-    ck_assert_int_eq(pipe(p), 0);
-    int go[2];
-    ck_assert_int_eq(pipe(go), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        char c;
-        close(p[0]);
-        close(go[1]);
-        if (read(go[0], &c, 1) != 1) /* in its group before it touches anything */
-            _exit(4);
-        run_guest(p[1], SET_NONE, true);
-    }
-    cleanup_register("kill -9 %d 2>/dev/null", (int)pid);
-    close(p[1]);
-    close(go[0]);
-    join_group(&m, pid);
-    ck_assert_int_eq(write(go[1], "x", 1), 1);
-    child_report rep = { 0, 0 };
-    ck_assert_int_eq(read(p[0], &rep, sizeof(rep)), sizeof(rep));
-    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    int rfd;
+    pid_t pid = guest_in_group(&m, &rfd);
 
     char state[64];
     snprintf(state, sizeof(state), "/run/membal-test-state-%d", (int)getpid());
@@ -1079,7 +1091,7 @@ START_TEST(memcg_source_round_reclaims_through_the_guests_group)
     hswap_guest *slot = NULL;
     host_swap_target tg = { .name = "G", .qemu_pid = pid, .view = &v, .state = &slot };
     host_meminfo hm = { .host = { .total_bytes = 8192 * MIB, .available_bytes = 72 * MIB },
-                        .swap_total_bytes = 1024 * MIB };
+                        .swap_total_bytes = 1024 * MIB, .swap_free_bytes = 1024 * MIB };
     watermarks wm = { .min = 50 * MIB, .low = 100 * MIB, .high = 200 * MIB };
     memcg_round(hs, &tg, &hm, &wm, true);
     host_swap_guest_stats gs;
@@ -1095,17 +1107,18 @@ START_TEST(memcg_source_round_reclaims_through_the_guests_group)
     hm.host.available_bytes = 4096 * MIB;
     double psi = -1;
     bool calm = psi_some_avg10(PSI_MEMORY_PATH, &psi) == 0 && psi < 1.0;
+    uint64_t proactive_before = gs.proactive_bytes;
     memcg_round(hs, &tg, &hm, &wm, false);
     ck_assert(host_swap_guest_stats_get(slot, &gs));
     printf("memcg  round: the host 128 MiB short: %" PRIu64 " MiB through the group (cold %.1f, hot %.2f MiB "
            "swapped); then proactive: %" PRIu64 " MiB (host PSI some %.2f%%)\n",
            short_taken / MIB, o.cold_swapped / (double)MIB, o.hot_swapped / (double)MIB,
-           gs.proactive_bytes / MIB, psi);
+           (gs.proactive_bytes - proactive_before) / MIB, psi);
     ck_assert_msg(short_taken >= 96 * MIB && short_taken <= 160 * MIB, "%" PRIu64 " MiB for a 128 MiB shortfall",
                   short_taken / MIB);
     ck_assert_msg(o.hot_swapped <= HOT_BYTES / 50, "%" PRIu64 " KiB of the hot set swapped", o.hot_swapped / 1024);
     if (calm)
-        ck_assert_msg(gs.proactive_bytes > 0, "no proactive reclaim with the host calm");
+        ck_assert_msg(gs.proactive_bytes > proactive_before, "no proactive reclaim in a round with the host calm");
     ck_assert_str_eq(gs.slo, "within");
     host_swap_guest_free(slot);
     host_swap_free(hs);
@@ -1113,7 +1126,7 @@ START_TEST(memcg_source_round_reclaims_through_the_guests_group)
     reclaim_guest_close(&g);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    close(p[0]);
+    close(rfd);
     ck_assert_int_eq(group_oom_kills(&m), 0);
     ck_assert_int_eq(rmdir(m.dir), 0);
     drop_swap();
