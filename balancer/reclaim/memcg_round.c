@@ -161,6 +161,9 @@ static uint64_t memcg_take(host_swap *hs, round_guest *g, uint64_t want, const c
         int rc = memcg_reclaim(&h->cg, ask, h->pl, &h->memcg_step, &slice, &err);
         h->round_paged += ask;
         *asked += ask;
+        /* its charge may fall by more meanwhile (the host kernel's own
+         * reclaim, the guest freeing): ours is at most what was asked */
+        slice = slice < ask ? slice : ask;
         got += slice;
         if (rc < 0) {
             if (strcmp(err->message, h->error) != 0)
