@@ -102,8 +102,16 @@ static uint64_t qemu_swapped(int pid)
 }
 
 /* Where the guest stands: its group's charge, what is in host swap, and
- * its SLO, every swap-in of its QEMU counted as a promotion.  false when
- * its group or QEMU is gone (re-opened next round). */
+ * its SLO.  Its swap-ins (ours and the host kernel's, which cannot be
+ * told apart without a scan) are judged as the chunk sources judge
+ * faults that are not theirs: against its whole budget while the host
+ * is not short -- then they are what proactive reclaim costs it -- and
+ * not while it is, when the host kernel's own reclaim swaps the guests
+ * with or without us and a step from the right guest (a stream first)
+ * is what spares the others (counted then, every guest left its SLO
+ * within seconds and host reclaim stood down: bench
+ * 2026-12-08-memcg-overcommit).  false when its group or QEMU is gone
+ * (re-opened next round). */
 static bool memcg_judge(hswap_guest *h, const round_guest *t, bool host_short, int64_t now_ms)
 {
     if (memcg_usage(&h->cg, &h->memcg_usage) < 0)
@@ -123,7 +131,7 @@ static bool memcg_judge(hswap_guest *h, const round_guest *t, bool host_short, i
     h->majflt = faults;
     h->majflt_known = known;
     h->last_round_ms = now_ms;
-    reclaim_slo_input in = { h->memcg_usage, h->promoted_bps, t->budget_percent, -1,
+    reclaim_slo_input in = { h->memcg_usage, 0, t->budget_percent, known ? h->promoted_bps : -1,
                              t->view.agent_fresh, t->view.agent_psi_some, host_short };
     reclaim_slo slo = reclaim_slo_judge(&in, h->slo);
     if (slo != h->slo)
