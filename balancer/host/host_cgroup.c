@@ -14,18 +14,27 @@
 
 
 
-/* "key value" from memory.stat; 0 if absent. */
-static uint64_t stat_field(const char *stat, const char *key)
+int cgroup_stat_field(const char *stat, const char *key, uint64_t *value)
 {
     size_t klen = strlen(key);
     for (const char *p = stat; p && *p;) {
-        if (strncmp(p, key, klen) == 0 && p[klen] == ' ')
-            return strtoull(p + klen + 1, NULL, 10);
+        if (strncmp(p, key, klen) == 0 && p[klen] == ' ') {
+            *value = strtoull(p + klen + 1, NULL, 10);
+            return 0;
+        }
         p = strchr(p, '\n');
         if (p)
             p++;
     }
-    return 0;
+    return -1;
+}
+
+/* "key value" from memory.stat; 0 if absent. */
+static uint64_t stat_field(const char *stat, const char *key)
+{
+    uint64_t v = 0;
+    cgroup_stat_field(stat, key, &v);
+    return v;
 }
 
 int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, GError **error)

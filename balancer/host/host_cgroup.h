@@ -10,6 +10,7 @@
 #define MEMBAL_HOST_CGROUP_H
 
 #include <glib.h>
+#include <stdint.h>
 
 #include "policies/policy.h"
 
@@ -17,5 +18,9 @@
  * huge default) total falls back to machine_total.  Returns 0, or -1 with
  * the reason. */
 int host_cgroup_read(const char *dir, uint64_t machine_total, host_view *out, GError **error);
+
+/* The value of the line "key value" of memory.stat text (the group's own
+ * line: v1's hierarchical ones are "total_key").  0, or -1 if absent. */
+int cgroup_stat_field(const char *stat, const char *key, uint64_t *value);
 
 #endif

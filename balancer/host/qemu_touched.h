@@ -18,4 +18,8 @@
  * than guest_ram_bytes (0: not checked). */
 int64_t qemu_touched_from_status(const char *text, int64_t guest_ram_bytes);
 
+/* The kB of the field key ("\nVmSwap:") in /proc/PID/status text: 0, or
+ * -1 when the line is absent. */
+int proc_status_kb(const char *text, const char *key, unsigned long long *kb);
+
 #endif

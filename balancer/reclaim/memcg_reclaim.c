@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "host/host_cgroup.h"
 #include "util/error.h"
 #include "util/small_file.h"
 
@@ -47,15 +48,11 @@ int memcg_swap_ins(const qemu_memcg *m, uint64_t *faults)
     if (m->kind == MEMCG_NONE || small_file_read_at(m->dir, "memory.stat", text, sizeof(text)) < 0)
         return -1;
     /* the group's own line, not v1's hierarchical total_pgmajfault */
-    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-        unsigned long long v;
-        if (sscanf(line, "pgmajfault %llu", &v) == 1) {
-            *faults = v;
-            return 0;
-        }
+    if (cgroup_stat_field(text, "pgmajfault", faults) < 0) {
+        errno = ENOENT;
+        return -1;
     }
-    errno = ENOENT;
-    return -1;
+    return 0;
 }
 
 bool memcg_can_reclaim(const qemu_memcg *m)
@@ -132,7 +129,7 @@ static void timer_disarm(write_timer *t)
 
 /* A write that reclaims, bounded in time: 0 (done, or interrupted by
  * the bound or a signal), or -1 with errno. */
-static int reclaiming_write(const qemu_memcg *m, const char *file, uint64_t v, bool *partial)
+static int reclaiming_write(const qemu_memcg *m, const char *file, uint64_t v)
 {
     write_timer t;
     timer_arm(&t);
@@ -142,8 +139,7 @@ static int reclaiming_write(const qemu_memcg *m, const char *file, uint64_t v, b
     errno = e;
     /* EAGAIN (v2) / EBUSY (v1): less than asked, nothing more to take
      * now; EINTR: the bound */
-    *partial = r < 0 && (e == EAGAIN || e == EBUSY || e == EINTR);
-    return r < 0 && !*partial ? -1 : 0;
+    return r < 0 && e != EAGAIN && e != EBUSY && e != EINTR ? -1 : 0;
 }
 
 /* ---- v1: a limit step, put back ---- */
@@ -188,8 +184,7 @@ static int reclaim_v1(const qemu_memcg *m, uint64_t bytes, uint64_t usage, prote
     if (pl && protect_ledger_note_file(pl, m, MEMCG_V1_LIMIT, &before, to, error) < 0)
         return -1;
     *st = (memcg_step){ .pending = true, .limit = limit, .lowered = to };
-    bool partial;
-    int lowered = reclaiming_write(m, MEMCG_V1_LIMIT, to, &partial);
+    int lowered = reclaiming_write(m, MEMCG_V1_LIMIT, to);
     int lower_errno = errno;
     if (memcg_step_undo(m, st, pl) < 0)
         return fail(error, m, MEMCG_V1_LIMIT, "putting the limit back (the ledger keeps it; tried again next time)");
@@ -214,8 +209,7 @@ int memcg_reclaim(const qemu_memcg *m, uint64_t bytes, protect_ledger *pl, memcg
         return fail(error, m, usage_file(m), "reading");
     if (!bytes || before <= bytes)
         return 0;
-    bool partial;
-    int r = m->kind == MEMCG_V2 ? (reclaiming_write(m, "memory.reclaim", bytes, &partial) < 0
+    int r = m->kind == MEMCG_V2 ? (reclaiming_write(m, "memory.reclaim", bytes) < 0
                                        ? fail(error, m, "memory.reclaim", "writing")
                                        : 0)
                                 : reclaim_v1(m, bytes, before, pl, st, error);

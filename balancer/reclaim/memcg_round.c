@@ -41,6 +41,7 @@
 
 #include "config/size_parse.h"
 #include "host/pressure.h"
+#include "host/qemu_touched.h"
 #include "reclaim/host_swap_priv.h"
 #include "reclaim/memcg_reclaim.h"
 #include "util/error.h"
@@ -96,9 +97,8 @@ static uint64_t qemu_swapped(int pid)
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     g_autofree char *text = small_file_read(path, 8192);
-    const char *line = text ? strstr(text, "\nVmSwap:") : NULL;
     unsigned long long kb = 0;
-    return line && sscanf(line + 8, "%llu", &kb) == 1 ? (uint64_t)kb * 1024 : 0;
+    return text && proc_status_kb(text, "\nVmSwap:", &kb) == 0 ? (uint64_t)kb * 1024 : 0;
 }
 
 /* Where the guest stands: its group's charge, what is in host swap, and
@@ -144,6 +144,12 @@ static bool memcg_judge(hswap_guest *h, const round_guest *t, bool host_short, i
     return true;
 }
 
+/* What is left of h's per-round budget (max_per_scan). */
+static uint64_t budget_left(const host_swap *hs, const hswap_guest *h)
+{
+    return hs->tun.max_budget_bytes > h->round_paged ? hs->tun.max_budget_bytes - h->round_paged : 0;
+}
+
 /* Up to want bytes from g's group, within what is left of its per-round
  * budget, in paced slices; what its charge fell by, and in *asked what
  * was asked (the round's allowance counts that).  *go turns false when
@@ -155,7 +161,7 @@ static uint64_t memcg_take(host_swap *hs, round_guest *g, uint64_t want, const c
     hswap_guest *h = g->h;
     uint64_t got = 0;
     while (*go && !writes_held(hs)) {
-        uint64_t left = hs->tun.max_budget_bytes > h->round_paged ? hs->tun.max_budget_bytes - h->round_paged : 0;
+        uint64_t left = budget_left(hs, h);
         uint64_t ask = want > *asked ? want - *asked : 0;
         ask = ask < left ? ask : left;
         ask = ask < MEMCG_SLICE ? ask : MEMCG_SLICE;
@@ -255,7 +261,7 @@ void memcg_run_round(host_swap *hs, round_job *j)
         hswap_guest *h = g->h;
         if (h->slo != SLO_WITHIN || !h->open)
             continue;
-        uint64_t left = hs->tun.max_budget_bytes > h->round_paged ? hs->tun.max_budget_bytes - h->round_paged : 0;
+        uint64_t left = budget_left(hs, h);
         uint64_t ask = reclaim_memcg_proactive(&g->view, h->memcg_usage, h->memcg_swapped, left);
         ask = ask < allowance - asked ? ask : allowance - asked;
         uint64_t mine = 0;
